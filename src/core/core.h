@@ -1,0 +1,88 @@
+/*
+ * core.h — internals shared by every part of libkvtier (not installed).
+ *
+ * Cross-file internal names are kvti_* (the i is for internal); public
+ * names are kvt_* and live in include/. Nothing here is exported.
+ */
+#ifndef KVT_CORE_H
+#define KVT_CORE_H
+
+#include <kvtier.h>
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#define KVT_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define KVT_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define KVT_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define KVT_ALIGN_UP(x, a) ((((x) + (a) - 1) / (a)) * (a))
+#define KVT_UNUSED(x) ((void)(x))
+#define KVT_LIKELY(x) __builtin_expect(!!(x), 1)
+#define KVT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* Record what the failing call objected to (kvt_errdetail()) and return
+ * @err, so a failure site reads: return kvti_fail(KVT_ESPEC, "...", ...). */
+int kvti_fail(int err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Prefix the current detail with more context: "ctx: <old detail>". */
+void kvti_errctx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Forget any detail (at the start of a call that may fail). */
+void kvti_errclear(void);
+
+/* ---- allocation -------------------------------------------------------- */
+
+/* Counted by the fault injector like kvt_malloc(): an mmap that fails with
+ * ENOMEM when injection says so. Same contract as mmap(2). */
+void *kvti_mmap(void *addr, size_t len, int prot, int flags, int fd,
+		off_t off);
+/* True when the injector says this acquisition fails (for resources that
+ * are not memory but can run out: used to test setup paths). */
+bool kvti_fault(void);
+/* Aligned heap block (posix_memalign), counted; free with kvt_free(). */
+void *kvti_aligned_alloc(size_t align, size_t n);
+
+/* ---- logging ----------------------------------------------------------- */
+void kvti_log(int level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+#define kvti_warn(...) kvti_log(KVT_LOG_WARN, __VA_ARGS__)
+#define kvti_info(...) kvti_log(KVT_LOG_INFO, __VA_ARGS__)
+#define kvti_debug(...) kvti_log(KVT_LOG_DEBUG, __VA_ARGS__)
+
+/* ---- small locks ------------------------------------------------------- */
+
+/* A test-and-test-and-set spinlock for critical sections of a few dozen
+ * instructions (pool free lists). Yields after a short spin so two threads
+ * on two cores never livelock. */
+typedef struct {
+	atomic_int v;
+} kvti_spin;
+void kvti_spin_lock_slow(kvti_spin *l);
+static inline void kvti_spin_lock(kvti_spin *l)
+{
+	if (KVT_LIKELY(!atomic_exchange_explicit(&l->v, 1,
+						 memory_order_acquire)))
+		return;
+	kvti_spin_lock_slow(l);
+}
+static inline void kvti_spin_unlock(kvti_spin *l)
+{
+	atomic_store_explicit(&l->v, 0, memory_order_release);
+}
+
+/* ---- files and strings ------------------------------------------------- */
+
+/* Read a whole (small) file into a NUL-terminated kvt_malloc'ed buffer.
+ * 0 or -errno; *len may be NULL. Refuses files over @max bytes (-EFBIG). */
+int kvti_read_file(const char *path, size_t max, char **out, size_t *len);
+/* Read a sysfs-style file holding one integer: 0 or -errno/-EINVAL. */
+int kvti_read_u64(const char *path, uint64_t *out);
+/* Copy at most n-1 bytes and terminate; returns 1 if truncated. */
+int kvti_strlcpy(char *dst, const char *src, size_t n);
+/* Case-insensitive equality. */
+bool kvti_streq_ci(const char *a, const char *b);
+
+#endif /* KVT_CORE_H */

@@ -1,0 +1,127 @@
+/*
+ * layout.c — KV layout descriptors and the reference conversion.
+ *
+ * The arithmetic that places a chunk is inline in kvtier/geom.h (it sits on
+ * the transfer engine's hot path). This file builds descriptors and holds
+ * kvt_layout_convert_ref(): a byte-at-a-time copy in which every element is
+ * addressed on its own, deliberately plain, the oracle every faster path is
+ * tested against.
+ */
+#include "core/core.h"
+
+#include <errno.h>
+#include <string.h>
+
+static const char *layout_names[] = { "page-first", "vllm", "sglang" };
+
+const char *kvt_layout_name(kvt_layout_kind kind)
+{
+	return (unsigned)kind < KVT_ARRAY_SIZE(layout_names) ?
+		       layout_names[kind] : "?";
+}
+
+int kvt_layout_parse(const char *s, kvt_layout_kind *out)
+{
+	for (size_t i = 0; i < KVT_ARRAY_SIZE(layout_names); i++)
+		if (kvti_streq_ci(s, layout_names[i])) {
+			*out = (kvt_layout_kind)i;
+			return 0;
+		}
+	if (kvti_streq_ci(s, "page_first") || kvti_streq_ci(s, "host")) {
+		*out = KVT_LAYOUT_PAGE_FIRST;
+		return 0;
+	}
+	return kvti_fail(-EINVAL, "unknown layout '%s' (page-first, vllm, "
+			 "sglang)", s);
+}
+
+int kvt_layout_init(kvt_layout *l, kvt_layout_kind kind, const kvt_geom *g,
+		    uint64_t slots)
+{
+	kvt_geom t = *g;
+	uint64_t chunk, page, region;
+	int err;
+
+	if ((unsigned)kind > KVT_LAYOUT_SGLANG)
+		return kvti_fail(-EINVAL, "bad layout kind %d", (int)kind);
+	if (!slots)
+		return kvti_fail(-EINVAL, "layout of zero slots");
+	err = kvt_geom_finish(&t);
+	if (err)
+		return err;
+	chunk = kvt_geom_chunk_bytes(&t);
+	page = kvt_geom_page_bytes(&t);
+	if (__builtin_mul_overflow(page, slots, &region))
+		return kvti_fail(-EOVERFLOW, "%llu slots of %llu bytes overflow",
+				 (unsigned long long)slots,
+				 (unsigned long long)page);
+	memset(l, 0, sizeof(*l));
+	l->kind = kind;
+	l->geom = t;
+	l->slots = slots;
+	l->kv = kvt_geom_kv(&t);
+	l->chunk_bytes = chunk;
+	l->page_bytes = page;
+	switch (kind) {
+	case KVT_LAYOUT_VLLM:
+		l->nbufs = t.layers;
+		l->buf_bytes = region / t.layers;
+		break;
+	case KVT_LAYOUT_SGLANG:
+		l->nbufs = t.layers * l->kv;
+		l->buf_bytes = chunk * slots;
+		break;
+	default:
+		l->nbufs = 1;
+		l->buf_bytes = region;
+		break;
+	}
+	return 0;
+}
+
+void kvt_layout_bufs_carve(const kvt_layout *l, void *base, void **bufs)
+{
+	for (uint32_t i = 0; i < l->nbufs; i++)
+		bufs[i] = (char *)base + (uint64_t)i * l->buf_bytes;
+}
+
+int kvt_layout_convert_ref(const kvt_layout *src, void *const *src_bufs,
+			   const uint64_t *src_slots, const kvt_layout *dst,
+			   void *const *dst_bufs, const uint64_t *dst_slots,
+			   size_t npages)
+{
+	const kvt_geom *g = &src->geom;
+	const uint64_t s = g->dtype_bytes;
+
+	if (!kvt_geom_same_shape(&src->geom, &dst->geom))
+		return kvti_fail(KVT_EGEOM, "layouts of different KV shape "
+				 "(%s vs %s)", src->geom.name, dst->geom.name);
+	for (size_t i = 0; i < npages; i++)
+		if (src_slots[i] >= src->slots || dst_slots[i] >= dst->slots)
+			return kvti_fail(-ERANGE, "page %zu: slot %llu -> %llu "
+					 "out of range (%llu, %llu slots)", i,
+					 (unsigned long long)src_slots[i],
+					 (unsigned long long)dst_slots[i],
+					 (unsigned long long)src->slots,
+					 (unsigned long long)dst->slots);
+
+	for (size_t i = 0; i < npages; i++)
+	for (uint32_t layer = 0; layer < g->layers; layer++)
+	for (uint32_t kv = 0; kv < src->kv; kv++) {
+		kvt_chunk_loc a = kvt_layout_chunk(src, src_slots[i], layer, kv);
+		kvt_chunk_loc b = kvt_layout_chunk(dst, dst_slots[i], layer, kv);
+		const unsigned char *from = (const unsigned char *)src_bufs[a.buf] + a.off;
+		unsigned char *to = (unsigned char *)dst_bufs[b.buf] + b.off;
+
+		for (uint32_t t = 0; t < g->page_tokens; t++)
+		for (uint32_t h = 0; h < g->kv_heads; h++)
+		for (uint32_t d = 0; d < g->head_dim; d++) {
+			/* element (t, h, d) of the chunk: [P][H][D] */
+			uint64_t e = (((uint64_t)t * g->kv_heads + h) *
+				      g->head_dim + d) * s;
+			for (uint64_t byte = 0; byte < s; byte++)
+				to[e + byte] = from[e + byte];
+		}
+	}
+	return 0;
+}

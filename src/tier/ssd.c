@@ -1,0 +1,344 @@
+/*
+ * ssd.c — the ssd tier: page slots in preallocated files under a directory.
+ *
+ * Slots are striped over the files (slot s lives in file s % nfiles at
+ * index s / nfiles) so sequential slots spread over files. Each slot is the
+ * page rounded up to KVT_SSD_ALIGN bytes, so every slot can be read or
+ * written with O_DIRECT in one call. Each file starts with a 4 KiB header:
+ *
+ *   OFFSET  SIZE  DESCRIPTION
+ *   0       8     magic "KVTSSD01"
+ *   8       4     format version (1), little endian
+ *   12      4     index of this file
+ *   16      4     number of files in the set
+ *   20      4     reserved (0)
+ *   24      8     slot bytes (page bytes rounded up to 4096)
+ *   32      8     slots in this file
+ *   40      8     page bytes
+ *   48      64    geometry name, NUL padded
+ *   112     3984  zero
+ *   4096    ...   slot 0, slot 1, ... of this file
+ *
+ * Opening a directory that holds a matching set reuses it (its data stays;
+ * which slots hold what is the index's business, not this file's). A set
+ * that does not match is refused unless the spec says 'fresh'. Files this
+ * open created are removed if it fails, and at close when the spec says
+ * 'temp'. The plain path here is pread/pwrite; the transfer engine drives
+ * the same files through io_uring (kvt_tier_ssd_loc()).
+ */
+#include "tier/tier_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#define KVT_SSD_ALIGN 4096u
+#define KVT_SSD_HEADER 4096u
+#define KVT_SSD_MAGIC "KVTSSD01"
+#define KVT_SSD_VERSION 1u
+
+struct ssd_header {
+	char magic[8];
+	uint32_t version, index, count, reserved;
+	uint64_t slot_bytes, slots, page_bytes;
+	char geom[64];
+};
+
+static uint64_t file_slots(const kvt_tier *t, uint32_t f)
+{
+	uint64_t n = t->desc.nslots;
+	return n / t->nfiles + (f < n % t->nfiles ? 1 : 0);
+}
+
+static void ssd_close(kvt_tier *t)
+{
+	for (uint32_t f = 0; f < t->nfiles; f++) {
+		struct ssd_file *sf = &t->files[f];
+
+		if (sf->fd >= 0)
+			close(sf->fd);
+		if (sf->created || (t->spec.temp && sf->path[0]))
+			unlink(sf->path);
+	}
+	kvt_free(t->files);
+	t->files = NULL;
+	t->nfiles = 0;
+	if (t->created_file && (t->spec.temp || !t->pool))
+		rmdir(t->spec.path); /* only if we made it; fails if not empty */
+}
+
+static int ssd_header_write(kvt_tier *t, struct ssd_file *sf, uint32_t f)
+{
+	struct ssd_header *h;
+	ssize_t n;
+	int err = 0;
+
+	h = kvti_aligned_alloc(KVT_SSD_ALIGN, KVT_SSD_HEADER);
+	if (!h)
+		return -ENOMEM;
+	memset(h, 0, KVT_SSD_HEADER);
+	memcpy(h->magic, KVT_SSD_MAGIC, 8);
+	h->version = KVT_SSD_VERSION;
+	h->index = f;
+	h->count = t->nfiles;
+	h->slot_bytes = t->desc.slot_bytes;
+	h->slots = file_slots(t, f);
+	h->page_bytes = kvt_geom_page_bytes(&t->geom);
+	kvti_strlcpy(h->geom, t->geom.name, sizeof(h->geom));
+	n = pwrite(sf->fd, h, KVT_SSD_HEADER, 0);
+	if (n != KVT_SSD_HEADER)
+		err = kvti_fail(n < 0 ? -errno : -EIO, "%s: writing header: %s",
+				sf->path, n < 0 ? strerror(errno) : "short write");
+	else if (fdatasync(sf->fd) < 0)
+		err = kvti_fail(-errno, "%s: fdatasync: %s", sf->path,
+				strerror(errno));
+	kvt_free(h);
+	return err;
+}
+
+/* 0: header matches; 1: file empty (new); KVT_ECORRUPT: another set. */
+static int ssd_header_check(kvt_tier *t, struct ssd_file *sf, uint32_t f)
+{
+	struct ssd_header *h;
+	ssize_t n;
+	int err = 0;
+
+	h = kvti_aligned_alloc(KVT_SSD_ALIGN, KVT_SSD_HEADER);
+	if (!h)
+		return -ENOMEM;
+	n = pread(sf->fd, h, KVT_SSD_HEADER, 0);
+	if (n == 0) {
+		err = 1;
+	} else if (n != KVT_SSD_HEADER || memcmp(h->magic, KVT_SSD_MAGIC, 8)) {
+		err = kvti_fail(KVT_ECORRUPT, "%s exists and is not a kvtier ssd "
+				"file; add 'fresh' to the spec to replace it",
+				sf->path);
+	} else if (h->version != KVT_SSD_VERSION || h->index != f ||
+		   h->count != t->nfiles ||
+		   h->slot_bytes != t->desc.slot_bytes ||
+		   h->slots != file_slots(t, f) ||
+		   h->page_bytes != kvt_geom_page_bytes(&t->geom)) {
+		err = kvti_fail(KVT_ECORRUPT, "%s holds another set (file %u of "
+				"%u, %llu slots of %llu bytes, geometry %.64s); "
+				"add 'fresh' to the spec to replace it", sf->path,
+				h->index, h->count, (unsigned long long)h->slots,
+				(unsigned long long)h->slot_bytes, h->geom);
+	}
+	kvt_free(h);
+	return err;
+}
+
+static int ssd_open_file(kvt_tier *t, uint32_t f, uint64_t len)
+{
+	struct ssd_file *sf = &t->files[f];
+	int flags = O_RDWR | O_CLOEXEC | (t->direct ? O_DIRECT : 0);
+	struct stat st;
+	int err;
+
+	int existed;
+
+	snprintf(sf->path, sizeof(sf->path), "%s/kvtier-ssd-%03u.kvt",
+		 t->spec.path, f);
+	if (t->spec.fresh)
+		unlink(sf->path);
+	existed = access(sf->path, F_OK) == 0;
+	sf->fd = open(sf->path, flags | O_CREAT | O_EXCL, 0600);
+	if (sf->fd >= 0)
+		sf->created = 1;
+	else if (errno == EEXIST)
+		sf->fd = open(sf->path, flags);
+	if (sf->fd < 0 && errno == EINVAL && t->direct) {
+		/* the filesystem refuses O_DIRECT (tmpfs): say so, go on */
+		t->direct = 0;
+		if (!existed)
+			unlink(sf->path); /* some kernels create it first */
+		kvti_warn("%s: O_DIRECT not supported here; ssd tier uses "
+			  "buffered I/O", t->spec.path);
+		snprintf(t->note, sizeof(t->note),
+			 "O_DIRECT unsupported by this filesystem: buffered I/O");
+		return ssd_open_file(t, f, len);
+	}
+	if (sf->fd < 0)
+		return kvti_fail(-errno, "%s: %s", sf->path, strerror(errno));
+	if (fstat(sf->fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return kvti_fail(KVT_ESPEC, "%s is not a regular file", sf->path);
+	err = ssd_header_check(t, sf, f);
+	if (err < 0)
+		return err;
+	if (err == 1) { /* new file: reserve the space, then the header */
+		int e = kvti_fault() ? ENOSPC : posix_fallocate(sf->fd, 0,
+								(off_t)len);
+		if (e) {
+			char a[32];
+			return kvti_fail(-e, "%s: reserving %s: %s", sf->path,
+					 kvt_size_format(len, a, sizeof(a)),
+					 strerror(e));
+		}
+		return ssd_header_write(t, sf, f);
+	}
+	return 0;
+}
+
+static int ssd_open(kvt_tier *t)
+{
+	uint64_t page = kvt_geom_page_bytes(&t->geom), slot, nslots, need;
+	struct statvfs vfs;
+	struct stat st;
+	char a[32], b[32];
+	int err;
+
+	slot = KVT_ALIGN_UP(page, KVT_SSD_ALIGN);
+	if ((err = kvti_tier_slots(t, t->spec.bytes, slot, &nslots)))
+		return err;
+	if (t->spec.files > nslots)
+		return kvti_fail(KVT_ESPEC, "tier spec '%s': %u files for %llu "
+				 "slots", t->spec.text, t->spec.files,
+				 (unsigned long long)nslots);
+	if (stat(t->spec.path, &st) < 0) {
+		if (errno != ENOENT || mkdir(t->spec.path, 0700) < 0)
+			return kvti_fail(-errno, "tier spec '%s': directory %s: "
+					 "%s", t->spec.text, t->spec.path,
+					 strerror(errno));
+		t->created_file = 1; /* the directory: removed if we fail */
+	} else if (!S_ISDIR(st.st_mode)) {
+		return kvti_fail(KVT_ESPEC, "tier spec '%s': %s is not a "
+				 "directory", t->spec.text, t->spec.path);
+	}
+	t->desc.nslots = nslots;
+	t->desc.slot_bytes = slot;
+	t->nfiles = t->spec.files;
+	need = nslots * slot + (uint64_t)t->nfiles * KVT_SSD_HEADER;
+	if (statvfs(t->spec.path, &vfs) == 0 && !t->spec.fresh) {
+		uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+		/* files of an earlier run already hold their space */
+		int reuse = 1;
+		for (uint32_t f = 0; f < t->nfiles && reuse; f++) {
+			char p[KVT_PATH_MAX + 32];
+			snprintf(p, sizeof(p), "%s/kvtier-ssd-%03u.kvt",
+				 t->spec.path, f);
+			reuse = access(p, F_OK) == 0;
+		}
+		if (!reuse && avail < need) {
+			if (t->created_file)
+				rmdir(t->spec.path);
+			return kvti_fail(-ENOSPC, "tier spec '%s': needs %s in %s "
+					 "but only %s is free", t->spec.text,
+					 kvt_size_format(need, a, sizeof(a)),
+					 t->spec.path,
+					 kvt_size_format(avail, b, sizeof(b)));
+		}
+	}
+	t->files = kvt_calloc(t->nfiles, sizeof(*t->files));
+	if (!t->files) {
+		if (t->created_file)
+			rmdir(t->spec.path);
+		return -ENOMEM;
+	}
+	for (uint32_t f = 0; f < t->nfiles; f++)
+		t->files[f].fd = -1;
+	t->direct = 1;
+	for (uint32_t f = 0; f < t->nfiles; f++) {
+		err = ssd_open_file(t, f, KVT_SSD_HEADER + file_slots(t, f) * slot);
+		if (err) {
+			kvti_errctx("tier spec '%s'", t->spec.text);
+			ssd_close(t);
+			return err;
+		}
+	}
+	for (uint32_t f = 0; f < t->nfiles; f++)
+		t->files[f].created = 0; /* from now on they are the tier's data */
+	t->desc.bytes = nslots * slot;
+	snprintf(t->where, sizeof(t->where), "%.200s (%u file%s%s)", t->spec.path,
+		 t->nfiles, t->nfiles == 1 ? "" : "s",
+		 t->direct ? ", O_DIRECT" : "");
+	err = kvt_layout_init(&t->layout, KVT_LAYOUT_PAGE_FIRST, &t->geom,
+			      nslots);
+	if (err)
+		ssd_close(t);
+	return err;
+}
+
+int kvt_tier_ssd_loc(const kvt_tier *t, uint32_t slot, int *fd,
+		     uint64_t *off)
+{
+	if (t->spec.kind != KVT_TIER_SSD || slot >= t->desc.nslots)
+		return -EINVAL;
+	*fd = t->files[slot % t->nfiles].fd;
+	*off = KVT_SSD_HEADER + (uint64_t)(slot / t->nfiles) * t->desc.slot_bytes;
+	return 0;
+}
+
+/* One whole-slot transfer; @buf must be aligned and slot_bytes long. */
+static int ssd_io(kvt_tier *t, uint32_t slot, void *buf, int write)
+{
+	uint64_t off, n = t->desc.slot_bytes, done = 0;
+	int fd;
+
+	kvt_tier_ssd_loc(t, slot, &fd, &off);
+	while (done < n) {
+		ssize_t r = write ? pwrite(fd, (char *)buf + done, n - done,
+					   (off_t)(off + done)) :
+				    pread(fd, (char *)buf + done, n - done,
+					  (off_t)(off + done));
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return kvti_fail(-errno, "ssd slot %u: %s: %s", slot,
+					 write ? "pwrite" : "pread",
+					 strerror(errno));
+		}
+		if (r == 0)
+			return kvti_fail(-EIO, "ssd slot %u: short %s (%llu of "
+					 "%llu bytes)", slot,
+					 write ? "write" : "read",
+					 (unsigned long long)done,
+					 (unsigned long long)n);
+		done += (uint64_t)r;
+	}
+	return 0;
+}
+
+static int ssd_rw(kvt_tier *t, uint32_t slot, void *buf, int write)
+{
+	uint64_t page = kvt_geom_page_bytes(&t->geom);
+	void *bounce;
+	int err;
+
+	if (((uintptr_t)buf % KVT_SSD_ALIGN) == 0 && page == t->desc.slot_bytes)
+		return ssd_io(t, slot, buf, write);
+	bounce = kvti_aligned_alloc(KVT_SSD_ALIGN, t->desc.slot_bytes);
+	if (!bounce)
+		return -ENOMEM;
+	if (write) {
+		memcpy(bounce, buf, page);
+		memset((char *)bounce + page, 0, t->desc.slot_bytes - page);
+	}
+	err = ssd_io(t, slot, bounce, write);
+	if (!err && !write)
+		memcpy(buf, bounce, page);
+	kvt_free(bounce);
+	return err;
+}
+
+static int ssd_read(kvt_tier *t, uint32_t slot, void *buf)
+{
+	return ssd_rw(t, slot, buf, 0);
+}
+
+static int ssd_write(kvt_tier *t, uint32_t slot, const void *buf)
+{
+	return ssd_rw(t, slot, (void *)buf, 1);
+}
+
+const struct tier_ops kvti_tier_ssd_ops = {
+	.name = "ssd",
+	.open = ssd_open,
+	.close = ssd_close,
+	.read = ssd_read,
+	.write = ssd_write,
+};

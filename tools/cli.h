@@ -1,0 +1,51 @@
+/*
+ * cli.h — shared pieces of the kvtier command: the subcommand table and
+ * small helpers every subcommand uses. The command only parses, calls the
+ * library and prints; no kvtier logic lives under tools/.
+ *
+ * Exit codes: 0 success, 1 the operation failed, 2 bad usage.
+ */
+#ifndef KVT_CLI_H
+#define KVT_CLI_H
+
+#include <kvtier.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+
+#define CLI_EXIT_FAIL 1
+#define CLI_EXIT_USAGE 2
+
+/* Subcommands: one file each (tools/cmd_<name>.c). */
+int cmd_info(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* Benchmarks: one file each (tools/bench_<name>.c), run by cmd_bench. */
+int bench_pool(int argc, char **argv);
+
+/* Print "kvtier <what>: <detail or strerror>" to stderr; returns
+ * CLI_EXIT_FAIL (or CLI_EXIT_USAGE for spec/config errors). */
+int cli_fail(const char *what, int err);
+/* Print a usage error and return CLI_EXIT_USAGE. */
+int cli_usage(const char *what, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Parse an unsigned integer within [lo, hi]; 0 or -1 after a usage message
+ * naming @flag. */
+int cli_u64(const char *flag, const char *s, uint64_t lo, uint64_t hi,
+	    uint64_t *out);
+/* Parse a comma-separated list of unsigned integers; returns the count or
+ * -1 after a message. */
+int cli_u64_list(const char *flag, const char *s, uint64_t lo, uint64_t hi,
+		 uint64_t *out, int max);
+
+/* A geometry from a preset name or a config.json path. */
+int cli_geom(kvt_geom *g, const char *model, uint32_t page_tokens,
+	     uint32_t tp, uint32_t rank);
+
+/* Print a cJSON tree (formatted) to stdout and free it. */
+void cli_json_print(cJSON *root);
+
+/* Median of @n values (at most 1024 are looked at; @v is not changed). */
+double cli_median(const double *v, int n);
+
+#endif

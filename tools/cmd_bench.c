@@ -1,0 +1,41 @@
+/*
+ * cmd_bench.c — kvtier bench <what>: run one benchmark. Each prints a
+ * human summary, or one JSON object with --json. Benchmarks report medians
+ * over repeats and ratios against a baseline measured in the same run.
+ */
+#include "cli.h"
+
+#include <string.h>
+
+static const struct {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *summary;
+} benches[] = {
+	{ "pool", bench_pool, "page pool alloc+free pairs per second" },
+};
+
+static void bench_usage(FILE *f)
+{
+	fprintf(f, "usage: kvtier bench <what> [--json] [options]\n\n");
+	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
+		fprintf(f, "  %-8s %s\n", benches[i].name, benches[i].summary);
+}
+
+int cmd_bench(int argc, char **argv)
+{
+	if (argc < 2) {
+		bench_usage(stderr);
+		return CLI_EXIT_USAGE;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		bench_usage(stdout);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
+		if (!strcmp(argv[1], benches[i].name))
+			return benches[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "kvtier bench: unknown benchmark '%s'\n", argv[1]);
+	bench_usage(stderr);
+	return CLI_EXIT_USAGE;
+}
