@@ -394,11 +394,12 @@ KVT_API int kvt_index_insert(kvt_index *idx, const kvt_prefix *px,
  * kvt_index_pin() / kvt_index_unpin() - lease the pages of @px (all of
  * them, whole pages only) so no tier evicts them while the caller reads or
  * writes their slots; each pin is undone by one unpin of the same prefix.
+ * Leases nest: pinning a prefix holds every page above its end too.
  * Pin returns 0, KVT_ENOTFOUND naming the first page of @px that has no
  * copy (nothing pinned), -EINVAL / -E2BIG for a bad prefix, -ENOMEM.
- * Unpin returns 0, -EINVAL naming the first page that is not pinned
- * (nothing unpinned), -ENOMEM only when unpinning a shorter prefix than was
- * pinned (an edge must split).
+ * Unpin returns 0, or -EINVAL (nothing unpinned) naming the first page
+ * that is not pinned, or saying that no lease ends where @px ends (its
+ * pages are held by longer pinned prefixes only). Unpin never allocates.
  */
 KVT_API int kvt_index_pin(kvt_index *idx, const kvt_prefix *px);
 KVT_API int kvt_index_unpin(kvt_index *idx, const kvt_prefix *px);
