@@ -255,6 +255,19 @@ static struct knode *node_for(kvt_index *x, struct pk *k, size_t from,
 	return n;
 }
 
+/* A node for the prefix's pages from @have on (the tree lacks them), with
+ * table and heap room for it. */
+static int new_tail(kvt_index *x, struct pk *k, size_t have,
+		    struct knode **nn)
+{
+	int err = kvti_reserve(x, 1);
+
+	if (err)
+		return err;
+	*nn = node_for(x, k, have, (uint32_t)(k->n - have));
+	return *nn ? 0 : -ENOMEM;
+}
+
 /* Walk the whole prefix in the tree: returns the pages the tree holds and
  * leaves the walker at the end. */
 static size_t walk_all(kvt_index *x, struct pk *k, struct walker *w)
@@ -386,13 +399,8 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 	have = walk_all(x, &k, &w);
 	if ((err = split_at(x, &k, have)))
 		return err;
-	if (have < k.n) {
-		if ((err = kvti_reserve(x, 1)))
-			return err;
-		nn = node_for(x, &k, have, (uint32_t)(k.n - have));
-		if (!nn)
-			return -ENOMEM;
-	}
+	if (have < k.n && (err = new_tail(x, &k, have, &nn)))
+		return err;
 
 	/* 3. change */
 	kvti_enter(x);
@@ -607,13 +615,9 @@ static int do_mark(kvt_index *x, const kvt_prefix *px, struct mark *mk,
 	have = walk_all(x, &k, &w);
 	if ((err = mark_shape(x, &k, have, mk)))
 		return err;
-	if (mk->op != OP_CANCEL && have < k.n) {
-		if ((err = kvti_reserve(x, 1)))
-			return err;
-		nn = node_for(x, &k, have, (uint32_t)(k.n - have));
-		if (!nn)
-			return -ENOMEM;
-	}
+	if (mk->op != OP_CANCEL && have < k.n &&
+	    (err = new_tail(x, &k, have, &nn)))
+		return err;
 	kvti_enter(x);
 	for_path(x, &k, have, mark_fn, mk);
 	if (nn) {
