@@ -310,15 +310,16 @@ enum {
 
 /**
  * kvt_index_match() - how much of @px is cached, where, and what is coming.
- * @m:     filled on success.
+ * @m:     filled on success (required).
  * @locs:  optional: the first min(m->pages, @nlocs) pages, in order (the
  *         slots to load, ready for the transfer engine).
  * @now:   used with KVT_MATCH_TOUCH only.
  * Cost: one hash lookup per tree edge plus a compare of the prefix; no
  * allocation unless TOUCH has to split an edge where the match ends.
  * Returns 0; KVT_ENOTFOUND for an unknown tenant; -EINVAL for a bad prefix
- * (both or neither of tokens/keys, keys in token mode); -E2BIG past
- * KVT_INDEX_MAX_PAGES; with TOUCH also -ENOMEM (nothing touched).
+ * (both tokens and keys, a NULL array with a length, keys in token mode)
+ * or a NULL @m; -E2BIG past KVT_INDEX_MAX_PAGES; with TOUCH also -ENOMEM
+ * (nothing touched).
  */
 KVT_API int kvt_index_match(kvt_index *idx, const kvt_prefix *px,
 			    unsigned flags, uint64_t now, kvt_match *m,

@@ -145,6 +145,8 @@ int kvt_index_match(kvt_index *x, const kvt_prefix *px, unsigned flags,
 	kvti_errclear();
 	if (!locs)
 		nlocs = 0;
+	if (!m)
+		return kvti_fail(-EINVAL, "no kvt_match to fill");
 	if ((err = kvti_px_open(x, px, 0, &k)))
 		return err;
 	memset(&r, 0, sizeof(r));
