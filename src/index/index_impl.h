@@ -81,6 +81,7 @@ struct kvt_index {
 
 	uint64_t next_id, tick, clock;
 	int busy;                /* inside an index call: watermark calls wait */
+	int issued;              /* copies issued since the last flush */
 	uint64_t pending[KVT_TIER_COUNT];
 
 	/* live counts and counters (stat) */
