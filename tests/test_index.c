@@ -74,6 +74,10 @@ static void test_config(void)
 	c.low = 0.9;
 	CHECK_ERR(kvt_index_create(&x, &c), -EINVAL);
 	c.high = 0;
+	c.pools[KVT_TIER_DRAM] = c.pools[KVT_TIER_HBM];
+	CHECK_ERR(kvt_index_create(&x, &c), -EINVAL);
+	CHECK(strstr(kvt_errdetail(), "share one pool") != NULL);
+	c.pools[KVT_TIER_DRAM] = NULL;
 	CHECK_OK(kvt_index_create(&x, &c));
 	CHK(x);
 	kvt_index_destroy(x);

@@ -213,7 +213,8 @@ typedef struct kvt_index_mover {
  * @write:          enum kvt_write_policy.
  * @selective_hits: N for KVT_WRITE_SELECTIVE (0: 2).
  * @pools:          one pool per managed tier, indexed by kvt_tier_kind; NULL
- *                  for an absent tier. At least one. The pools must outlive
+ *                  for an absent tier. At least one; each tier its own
+ *                  pool. The pools must outlive
  *                  the index; the index owns the slots it takes and gives
  *                  them all back at destroy.
  * @mover:          see above; zeroed = no bytes.

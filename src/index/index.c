@@ -878,6 +878,13 @@ int kvt_index_create(kvt_index **out, const kvt_index_config *cfg)
 		return kvti_fail(-EINVAL, "index watermarks need 0 < low <= "
 				 "high <= 1 (got high %g, low %g)", cfg->high,
 				 cfg->low);
+	for (int a = 0; a < KVT_TIER_COUNT; a++)
+		for (int b = a + 1; b < KVT_TIER_COUNT; b++)
+			if (cfg->pools[a] && cfg->pools[a] == cfg->pools[b])
+				return kvti_fail(-EINVAL, "index: tiers %s and %s "
+						 "share one pool",
+						 kvt_tier_kind_name((kvt_tier_kind)a),
+						 kvt_tier_kind_name((kvt_tier_kind)b));
 	x = kvt_calloc(1, sizeof(*x));
 	if (!x)
 		return -ENOMEM;
