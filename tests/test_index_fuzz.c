@@ -130,7 +130,8 @@ static void m_prune(void)
 		again = 0;
 		for (int i = 0; i < MAXPG; i++) {
 			int kids = 0;
-			if (!M.pg[i].used || !m_empty(i) || M.pg[i].pins)
+			if (!M.pg[i].used || !m_empty(i) || M.pg[i].pins ||
+			    M.pg[i].prot)
 				continue;
 			for (int j = 0; j < MAXPG; j++)
 				kids += M.pg[j].used && M.pg[j].parent == i;
@@ -249,6 +250,7 @@ static void op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
 		if (!(flags & KVT_INSERT_PARTIAL) || !cut) {
 			n_full++;
 			m_protect(path, have, 0);
+			m_prune();
 			CHECK_ERR(err, KVT_EFULL);
 			return;
 		}
@@ -271,6 +273,7 @@ static void op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
 	m_protect(path, have, 1);
 	m_policy(path, have);
 	m_protect(path, have, 0);
+	m_prune();
 	if (!err)
 		CHECK_EQ(r.pages, cut);
 }
@@ -588,10 +591,15 @@ static void run(uint64_t seed, int steps)
 int main(int argc, char **argv)
 {
 	int seeds = argc > 1 ? atoi(argv[1]) : 96;
+	int first = argc > 2 ? atoi(argv[2]) : 1; /* to rerun one seed */
 	int64_t live = kvt_alloc_live();
 
-	for (int s = 1; s <= seeds && !kvt_test_failures; s++)
+	for (int s = first; s < first + seeds && !kvt_test_failures; s++)
 		run((uint64_t)s, 300);
+	/* regression: seed 290 found an insert refused with KVT_EFULL that
+	 * left an emptied page of its own path unpruned */
+	if (argc == 1)
+		run(290, 300);
 	fprintf(stderr, "%d seeds: %llu evicted, %llu demoted, %llu copied "
 		"down, %llu dropped, %llu splits, %llu inserts refused full, "
 		"%llu partial, %llu pin/unpin refused, %llu pages marked\n",
@@ -601,6 +609,8 @@ int main(int argc, char **argv)
 		(unsigned long long)n_full, (unsigned long long)n_partial,
 		(unsigned long long)n_pinfail, (unsigned long long)n_marks);
 	/* the runs must have reached every path */
+	if (seeds < 96)
+		TEST_DONE();
 	CHECK(n_evicted > 1000 && n_demoted > 100 && n_copied > 100);
 	CHECK(n_dropped > 100 && n_splits > 100 && n_full > 10);
 	CHECK(n_partial > 10 && n_pinfail > 10 && n_marks > 100);

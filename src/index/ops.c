@@ -280,6 +280,16 @@ static size_t walk_all(kvt_index *x, struct pk *k, struct walker *w)
 	return w->i;
 }
 
+/* Pages past the end of an insert's own (pinned) path may have emptied
+ * while it made room: prune from the deepest node of the prefix. */
+static void prune_path(kvt_index *x, struct pk *k)
+{
+	struct walker w;
+
+	walk_all(x, k, &w);
+	kvti_prune(x, w.n);
+}
+
 /* Give the prefix's first np pages a copy in tier t (slots free: checked
  * by the caller); fill locs. Returns pages that got a fresh slot. */
 static uint64_t take_slots(kvt_index *x, struct pk *k, size_t np, int t,
@@ -420,6 +430,7 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 			for_path(x, &k, k.n, pin_fn, &minus);
 			if (nn)
 				kvti_detach(x, nn);
+			prune_path(x, &k);
 			kvti_leave(x);
 			return kvti_fail(KVT_EFULL, "tier %s: %llu pages to "
 					 "place, %llu free after eviction (the "
@@ -448,6 +459,7 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 		for_path(x, &k, cut, clear_mark_fn, NULL);
 	policy(x, &k, k.n);
 	for_path(x, &k, k.n, pin_fn, &minus);
+	prune_path(x, &k);
 	x->inserts++;
 	kvti_leave(x);
 	if (res) {
