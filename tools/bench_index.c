@@ -14,6 +14,7 @@
  *   insert     kvt_index_insert of the same prompt into an empty index
  *              (one edge, 2,048 slots from the pool), and of a prompt
  *              already cached (a touch); flat: chain-hash + map insert
+ *   hash       match in hash-key mode, the engine giving its block hashes
  * Memory per cached page (index bytes / pages, no KV data): the one long
  * prompt, and a tree of many prompts sharing prefixes (hbm, dram and ssd
  * managed: 3 slots per page). Replay: the conversation trace at four
@@ -100,10 +101,10 @@ static __attribute__((noinline)) void flat_insert(struct flat *f,
 
 /* ---- helpers ---------------------------------------------------------- */
 
-static int mk_index(kvt_index **x, kvt_pool **pools, uint32_t P,
-		    uint64_t slots)
+static int mk_index_mode(kvt_index **x, kvt_pool **pools, uint32_t P,
+			 uint64_t slots, int mode)
 {
-	kvt_index_config c = { .page_tokens = P };
+	kvt_index_config c = { .page_tokens = P, .key_mode = mode };
 	int err;
 
 	memset(pools, 0, sizeof(kvt_pool *) * KVT_TIER_COUNT);
@@ -113,6 +114,12 @@ static int mk_index(kvt_index **x, kvt_pool **pools, uint32_t P,
 		return err;
 	memcpy(c.pools, pools, sizeof(c.pools));
 	return kvt_index_create(x, &c);
+}
+
+static int mk_index(kvt_index **x, kvt_pool **pools, uint32_t P,
+		    uint64_t slots)
+{
+	return mk_index_mode(x, pools, P, slots, KVT_KEY_TOKENS);
 }
 
 static void rm_index(kvt_index *x, kvt_pool **pools)
@@ -223,15 +230,15 @@ int bench_index(int argc, char **argv)
 		{ 0, 0, 0, 0 }
 	};
 	uint64_t ntok = 32768, P = 16, rep = 301;
-	static double tm[6][MAXREP];
-	struct stat3 s[6];
-	enum { M_IDX, M_LOCS, M_FLAT, M_LIMIT, I_IDX, I_FLAT };
+	static double tm[7][MAXREP];
+	struct stat3 s[7];
+	enum { M_IDX, M_LOCS, M_FLAT, M_LIMIT, I_IDX, I_FLAT, M_HASH };
 	kvt_pool *pools[KVT_TIER_COUNT];
 	uint32_t *tok = NULL, *copy = NULL;
 	kvt_page_loc *locs = NULL;
 	unsigned char *buf = NULL;
 	struct flat f = { 0 };
-	double mem_one = 0, mem_tree = 0, touch_us = 0, replay_s = -1;
+	double mem_one = 0, mem_tree = 0, mem_hash = 0, touch_us = 0, replay_s = -1;
 	uint64_t tree_pages = 0, tree_nodes = 0, np, sink = 0;
 	kvt_index *x = NULL;
 	kvt_index_stat st;
@@ -335,7 +342,38 @@ int bench_index(int argc, char **argv)
 		rm_index(x, pools);
 		x = NULL;
 	}
-	for (int i = 0; i < 6; i++)
+	/* hash mode: the engine hands over its block hashes */
+	{
+		kvt_page_key *keys = malloc(np * sizeof(*keys));
+		kvt_prefix px = { .keys = keys, .nkeys = np };
+		kvt_match m;
+
+		if (!keys)
+			goto fail;
+		if ((err = mk_index_mode(&x, pools, (uint32_t)P, np,
+					 KVT_KEY_HASH)) ||
+		    (err = kvt_index_hash_tokens(x, 0, tok, np * P, keys)) ||
+		    (err = kvt_index_insert(x, &px, KVT_TIER_HBM, 0, 0, NULL,
+					    NULL, 0))) {
+			free(keys);
+			goto fail;
+		}
+		for (uint64_t r = 0; r < rep && !err; r++) {
+			uint64_t t0 = kvt_now_ns();
+			err = kvt_index_match(x, &px, 0, 0, &m, locs, np);
+			tm[M_HASH][r] = (kvt_now_ns() - t0) / 1e3;
+			if (m.pages != np)
+				err = KVT_ECORRUPT;
+		}
+		kvt_index_stat_get(x, &st);
+		mem_hash = (double)st.mem_bytes / (double)st.pages;
+		free(keys);
+		rm_index(x, pools);
+		x = NULL;
+		if (err)
+			goto fail;
+	}
+	for (int i = 0; i < 7; i++)
 		s[i] = summarize(tm[i], (int)rep);
 	if ((err = tree_mem((uint32_t)P, np / 8 ? np / 8 : 1, 256, &mem_tree,
 			    &tree_pages, &tree_nodes)))
@@ -367,6 +405,7 @@ int bench_index(int argc, char **argv)
 		cJSON_AddItemToObject(o, "index_locs", stat_json(s[M_LOCS]));
 		cJSON_AddItemToObject(o, "flat_hash", stat_json(s[M_FLAT]));
 		cJSON_AddItemToObject(o, "read_limit", stat_json(s[M_LIMIT]));
+		cJSON_AddItemToObject(o, "index_hash_keys", stat_json(s[M_HASH]));
 		cJSON_AddNumberToObject(o, "flat_over_index",
 					s[M_FLAT].med / s[M_LOCS].med);
 		cJSON_AddBoolToObject(o, "target_20us_met", s[M_LOCS].med <= 20);
@@ -378,6 +417,7 @@ int bench_index(int argc, char **argv)
 		o = cJSON_AddObjectToObject(root, "memory");
 		cJSON_AddNumberToObject(o, "bytes_per_page_one_prompt", mem_one);
 		cJSON_AddNumberToObject(o, "bytes_per_page_tree", mem_tree);
+		cJSON_AddNumberToObject(o, "bytes_per_page_hash_keys", mem_hash);
 		cJSON_AddNumberToObject(o, "tree_pages", (double)tree_pages);
 		cJSON_AddNumberToObject(o, "tree_nodes", (double)tree_nodes);
 		cJSON_AddNumberToObject(o, "tiers", 3);
@@ -403,6 +443,7 @@ int bench_index(int argc, char **argv)
 			    s[i].med, s[i].lo, s[i].hi)
 		ROW("match, index (counts only)", M_IDX);
 		ROW("match, index (+ page locations)", M_LOCS);
+		ROW("match, hash keys (+ locations)", M_HASH);
 		ROW("match, flat block-hash map", M_FLAT);
 		ROW("read the prompt once (limit)", M_LIMIT);
 		ROW("insert, index (empty index)", I_IDX);
@@ -414,9 +455,10 @@ int bench_index(int argc, char **argv)
 		       s[M_LOCS].med <= 20 ? "met" : "MISSED",
 		       s[I_IDX].med <= 50 ? "met" : "MISSED");
 		printf("memory per page (3 tiers): %.1f B one prompt, %.1f B "
-		       "tree of %llu pages in %llu edges (target 96 B)\n",
-		       mem_one, mem_tree, (unsigned long long)tree_pages,
-		       (unsigned long long)tree_nodes);
+		       "tree of %llu pages in %llu edges, %.1f B with hash "
+		       "keys (target 96 B)\n", mem_one, mem_tree,
+		       (unsigned long long)tree_pages,
+		       (unsigned long long)tree_nodes, mem_hash);
 		if (replay_s >= 0)
 			printf("replay of %s at 4 capacities: %.3f s (target "
 			       "< 1 s)\n", trace, replay_s);

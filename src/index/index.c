@@ -117,15 +117,22 @@ void kvti_release(kvt_index *x, int t, uint32_t slot)
 static kvt_page_key chain_key(uint64_t salt, const kvt_page_key *prev,
 			      const uint32_t *tok, uint32_t P)
 {
-	XXH3_state_t st;
+	unsigned char buf[16 + 4 * 256];
 	XXH128_hash_t h;
 	kvt_page_key k;
 
-	memset(&st, 0, sizeof(st));
-	XXH3_128bits_reset_withSeed(&st, salt);
-	XXH3_128bits_update(&st, prev, sizeof(*prev));
-	XXH3_128bits_update(&st, tok, (size_t)P * sizeof(*tok));
-	h = XXH3_128bits_digest(&st);
+	if (P <= 256) { /* one shot over parent key || tokens */
+		memcpy(buf, prev, 16);
+		memcpy(buf + 16, tok, (size_t)P * 4);
+		h = XXH3_128bits_withSeed(buf, 16 + (size_t)P * 4, salt);
+	} else {
+		XXH3_state_t st;
+		memset(&st, 0, sizeof(st));
+		XXH3_128bits_reset_withSeed(&st, salt);
+		XXH3_128bits_update(&st, prev, sizeof(*prev));
+		XXH3_128bits_update(&st, tok, (size_t)P * sizeof(*tok));
+		h = XXH3_128bits_digest(&st);
+	}
 	k.lo = h.low64;
 	k.hi = h.high64;
 	return k;
