@@ -13,6 +13,7 @@ static const struct {
 	const char *summary;
 } benches[] = {
 	{ "pool", bench_pool, "page pool alloc+free pairs per second" },
+	{ "xfer", bench_xfer, "transfer engine GB/s vs one contiguous copy" },
 };
 
 static void bench_usage(FILE *f)

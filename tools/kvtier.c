@@ -16,6 +16,7 @@ static const struct {
 } cmds[] = {
 	{ "info", cmd_info, "what this machine offers; build and report tiers" },
 	{ "bench", cmd_bench, "benchmarks (JSON with --json)" },
+	{ "stress", cmd_stress, "memory stressor: N threads copying, GB/s each" },
 };
 
 static void usage(FILE *f)
