@@ -229,11 +229,13 @@ static void job_finish(struct kvt_xfer_job *j)
 
 void kvti_job_units_done(struct kvt_xfer_job *j, size_t n)
 {
+	int io = j->lane == LANE_IO; /* read first: once our units are
+					counted down, j may be gone */
 	size_t left = atomic_fetch_sub(&j->units_left, n) - n;
 
 	if (left == 0)
 		job_finish(j);
-	else if (left == 1 && j->lane == LANE_IO)
+	else if (left == 1 && io)
 		kvti_io_final(j);
 }
 
