@@ -12,6 +12,8 @@
  *   kvtier/index.h   the hierarchy-aware radix index (residency per tier,
  *                    transient pages, eviction and demotion, tenants)
  *   kvtier/trace.h   request traces (Mooncake format)
+ *   kvtier/xfer.h    the transfer engine (pages between tiers, layout
+ *                    conversion, checksums) and the memory stressor
  *
  * CONVENTIONS (they hold for every call in every part)
  *
@@ -199,5 +201,6 @@ KVT_API int kvt_opts_describe(const kvt_opts *o, int i, const char **name,
 #include <kvtier/tier.h>
 #include <kvtier/index.h>
 #include <kvtier/trace.h>
+#include <kvtier/xfer.h>
 
 #endif /* KVTIER_H */

@@ -17,6 +17,7 @@ static const struct {
 	{ "info", cmd_info, "what this machine offers; build and report tiers" },
 	{ "bench", cmd_bench, "benchmarks (JSON with --json)" },
 	{ "trace", cmd_trace, "replay request traces through the index" },
+	{ "stress", cmd_stress, "memory stressor: N threads copying, GB/s each" },
 };
 
 static void usage(FILE *f)
