@@ -9,6 +9,7 @@
  *   kvtier/geom.h    model geometry (presets, HF config.json) and KV layouts
  *   kvtier/tier.h    memory tiers (dram, fabric, ssd, hbm/hostdev), tier
  *                    specs, page pools
+ *   kvtier/sched.h   the cache-aware batch scheduler and its cost model
  *
  * CONVENTIONS (they hold for every call in every part)
  *
@@ -194,5 +195,6 @@ KVT_API int kvt_opts_describe(const kvt_opts *o, int i, const char **name,
 
 #include <kvtier/geom.h>
 #include <kvtier/tier.h>
+#include <kvtier/sched.h>
 
 #endif /* KVTIER_H */
