@@ -10,6 +10,7 @@
  *   kvtier/tier.h    memory tiers (dram, fabric, ssd, hbm/hostdev), tier
  *                    specs, page pools
  *   kvtier/sched.h   the cache-aware batch scheduler and its cost model
+ *   kvtier/sim.h     the serving simulator: hardware profiles, workloads
  *
  * CONVENTIONS (they hold for every call in every part)
  *
@@ -196,5 +197,6 @@ KVT_API int kvt_opts_describe(const kvt_opts *o, int i, const char **name,
 #include <kvtier/geom.h>
 #include <kvtier/tier.h>
 #include <kvtier/sched.h>
+#include <kvtier/sim.h>
 
 #endif /* KVTIER_H */
