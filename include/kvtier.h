@@ -9,6 +9,9 @@
  *   kvtier/geom.h    model geometry (presets, HF config.json) and KV layouts
  *   kvtier/tier.h    memory tiers (dram, fabric, ssd, hbm/hostdev), tier
  *                    specs, page pools
+ *   kvtier/index.h   the hierarchy-aware radix index (residency per tier,
+ *                    transient pages, eviction and demotion, tenants)
+ *   kvtier/trace.h   request traces (Mooncake format)
  *   kvtier/sched.h   the cache-aware batch scheduler and its cost model
  *   kvtier/sim.h     the serving simulator: hardware profiles, workloads
  *
@@ -196,6 +199,8 @@ KVT_API int kvt_opts_describe(const kvt_opts *o, int i, const char **name,
 
 #include <kvtier/geom.h>
 #include <kvtier/tier.h>
+#include <kvtier/index.h>
+#include <kvtier/trace.h>
 #include <kvtier/sched.h>
 #include <kvtier/sim.h>
 

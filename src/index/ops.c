@@ -1,0 +1,658 @@
+/*
+ * ops.c — the index's operations: match, inspect, insert, pin, unpin and
+ * the transient marks (queue, start, cancel).
+ *
+ * Every change runs in the same order, so a failure leaves the cached
+ * contents as they were:
+ *
+ *   1. read:     walk the prefix, count what is there;
+ *   2. shape:    split edges where node-level fields must differ, allocate
+ *                new nodes and table/heap room (may fail: -ENOMEM; splits
+ *                done so far hold the same pages, so nothing is lost);
+ *   3. change:   attach, take slots, set bits, marks, pins (cannot fail,
+ *                except an insert that finds no room: it is undone);
+ *   4. policy:   copies down by the write policy; pending watermark calls.
+ *
+ * A change that may evict pins its own prefix first (pins are node-level,
+ * so the prefix's nodes leave the heaps for the while).
+ */
+#include "index/index_impl.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* Split so that the first @np pages of the prefix end on an edge boundary.
+ * The pages must be in the tree. */
+static int split_at(kvt_index *x, struct pk *k, size_t np)
+{
+	struct walker w;
+	struct knode *h;
+
+	kvti_walk_init(k, &w);
+	while (kvti_walk_next(x, k, &w, np))
+		;
+	if (w.i != np || w.j == w.n->npages)
+		return 0;
+	return kvti_split(x, w.n, w.j, &h);
+}
+
+/* Walk the first @np pages (on edge boundaries) and apply @fn to each
+ * node, root side first. */
+static void for_path(kvt_index *x, struct pk *k, size_t np,
+		     void (*fn)(kvt_index *x, struct knode *n, void *arg),
+		     void *arg)
+{
+	struct walker w;
+
+	kvti_walk_init(k, &w);
+	while (kvti_walk_next(x, k, &w, np))
+		fn(x, w.n, arg);
+}
+
+static void pin_fn(kvt_index *x, struct knode *n, void *arg)
+{
+	kvti_pin_delta(x, n, *(int *)arg);
+}
+
+static void touch_fn(kvt_index *x, struct knode *n, void *arg)
+{
+	(void)arg;
+	kvti_touch(x, n);
+}
+
+static void copy_fn(kvt_index *x, struct knode *n, void *arg)
+{
+	(void)arg;
+	if (!x->copy_hits || n->hits < x->copy_hits || !n->nneed)
+		return;
+	for (uint32_t j = 0; j < n->npages; j++)
+		kvti_copy_down(x, n, j);
+}
+
+/* The write policy over the prefix's first np pages (pinned by the
+ * caller). */
+static void policy(kvt_index *x, struct pk *k, size_t np)
+{
+	if (x->copy_hits)
+		for_path(x, k, np, copy_fn, NULL);
+}
+
+/* ---- match and inspect ------------------------------------------------ */
+
+static void loc_none(kvt_page_loc *l)
+{
+	l->slot = KVT_SLOT_NONE;
+	l->src_slot = KVT_SLOT_NONE;
+	l->tier = KVT_TIER_COUNT;
+	l->src_tier = KVT_TIER_COUNT;
+	l->state = KVT_PAGE_NONE;
+	l->fresh = 0;
+}
+
+/* Count pages [0, m) of n into @r; returns how many count (the walk stops
+ * at an empty page). */
+static uint32_t match_run(kvt_index *x, struct knode *n, uint32_t m,
+			  size_t base, kvt_match *r, uint64_t *tc,
+			  kvt_page_loc *locs, size_t nlocs)
+{
+	const uint8_t *mk = nmask(x, n);
+	uint32_t j;
+
+	for (j = 0; j < m; j++) {
+		uint8_t b = mk[j];
+		int st;
+
+		if (page_transient(n, b)) {
+			st = n->tstate;
+			r->ticket = n->ticket;
+			if (st == KVT_PAGE_INFLIGHT) {
+				r->inflight_tokens += x->P;
+				if (n->ready > r->ready_ns)
+					r->ready_ns = n->ready;
+			} else {
+				r->queued_tokens += x->P;
+			}
+		} else if (b) {
+			st = KVT_PAGE_RESIDENT;
+			tc[__builtin_ctz(b)]++;
+		} else {
+			break;
+		}
+		if (base + j < nlocs) {
+			kvt_page_loc *l = &locs[base + j];
+			loc_none(l);
+			l->state = (uint8_t)st;
+			if (b) {
+				int t = __builtin_ctz(b);
+				l->tier = (uint8_t)x->kind[t];
+				l->slot = *nslot(x, n, j, t);
+			}
+		}
+	}
+	return j;
+}
+
+int kvt_index_match(kvt_index *x, const kvt_prefix *px, unsigned flags,
+		    uint64_t now, kvt_match *m, kvt_page_loc *locs, size_t nlocs)
+{
+	uint64_t tc[KVT_TIER_COUNT] = { 0 };
+	struct walker w;
+	struct pk k;
+	kvt_match r;
+	uint32_t got;
+	int err, one = 1, minus = -1;
+
+	kvti_errclear();
+	if (!locs)
+		nlocs = 0;
+	if ((err = kvti_px_open(x, px, 0, &k)))
+		return err;
+	memset(&r, 0, sizeof(r));
+	r.tokens = k.ntokens;
+	kvti_walk_init(&k, &w);
+	while ((got = kvti_walk_next(x, &k, &w, k.n))) {
+		uint32_t c = match_run(x, w.n, got, w.i - got, &r, tc, locs,
+				       nlocs);
+		r.pages += c;
+		if (c < got)
+			break;
+	}
+	for (int t = 0; t < x->nt; t++)
+		r.tier_tokens[x->kind[t]] = tc[t] * x->P;
+	r.compute_tokens = r.tokens - r.pages * x->P;
+	if ((flags & KVT_MATCH_TOUCH) && r.pages) {
+		if ((err = split_at(x, &k, r.pages)))
+			return err;
+		kvti_set_clock(x, now);
+		kvti_enter(x);
+		for_path(x, &k, r.pages, touch_fn, NULL);
+		if (x->copy_hits) {
+			for_path(x, &k, r.pages, pin_fn, &one);
+			policy(x, &k, r.pages);
+			for_path(x, &k, r.pages, pin_fn, &minus);
+		}
+		kvti_leave(x);
+	}
+	x->matches++;
+	*m = r;
+	return 0;
+}
+
+int kvt_index_inspect(kvt_index *x, const kvt_prefix *px, kvt_page_info *info,
+		      size_t max, size_t *found)
+{
+	struct walker w;
+	struct pk k;
+	uint32_t got;
+	size_t n = 0;
+	int err;
+
+	kvti_errclear();
+	if (!info)
+		max = 0;
+	if ((err = kvti_px_open(x, px, 0, &k)))
+		return err;
+	kvti_walk_init(&k, &w);
+	while ((got = kvti_walk_next(x, &k, &w, k.n))) {
+		struct knode *nd = w.n;
+		for (uint32_t j = 0; j < got; j++, n++) {
+			uint8_t b = nmask(x, nd)[j];
+			kvt_page_info *pi;
+			if (n >= max)
+				continue;
+			pi = &info[n];
+			memset(pi, 0, sizeof(*pi));
+			for (int t = 0; t < KVT_TIER_COUNT; t++)
+				pi->slot[t] = KVT_SLOT_NONE;
+			for (int t = 0; t < x->nt; t++)
+				if (b & (1u << t)) {
+					pi->resident |= 1u << x->kind[t];
+					pi->slot[x->kind[t]] = *nslot(x, nd, j, t);
+				}
+			pi->state = page_transient(nd, b) ? nd->tstate :
+				    b ? KVT_PAGE_RESIDENT : KVT_PAGE_EMPTY;
+			pi->pins = nd->pins;
+			pi->hits = nd->hits;
+			pi->atime = nd->atime;
+			if (nd->tstate && page_transient(nd, b)) {
+				pi->ticket = nd->ticket;
+				pi->ready_ns = nd->ready;
+			}
+		}
+	}
+	if (found)
+		*found = n;
+	return 0;
+}
+
+/* ---- insert ----------------------------------------------------------- */
+
+static int tier_of(kvt_index *x, kvt_tier_kind tier)
+{
+	int t = (unsigned)tier < KVT_TIER_COUNT ? x->ti[tier] : -1;
+
+	if (t < 0)
+		kvti_fail(KVT_ENOTFOUND, "tier %d (%s) is not managed by this "
+			  "index", (int)tier, (unsigned)tier < KVT_TIER_COUNT ?
+			  kvt_tier_kind_name(tier) : "?");
+	return t;
+}
+
+/* A node for prefix pages [from, from + cnt), no copies, not attached. */
+static struct knode *node_for(kvt_index *x, struct pk *k, size_t from,
+			      uint32_t cnt)
+{
+	struct knode *n = kvti_node_new(x, cnt);
+
+	if (!n)
+		return NULL;
+	n->npages = cnt;
+	for (uint32_t j = 0; j < cnt; j++)
+		memcpy(nkeys(x, n) + (size_t)j * x->ksize,
+		       kvti_pk_key(k, from + j), x->ksize);
+	n->fp = kvti_fp(x, k->ten->salt, nkey(x, n, 0));
+	n->atime = x->clock;
+	return n;
+}
+
+/* Walk the whole prefix in the tree: returns the pages the tree holds and
+ * leaves the walker at the end. */
+static size_t walk_all(kvt_index *x, struct pk *k, struct walker *w)
+{
+	kvti_walk_init(k, w);
+	while (kvti_walk_next(x, k, w, k->n))
+		;
+	return w->i;
+}
+
+/* Give the prefix's first np pages a copy in tier t (slots free: checked
+ * by the caller); fill locs. Returns pages that got a fresh slot. */
+static uint64_t take_slots(kvt_index *x, struct pk *k, size_t np, int t,
+			   uint64_t need, kvt_page_loc *locs, size_t nlocs)
+{
+	struct walker w;
+	uint32_t got, buf[256], nb = 0, used = 0;
+	uint64_t fresh = 0;
+
+	kvti_walk_init(k, &w);
+	while ((got = kvti_walk_next(x, k, &w, np))) {
+		struct knode *n = w.n;
+		size_t base = w.i - got;
+		int add = 0;
+
+		for (uint32_t j = 0; j < got; j++) {
+			uint8_t b = nmask(x, n)[j];
+			uint32_t *s = nslot(x, n, j, 0);
+			kvt_page_loc *l = base + j < nlocs ? &locs[base + j] :
+				NULL;
+
+			if (l) {
+				loc_none(l);
+				l->state = KVT_PAGE_RESIDENT;
+				l->tier = (uint8_t)x->kind[t];
+			}
+			if (!(b & (1u << t))) {
+				if (used == nb) {
+					nb = (uint32_t)KVT_MIN(
+						(uint64_t)KVT_ARRAY_SIZE(buf),
+						need);
+					need -= nb;
+					used = 0;
+					/* room was made; cannot fail here */
+					if (kvt_pool_alloc_n(x->pool[t], buf,
+							     nb))
+						nb = 0;
+				}
+				s[t] = buf[used++];
+				kvti_set_mask(x, n, j, b | (uint8_t)(1u << t));
+				add++;
+				if (l) {
+					l->fresh = 1;
+					if (b) {
+						int f = __builtin_ctz(b);
+						l->src_tier = (uint8_t)x->kind[f];
+						l->src_slot = s[f];
+					}
+				}
+			}
+			if (l)
+				l->slot = s[t];
+		}
+		if (add)
+			kvti_res_delta(x, n, t, add);
+		fresh += (uint64_t)add;
+	}
+	while (used < nb)
+		kvt_pool_free(x->pool[t], buf[used++]);
+	return fresh;
+}
+
+/* Pages among the first np of the prefix without a copy in tier t. */
+static uint64_t count_missing(kvt_index *x, struct pk *k, size_t np, int t,
+			      size_t *cut, uint64_t avail)
+{
+	struct walker w;
+	uint32_t got;
+	uint64_t miss = 0;
+
+	*cut = np;
+	kvti_walk_init(k, &w);
+	while ((got = kvti_walk_next(x, k, &w, np))) {
+		const uint8_t *mk = nmask(x, w.n);
+		for (uint32_t j = 0; j < got; j++) {
+			if (mk[j] & (1u << t))
+				continue;
+			if (miss == avail && *cut == np)
+				*cut = w.i - got + j;
+			miss++;
+		}
+	}
+	return miss;
+}
+
+static void clear_mark_fn(kvt_index *x, struct knode *n, void *arg)
+{
+	(void)arg;
+	if (n->tstate && n->cnt[0] == n->npages) {
+		x->transient -= n->npages;
+		n->tstate = 0;
+		n->ticket = 0;
+		n->ready = 0;
+	}
+}
+
+int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
+		     unsigned flags, uint64_t now, kvt_insert_result *res,
+		     kvt_page_loc *locs, size_t nlocs)
+{
+	struct knode *nn = NULL;
+	struct walker w;
+	struct pk k;
+	size_t have, cut, have_cut;
+	uint64_t miss, fresh;
+	int t, err, one = 1, minus = -1;
+
+	kvti_errclear();
+	if (!locs)
+		nlocs = 0;
+	if ((err = kvti_px_open(x, px, 1, &k)))
+		return err;
+	if ((t = tier_of(x, tier)) < 0)
+		return KVT_ENOTFOUND;
+	kvti_set_clock(x, now);
+
+	/* 2. shape: an edge boundary where the tree's part ends, a node for
+	 * the rest */
+	have = walk_all(x, &k, &w);
+	if ((err = split_at(x, &k, have)))
+		return err;
+	if (have < k.n) {
+		if ((err = kvti_reserve(x, 1)))
+			return err;
+		nn = node_for(x, &k, have, (uint32_t)(k.n - have));
+		if (!nn)
+			return -ENOMEM;
+	}
+
+	/* 3. change */
+	kvti_enter(x);
+	if (nn) {
+		walk_all(x, &k, &w);
+		kvti_attach(x, w.n, nn);
+	}
+	for_path(x, &k, k.n, pin_fn, &one);
+	miss = count_missing(x, &k, k.n, t, &cut, UINT64_MAX);
+	kvti_make_room(x, t, miss);
+	if (kvti_pool_free(x, t) < miss) {
+		count_missing(x, &k, k.n, t, &cut, kvti_pool_free(x, t));
+		if (!(flags & KVT_INSERT_PARTIAL) || !cut) {
+			uint64_t free = kvti_pool_free(x, t);
+			for_path(x, &k, k.n, pin_fn, &minus);
+			if (nn)
+				kvti_detach(x, nn);
+			kvti_leave(x);
+			return kvti_fail(KVT_EFULL, "tier %s: %llu pages to "
+					 "place, %llu free after eviction (the "
+					 "rest pinned or in use by this prefix)",
+					 kvt_tier_kind_name(tier),
+					 (unsigned long long)miss,
+					 (unsigned long long)free);
+		}
+	}
+	if (cut < k.n)
+		miss = count_missing(x, &k, cut, t, &have_cut, UINT64_MAX);
+	fresh = take_slots(x, &k, cut, t, miss, locs, nlocs);
+	if (nn && cut < k.n) {
+		/* the new node keeps only the pages that got a slot */
+		kvti_pin_delta(x, nn, -1);
+		if (cut <= have) {
+			kvti_detach(x, nn);
+		} else {
+			x->pages -= nn->npages - (cut - have);
+			nn->npages = (uint32_t)(cut - have);
+			kvti_pin_delta(x, nn, 1);
+		}
+	}
+	for_path(x, &k, k.n, touch_fn, NULL);
+	if (t == 0)
+		for_path(x, &k, cut, clear_mark_fn, NULL);
+	policy(x, &k, k.n);
+	for_path(x, &k, k.n, pin_fn, &minus);
+	x->inserts++;
+	kvti_leave(x);
+	if (res) {
+		res->pages = cut;
+		res->fresh = fresh;
+	}
+	return 0;
+}
+
+/* ---- pins ------------------------------------------------------------- */
+
+int kvt_index_pin(kvt_index *x, const kvt_prefix *px)
+{
+	struct walker w;
+	struct pk k;
+	uint32_t got;
+	int err, one = 1;
+
+	kvti_errclear();
+	if ((err = kvti_px_open(x, px, 1, &k)))
+		return err;
+	kvti_walk_init(&k, &w);
+	while ((got = kvti_walk_next(x, &k, &w, k.n))) {
+		const uint8_t *mk = nmask(x, w.n);
+		for (uint32_t j = 0; j < got; j++)
+			if (!mk[j])
+				return kvti_fail(KVT_ENOTFOUND, "cannot pin: "
+						 "page %zu of the prefix has no "
+						 "copy", w.i - got + j);
+	}
+	if (w.i < k.n)
+		return kvti_fail(KVT_ENOTFOUND, "cannot pin: page %zu of the "
+				 "prefix is not cached", w.i);
+	if ((err = split_at(x, &k, k.n)))
+		return err;
+	for_path(x, &k, k.n, pin_fn, &one);
+	return 0;
+}
+
+int kvt_index_unpin(kvt_index *x, const kvt_prefix *px)
+{
+	struct walker w;
+	struct pk k;
+	uint32_t got;
+	int err, minus = -1;
+
+	kvti_errclear();
+	if ((err = kvti_px_open(x, px, 1, &k)))
+		return err;
+	kvti_walk_init(&k, &w);
+	while ((got = kvti_walk_next(x, &k, &w, k.n)))
+		if (!w.n->pins)
+			return kvti_fail(-EINVAL, "cannot unpin: page %zu of "
+					 "the prefix is not pinned", w.i - got);
+	if (w.i < k.n)
+		return kvti_fail(-EINVAL, "cannot unpin: page %zu of the "
+				 "prefix is not cached", w.i);
+	/* a lease must end here: not only pass through to a longer one */
+	if (w.j < w.n->npages || w.n->pins <= w.n->kpins)
+		return kvti_fail(-EINVAL, "cannot unpin: no pin ends at page "
+				 "%zu (its pins belong to longer prefixes)",
+				 k.n - 1);
+	kvti_enter(x);
+	for_path(x, &k, k.n, pin_fn, &minus);
+	kvti_leave(x);
+	return 0;
+}
+
+/* ---- transient marks -------------------------------------------------- */
+
+enum { OP_QUEUE, OP_START, OP_CANCEL };
+
+struct mark {
+	int op;
+	uint64_t ticket, ready, count;
+};
+
+/* May this call mark (or clear) node n, apart from the page-level rule? */
+static int node_markable(const struct mark *mk, const struct knode *n)
+{
+	switch (mk->op) {
+	case OP_QUEUE:
+		return !n->tstate;
+	case OP_START:
+		return !(n->tstate == KVT_PAGE_INFLIGHT && n->ticket != mk->ticket);
+	default:
+		return n->tstate && n->ticket == mk->ticket;
+	}
+}
+
+/* Split the first np pages so every path node is uniform for the mark:
+ * at the prefix's end, and (queue/start) wherever fastest-tier residency
+ * changes inside a markable node. */
+static int mark_shape(kvt_index *x, struct pk *k, size_t np,
+		      const struct mark *mk)
+{
+	struct walker w;
+	struct knode *h;
+	uint32_t got;
+	int err;
+
+	kvti_walk_init(k, &w);
+	while ((got = kvti_walk_next(x, k, &w, np))) {
+		struct knode *n = w.n;
+		const uint8_t *b = nmask(x, n);
+		uint32_t c = 1;
+
+		if (mk->op == OP_CANCEL || !node_markable(mk, n))
+			continue;
+		while (c < got && (b[c] & 1) == (b[0] & 1))
+			c++;
+		if (c == got)
+			continue;
+		/* split before page c; walk on from the head */
+		if ((err = kvti_split(x, n, c, &h)))
+			return err;
+		w.n = h;
+		w.j = c;
+		w.i = w.i - got + c;
+	}
+	return split_at(x, k, np);
+}
+
+static void mark_fn(kvt_index *x, struct knode *n, void *arg)
+{
+	struct mark *mk = arg;
+
+	if (!node_markable(mk, n))
+		return;
+	if (mk->op == OP_CANCEL) {
+		n->tstate = 0;
+		n->ticket = 0;
+		n->ready = 0;
+		x->transient -= n->npages;
+		mk->count += n->npages;
+		return;
+	}
+	if (nmask(x, n)[0] & 1)
+		return; /* in the fastest tier (uniform after mark_shape) */
+	if (mk->op == OP_QUEUE && n->tstate)
+		return;
+	if (!n->tstate)
+		x->transient += n->npages;
+	n->tstate = mk->op == OP_QUEUE ? KVT_PAGE_QUEUED : KVT_PAGE_INFLIGHT;
+	n->ticket = mk->ticket;
+	n->ready = mk->op == OP_START ? mk->ready : 0;
+	mk->count += n->npages;
+}
+
+static int do_mark(kvt_index *x, const kvt_prefix *px, struct mark *mk,
+		   uint64_t now, uint64_t *marked)
+{
+	struct knode *nn = NULL;
+	struct walker w;
+	struct pk k;
+	size_t have;
+	int err;
+
+	kvti_errclear();
+	if (marked)
+		*marked = 0;
+	if ((err = kvti_px_open(x, px, 0, &k)))
+		return err;
+	if (!mk->ticket)
+		return kvti_fail(-EINVAL, "ticket 0 is reserved (no ticket)");
+	kvti_set_clock(x, now);
+	have = walk_all(x, &k, &w);
+	if ((err = mark_shape(x, &k, have, mk)))
+		return err;
+	if (mk->op != OP_CANCEL && have < k.n) {
+		if ((err = kvti_reserve(x, 1)))
+			return err;
+		nn = node_for(x, &k, have, (uint32_t)(k.n - have));
+		if (!nn)
+			return -ENOMEM;
+	}
+	kvti_enter(x);
+	for_path(x, &k, have, mark_fn, mk);
+	if (nn) {
+		walk_all(x, &k, &w);
+		nn->tstate = 1; /* not empty while attaching */
+		kvti_attach(x, w.n, nn);
+		nn->tstate = 0;
+		mark_fn(x, nn, mk);
+	}
+	if (mk->op == OP_CANCEL && have) {
+		walk_all(x, &k, &w);
+		kvti_prune(x, w.n);
+	}
+	kvti_leave(x);
+	if (marked)
+		*marked = mk->count;
+	return 0;
+}
+
+int kvt_index_queue(kvt_index *x, const kvt_prefix *px, uint64_t ticket,
+		    uint64_t now, uint64_t *marked)
+{
+	struct mark mk = { OP_QUEUE, ticket, 0, 0 };
+
+	return do_mark(x, px, &mk, now, marked);
+}
+
+int kvt_index_start(kvt_index *x, const kvt_prefix *px, uint64_t ticket,
+		    uint64_t ready_ns, uint64_t now, uint64_t *marked)
+{
+	struct mark mk = { OP_START, ticket, ready_ns, 0 };
+
+	return do_mark(x, px, &mk, now, marked);
+}
+
+int kvt_index_cancel(kvt_index *x, const kvt_prefix *px, uint64_t ticket,
+		     uint64_t *marked)
+{
+	struct mark mk = { OP_CANCEL, ticket, 0, 0 };
+
+	return do_mark(x, px, &mk, 0, marked);
+}

@@ -1,0 +1,609 @@
+/*
+ * test_index_fuzz — differential fuzz of the radix index against a
+ * trivially correct model: a flat table of pages, each knowing its parent
+ * page, with every rule of include/kvtier/index.h applied page by page
+ * (leaves first, LRU/LFU order, demotion, write policies, pins as nested
+ * leases, transient marks, pruning). Random inserts, matches, pins,
+ * unpins, evictions and transient marks over many seeds, tier layouts and
+ * policies; after every step the index must agree with the model on every
+ * page (inspect), on the match results and counts, and pass
+ * kvt_index_check().
+ *
+ * Runs are short (a few hundred steps each) and numerous: small alphabets
+ * (3 token values, 2 tokens per page) make prefixes share and diverge.
+ */
+#include "harness.h"
+
+#define P 2
+#define MAXPG 512
+#define MAXLEN 6
+
+enum { T_HBM, T_DRAM, T_SSD };
+
+struct mpage {
+	int used;
+	uint32_t tenant;
+	int parent;          /* model page, -1 for the tenant root */
+	uint32_t key[P];
+	uint8_t mask;        /* bit = compact tier (0 fastest) */
+	uint32_t pins, hits;
+	uint64_t atime, seq;
+	int tstate;
+	uint64_t ticket, ready;
+	int prot;            /* protected during the current call */
+};
+
+static struct model {
+	struct mpage pg[MAXPG];
+	int nt;
+	uint64_t cap[3];
+	int kind[3];
+	int lfu;
+	uint32_t copy_hits;
+	uint64_t clock, seq;
+} M;
+
+static kvt_index *X;
+/* what the runs exercised, summed over seeds (checked at the end) */
+static uint64_t n_evicted, n_demoted, n_copied, n_dropped, n_full, n_marks,
+	n_splits, n_pinfail, n_partial;
+static kvt_pool *pools[KVT_TIER_COUNT];
+
+/* ---- model helpers ---------------------------------------------------- */
+
+static int m_find(uint32_t tenant, int parent, const uint32_t *key)
+{
+	for (int i = 0; i < MAXPG; i++)
+		if (M.pg[i].used && M.pg[i].tenant == tenant &&
+		    M.pg[i].parent == parent &&
+		    !memcmp(M.pg[i].key, key, sizeof(M.pg[i].key)))
+			return i;
+	return -1;
+}
+
+static int m_new(uint32_t tenant, int parent, const uint32_t *key)
+{
+	for (int i = 0; i < MAXPG; i++)
+		if (!M.pg[i].used) {
+			memset(&M.pg[i], 0, sizeof(M.pg[i]));
+			M.pg[i].used = 1;
+			M.pg[i].tenant = tenant;
+			M.pg[i].parent = parent;
+			memcpy(M.pg[i].key, key, sizeof(M.pg[i].key));
+			M.pg[i].atime = M.clock;
+			return i;
+		}
+	fprintf(stderr, "model full\n");
+	exit(1);
+}
+
+/* Pages of the prefix that exist, in order; returns how many. */
+static int m_path(uint32_t tenant, const uint32_t *tok, int np, int *out)
+{
+	int parent = -1, n = 0;
+
+	for (int i = 0; i < np; i++) {
+		int p = m_find(tenant, parent, tok + i * P);
+		if (p < 0)
+			break;
+		out[n++] = parent = p;
+	}
+	return n;
+}
+
+static uint64_t m_used(int t)
+{
+	uint64_t n = 0;
+
+	for (int i = 0; i < MAXPG; i++)
+		n += M.pg[i].used && (M.pg[i].mask >> t & 1);
+	return n;
+}
+
+static int m_has_desc_in(int p, int t)
+{
+	for (int i = 0; i < MAXPG; i++)
+		if (M.pg[i].used && M.pg[i].parent == p &&
+		    ((M.pg[i].mask >> t & 1) || m_has_desc_in(i, t)))
+			return 1;
+	return 0;
+}
+
+static int m_less(int a, int b)
+{
+	if (M.lfu && M.pg[a].hits != M.pg[b].hits)
+		return M.pg[a].hits < M.pg[b].hits;
+	return M.pg[a].seq < M.pg[b].seq;
+}
+
+static int m_empty(int i)
+{
+	return !M.pg[i].mask && !M.pg[i].tstate;
+}
+
+/* Remove empty pages with no pages below them, to a fixpoint. */
+static void m_prune(void)
+{
+	int again = 1;
+
+	while (again) {
+		again = 0;
+		for (int i = 0; i < MAXPG; i++) {
+			int kids = 0;
+			if (!M.pg[i].used || !m_empty(i) || M.pg[i].pins)
+				continue;
+			for (int j = 0; j < MAXPG; j++)
+				kids += M.pg[j].used && M.pg[j].parent == i;
+			if (!kids) {
+				M.pg[i].used = 0;
+				again = 1;
+			}
+		}
+	}
+}
+
+static int m_make_room(int t, uint64_t n);
+
+/* Evict one page from tier t; 0 if none can go. */
+static int m_evict_one(int t)
+{
+	int best = -1;
+	uint8_t bit = (uint8_t)(1u << t);
+
+	for (int i = 0; i < MAXPG; i++) {
+		struct mpage *p = &M.pg[i];
+		if (!p->used || !(p->mask & bit) || p->pins || p->prot ||
+		    m_has_desc_in(i, t))
+			continue;
+		if (best < 0 || m_less(i, best))
+			best = i;
+	}
+	if (best < 0)
+		return 0;
+	if (M.pg[best].mask == bit && t + 1 < M.nt &&
+	    !m_make_room(t + 1, 1))
+		M.pg[best].mask |= (uint8_t)(1u << (t + 1));
+	M.pg[best].mask &= (uint8_t)~bit;
+	if (!M.pg[best].mask)
+		m_prune();
+	return 1;
+}
+
+static int m_make_room(int t, uint64_t n)
+{
+	while (M.cap[t] - m_used(t) < n)
+		if (!m_evict_one(t))
+			return -1;
+	return 0;
+}
+
+static int single_below(uint8_t m)
+{
+	return m && !(m & (m - 1)) && m < (1u << (M.nt - 1));
+}
+
+static void m_policy(const int *path, int n)
+{
+	if (!M.copy_hits)
+		return;
+	for (int i = 0; i < n; i++) {
+		struct mpage *p = &M.pg[path[i]];
+		int f;
+		if (p->hits < M.copy_hits || !single_below(p->mask))
+			continue;
+		f = __builtin_ctz(p->mask);
+		if (!m_make_room(f + 1, 1))
+			p->mask |= (uint8_t)(1u << (f + 1));
+	}
+}
+
+static void m_touch(int i)
+{
+	M.pg[i].hits++;
+	M.pg[i].atime = M.clock;
+	M.pg[i].seq = M.seq;
+}
+
+static void m_protect(const int *path, int n, int on)
+{
+	for (int i = 0; i < n; i++)
+		M.pg[path[i]].prot = on;
+}
+
+/* ---- operations, each on both sides ----------------------------------- */
+
+static kvt_prefix pfx(uint32_t tenant, const uint32_t *tok, int np)
+{
+	kvt_prefix p = { .tenant = tenant, .tokens = tok,
+			 .ntokens = (size_t)np * P };
+	return p;
+}
+
+static void op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
+		      unsigned flags)
+{
+	int path[MAXLEN], have = m_path(tenant, tok, np, path), err;
+	kvt_prefix px = pfx(tenant, tok, np);
+	kvt_insert_result r;
+	uint64_t miss = 0, free;
+	int cut = np;
+
+	err = kvt_index_insert(X, &px, (kvt_tier_kind)M.kind[t], flags, M.clock,
+			       &r, NULL, 0);
+	M.seq++;
+	for (int i = 0; i < have; i++)
+		miss += !(M.pg[path[i]].mask >> t & 1);
+	miss += (uint64_t)(np - have);
+	m_protect(path, have, 1);
+	m_make_room(t, miss);
+	free = M.cap[t] - m_used(t);
+	if (free < miss) {
+		uint64_t k = 0;
+		for (int i = 0; i < np; i++) {
+			int missing = i >= have || !(M.pg[path[i]].mask >> t & 1);
+			if (missing && k++ == free) {
+				cut = i;
+				break;
+			}
+		}
+		if (!(flags & KVT_INSERT_PARTIAL) || !cut) {
+			n_full++;
+			m_protect(path, have, 0);
+			CHECK_ERR(err, KVT_EFULL);
+			return;
+		}
+	}
+	CHECK_OK(err);
+	n_partial += cut < np;
+	for (int i = have; i < cut; i++)
+		path[i] = m_new(tenant, i ? path[i - 1] : -1, tok + i * P);
+	if (cut > have)
+		have = cut;
+	for (int i = 0; i < cut; i++)
+		M.pg[path[i]].mask |= (uint8_t)(1u << t);
+	for (int i = 0; i < have; i++) {
+		m_touch(path[i]);
+		if (t == 0 && i < cut && M.pg[path[i]].tstate) {
+			M.pg[path[i]].tstate = 0;
+			M.pg[path[i]].ticket = M.pg[path[i]].ready = 0;
+		}
+	}
+	m_protect(path, have, 1);
+	m_policy(path, have);
+	m_protect(path, have, 0);
+	if (!err)
+		CHECK_EQ(r.pages, cut);
+}
+
+static void op_match(uint32_t tenant, const uint32_t *tok, int np, int touch)
+{
+	kvt_prefix px = pfx(tenant, tok, np);
+	int path[MAXLEN], have = m_path(tenant, tok, np, path), n = 0;
+	uint64_t tc[3] = { 0 }, q = 0, fl = 0, ticket = 0, ready = 0;
+	kvt_page_loc loc[MAXLEN];
+	kvt_match m;
+
+	CHECK_OK(kvt_index_match(X, &px, touch ? KVT_MATCH_TOUCH : 0, M.clock,
+				 &m, loc, MAXLEN));
+	for (n = 0; n < have; n++) {
+		struct mpage *p = &M.pg[path[n]];
+		if (p->tstate && !(p->mask & 1)) {
+			ticket = p->ticket;
+			if (p->tstate == KVT_PAGE_INFLIGHT) {
+				fl++;
+				if (p->ready > ready)
+					ready = p->ready;
+			} else {
+				q++;
+			}
+		} else if (p->mask) {
+			tc[__builtin_ctz(p->mask)]++;
+		} else {
+			break;
+		}
+		if (p->mask)
+			CHECK_EQ(loc[n].tier,
+				 M.kind[__builtin_ctz(p->mask)]);
+	}
+	CHECK_EQ(m.pages, n);
+	for (int t = 0; t < M.nt; t++)
+		CHECK_EQ(m.tier_tokens[M.kind[t]], tc[t] * P);
+	CHECK_EQ(m.queued_tokens, q * P);
+	CHECK_EQ(m.inflight_tokens, fl * P);
+	CHECK_EQ(m.ticket, ticket);
+	CHECK_EQ(m.ready_ns, ready);
+	CHECK_EQ(m.compute_tokens, (uint64_t)(np - n) * P);
+	if (touch && n) {
+		M.seq++;
+		for (int i = 0; i < n; i++)
+			m_touch(path[i]);
+		m_protect(path, n, 1);
+		m_policy(path, n);
+		m_protect(path, n, 0);
+	}
+}
+
+static int op_pin(uint32_t tenant, const uint32_t *tok, int np, int unpin)
+{
+	kvt_prefix px = pfx(tenant, tok, np);
+	int path[MAXLEN], have = m_path(tenant, tok, np, path), ok = have == np;
+	int err = unpin ? kvt_index_unpin(X, &px) : kvt_index_pin(X, &px);
+
+	for (int i = 0; ok && i < np; i++)
+		ok = unpin ? M.pg[path[i]].pins > 0 : M.pg[path[i]].mask != 0;
+	if (ok && unpin) {
+		uint32_t kp = 0;
+		for (int j = 0; j < MAXPG; j++)
+			if (M.pg[j].used && M.pg[j].parent == path[np - 1])
+				kp += M.pg[j].pins;
+		ok = M.pg[path[np - 1]].pins > kp;
+	}
+	if (!ok) {
+		n_pinfail++;
+		CHECK_ERR(err, unpin ? -EINVAL : KVT_ENOTFOUND);
+		return 0;
+	}
+	CHECK_OK(err);
+	for (int i = 0; i < np; i++)
+		M.pg[path[i]].pins += unpin ? -1u : 1u;
+	return 1;
+}
+
+static void op_evict(int t, uint64_t n)
+{
+	uint64_t freed = 0, done = 0;
+	int err = kvt_index_evict_pages(X, (kvt_tier_kind)M.kind[t], n, &freed);
+
+	while (done < n && m_evict_one(t))
+		done++;
+	CHECK_EQ(freed, done);
+	CHECK_ERR(err, done == n ? 0 : KVT_EBUSY);
+}
+
+enum { MQ, MS, MC };
+
+static void op_mark(int op, uint32_t tenant, const uint32_t *tok, int np,
+		    uint64_t ticket, uint64_t ready)
+{
+	kvt_prefix px = pfx(tenant, tok, np);
+	int path[MAXLEN], have = m_path(tenant, tok, np, path);
+	uint64_t got = 0, want = 0;
+	int err;
+
+	err = op == MQ ? kvt_index_queue(X, &px, ticket, M.clock, &got) :
+	      op == MS ? kvt_index_start(X, &px, ticket, ready, M.clock, &got) :
+			 kvt_index_cancel(X, &px, ticket, &got);
+	CHECK_OK(err);
+	if (op != MC)
+		for (int i = have; i < np; i++)
+			path[i] = m_new(tenant, i ? path[i - 1] : -1, tok + i * P);
+	else
+		np = have;
+	for (int i = 0; i < np; i++) {
+		struct mpage *p = &M.pg[path[i]];
+		if (op == MC) {
+			if (p->tstate && p->ticket == ticket) {
+				p->tstate = 0;
+				p->ticket = p->ready = 0;
+				want++;
+			}
+			continue;
+		}
+		if (p->mask & 1)
+			continue;
+		if (op == MQ && p->tstate)
+			continue;
+		if (op == MS && p->tstate == KVT_PAGE_INFLIGHT &&
+		    p->ticket != ticket)
+			continue;
+		p->tstate = op == MQ ? KVT_PAGE_QUEUED : KVT_PAGE_INFLIGHT;
+		p->ticket = ticket;
+		p->ready = op == MS ? ready : 0;
+		want++;
+	}
+	CHECK_EQ(got, want);
+	n_marks += want;
+	m_prune();
+}
+
+/* ---- comparing everything --------------------------------------------- */
+
+static void compare_all(void)
+{
+	uint64_t pages = 0, trans = 0, pinned = 0, res[3] = { 0 };
+	kvt_index_stat st;
+
+	for (int i = 0; i < MAXPG; i++) {
+		struct mpage *p = &M.pg[i];
+		uint32_t tok[64 * P];
+		int chain[64], d = 0;
+		kvt_page_info pi[64];
+		kvt_prefix px;
+		size_t found;
+		uint32_t resident = 0;
+
+		if (!p->used)
+			continue;
+		pages++;
+		trans += p->tstate != 0;
+		pinned += p->pins != 0;
+		for (int t = 0; t < M.nt; t++)
+			res[t] += p->mask >> t & 1;
+		for (int j = i; j >= 0; j = M.pg[j].parent)
+			chain[d++] = j;
+		for (int k = 0; k < d; k++)
+			memcpy(tok + k * P, M.pg[chain[d - 1 - k]].key,
+			       sizeof(p->key));
+		px = pfx(p->tenant, tok, d);
+		CHECK_OK(kvt_index_inspect(X, &px, pi, 64, &found));
+		CHECK_EQ(found, d);
+		if (found != (size_t)d)
+			continue;
+		for (int t = 0; t < M.nt; t++)
+			if (p->mask >> t & 1)
+				resident |= 1u << M.kind[t];
+		CHECK_EQ(pi[d - 1].resident, resident);
+		CHECK_EQ(pi[d - 1].pins, p->pins);
+		CHECK_EQ(pi[d - 1].hits, p->hits);
+		CHECK_EQ(pi[d - 1].atime, p->atime);
+		if (p->tstate && !(p->mask & 1)) {
+			CHECK_EQ(pi[d - 1].state, p->tstate);
+			CHECK_EQ(pi[d - 1].ticket, p->ticket);
+			CHECK_EQ(pi[d - 1].ready_ns, p->ready);
+		} else {
+			CHECK_EQ(pi[d - 1].state, p->mask ? KVT_PAGE_RESIDENT :
+				 KVT_PAGE_EMPTY);
+		}
+	}
+	kvt_index_stat_get(X, &st);
+	CHECK_EQ(st.pages, pages);
+	CHECK_EQ(st.transient, trans);
+	CHECK_EQ(st.pinned, pinned);
+	for (int t = 0; t < M.nt; t++)
+		CHECK_EQ(st.resident[M.kind[t]], res[t]);
+	CHECK_OK(kvt_index_check(X));
+}
+
+/* ---- the run ---------------------------------------------------------- */
+
+static void run(uint64_t seed, int steps)
+{
+	static const int layouts[4][3] = {
+		{ KVT_TIER_HBM, -1, -1 },
+		{ KVT_TIER_HBM, KVT_TIER_DRAM, -1 },
+		{ KVT_TIER_HBM, KVT_TIER_DRAM, KVT_TIER_SSD },
+		{ KVT_TIER_FABRIC, KVT_TIER_SSD, -1 },
+	};
+	kvt_index_config cfg = { .page_tokens = P };
+	uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
+	const int *lay = layouts[seed % 4];
+	int transients = seed % 2, failures = kvt_test_failures;
+	uint32_t leases[64][MAXLEN * P + 2];
+	int nleases = 0;
+
+	memset(&M, 0, sizeof(M));
+	memset(pools, 0, sizeof(pools));
+	M.lfu = (seed / 2) % 2;
+	cfg.evict = M.lfu ? KVT_EVICT_LFU : KVT_EVICT_LRU;
+	cfg.write = (int)((seed / 4) % 3);
+	cfg.selective_hits = 2;
+	M.copy_hits = cfg.write == KVT_WRITE_THROUGH ? 1 :
+		      cfg.write == KVT_WRITE_SELECTIVE ? 2 : 0;
+	cfg.key_mode = (seed / 12) % 2;
+	for (int t = 0; t < 3 && lay[t] >= 0; t++) {
+		M.kind[t] = lay[t];
+		M.cap[t] = 3 + test_rand(&r) % 5;
+		M.nt++;
+		CHECK_OK(kvt_pool_create(&pools[lay[t]], M.cap[t], 64));
+		cfg.pools[lay[t]] = pools[lay[t]];
+	}
+	CHECK_OK(kvt_index_create(&X, &cfg));
+	CHECK_OK(kvt_index_tenant_add(X, 1, 77));
+
+	for (int s = 0; s < steps && kvt_test_failures == failures; s++) {
+		uint32_t tok[MAXLEN * P], tenant = test_rand(&r) % 4 == 0;
+		int np = 1 + (int)(test_rand(&r) % MAXLEN), op;
+		uint64_t now = M.clock + test_rand(&r) % 3;
+
+		if (test_rand(&r) % 16 == 0 && now > 2)
+			now -= 2; /* time going back is clamped */
+		if (now > M.clock)
+			M.clock = now;
+		for (int i = 0; i < np * P; i++)
+			tok[i] = (uint32_t)(test_rand(&r) % 3);
+		op = (int)(test_rand(&r) % 12);
+		switch (op) {
+		case 0: case 1: case 2:
+			op_insert(tenant, tok, np, 0,
+				  !transients && test_rand(&r) % 3 == 0 ?
+				  KVT_INSERT_PARTIAL : 0);
+			break;
+		case 3:
+			op_insert(tenant, tok, np,
+				  (int)(test_rand(&r) % (uint64_t)M.nt), 0);
+			break;
+		case 4: case 5:
+			op_match(tenant, tok, np, (int)(test_rand(&r) % 2));
+			break;
+		case 6:
+			CHECK_ERR(kvt_index_unpin(X, &(kvt_prefix){ 0 }),
+				  -EINVAL);
+			if (op_pin(tenant, tok, np, 0) && nleases < 64) {
+				leases[nleases][0] = tenant;
+				leases[nleases][1] = (uint32_t)np;
+				memcpy(&leases[nleases][2], tok,
+				       sizeof(uint32_t) * np * P);
+				nleases++;
+			}
+			break;
+		case 7:
+			if (nleases && test_rand(&r) % 4) {
+				uint32_t *l = leases[--nleases];
+				op_pin(l[0], &l[2], (int)l[1], 1);
+			} else {
+				op_pin(tenant, tok, np, 1);
+			}
+			break;
+		case 8:
+			op_evict((int)(test_rand(&r) % (uint64_t)M.nt),
+				 1 + test_rand(&r) % 4);
+			break;
+		default:
+			if (!transients) {
+				op_match(tenant, tok, np, 1);
+				break;
+			}
+			op_mark((int)(test_rand(&r) % 3), tenant, tok, np,
+				1 + test_rand(&r) % 3, M.clock + test_rand(&r) % 50);
+			break;
+		}
+		compare_all();
+		if (kvt_test_failures != failures)
+			fprintf(stderr, "seed %llu step %d (op %d): %s\n",
+				(unsigned long long)seed, s, op, kvt_errdetail());
+	}
+	while (nleases) {
+		uint32_t *l = leases[--nleases];
+		op_pin(l[0], &l[2], (int)l[1], 1);
+	}
+	{
+		kvt_index_stat st;
+		kvt_index_stat_get(X, &st);
+		for (int t = 0; t < KVT_TIER_COUNT; t++) {
+			n_evicted += st.evicted[t];
+			n_demoted += st.demoted[t];
+			n_copied += st.copied[t];
+		}
+		n_dropped += st.dropped;
+		n_splits += st.splits;
+	}
+	kvt_index_destroy(X);
+	for (int t = 0; t < KVT_TIER_COUNT; t++) {
+		if (pools[t])
+			CHECK_EQ(kvt_pool_used(pools[t]), 0);
+		kvt_pool_destroy(pools[t]);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	int seeds = argc > 1 ? atoi(argv[1]) : 96;
+	int64_t live = kvt_alloc_live();
+
+	for (int s = 1; s <= seeds && !kvt_test_failures; s++)
+		run((uint64_t)s, 300);
+	fprintf(stderr, "%d seeds: %llu evicted, %llu demoted, %llu copied "
+		"down, %llu dropped, %llu splits, %llu inserts refused full, "
+		"%llu partial, %llu pin/unpin refused, %llu pages marked\n",
+		seeds, (unsigned long long)n_evicted,
+		(unsigned long long)n_demoted, (unsigned long long)n_copied,
+		(unsigned long long)n_dropped, (unsigned long long)n_splits,
+		(unsigned long long)n_full, (unsigned long long)n_partial,
+		(unsigned long long)n_pinfail, (unsigned long long)n_marks);
+	/* the runs must have reached every path */
+	CHECK(n_evicted > 1000 && n_demoted > 100 && n_copied > 100);
+	CHECK(n_dropped > 100 && n_splits > 100 && n_full > 10);
+	CHECK(n_partial > 10 && n_pinfail > 10 && n_marks > 100);
+	CHECK_EQ(kvt_alloc_live(), live);
+	TEST_DONE();
+}
