@@ -13,6 +13,7 @@ static const struct {
 	const char *summary;
 } benches[] = {
 	{ "pool", bench_pool, "page pool alloc+free pairs per second" },
+	{ "index", bench_index, "radix index match/insert time, memory, replay" },
 };
 
 static void bench_usage(FILE *f)

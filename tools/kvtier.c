@@ -16,6 +16,7 @@ static const struct {
 } cmds[] = {
 	{ "info", cmd_info, "what this machine offers; build and report tiers" },
 	{ "bench", cmd_bench, "benchmarks (JSON with --json)" },
+	{ "trace", cmd_trace, "replay request traces through the index" },
 };
 
 static void usage(FILE *f)

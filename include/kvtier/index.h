@@ -99,6 +99,7 @@
 #define KVTIER_INDEX_H
 
 #include <kvtier.h>
+#include <kvtier/trace.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -480,6 +481,37 @@ KVT_API void kvt_index_stat_get(kvt_index *idx, kvt_index_stat *st);
  * broken rule, -ENOMEM.
  */
 KVT_API int kvt_index_check(kvt_index *idx);
+
+/* ------------------------------------------------------------------------
+ * Trace replay (kvtier trace replay, the simulator's warm-up)
+ * ------------------------------------------------------------------------ */
+
+typedef struct kvt_replay_result {
+	uint64_t capacity;   /* blocks asked for (0: unbounded) */
+	uint64_t slots;      /* blocks the tier held (capacity, or the
+				trace's distinct blocks if fewer/unbounded) */
+	uint64_t requests;
+	uint64_t blocks;     /* blocks requested, all requests */
+	uint64_t hit_blocks; /* leading blocks found cached */
+	double hit_rate;     /* hit_blocks / blocks */
+	uint64_t evicted;    /* blocks evicted */
+	uint64_t mem_bytes;  /* index memory at the end */
+} kvt_replay_result;
+
+/**
+ * kvt_index_replay() - replay @t through an index of one tier (hbm) of
+ * @capacity blocks, keyed by the trace's hash ids (KVT_KEY_HASH, tenant
+ * 0, the trace's timestamps as the clock). In file order, each request
+ * first counts its leading blocks already cached (a prefix hit stops at
+ * the first miss), then inserts or touches all of its blocks (keeping the
+ * leading ones that fit when a request is larger than the tier).
+ * @policy: KVT_EVICT_LRU or KVT_EVICT_LFU.
+ * Returns 0, -EINVAL (policy), -E2BIG for a capacity over
+ * KVT_POOL_MAX_SLOTS, -ENOMEM. Deterministic: the same trace, capacity and
+ * policy always give the same result.
+ */
+KVT_API int kvt_index_replay(const kvt_trace *t, uint64_t capacity,
+			     int policy, kvt_replay_result *res);
 
 /** Names for messages and JSON: "lru", "lfu"; "write-back", ... */
 KVT_API const char *kvt_evict_policy_name(int policy);
