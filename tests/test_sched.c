@@ -307,7 +307,8 @@ static void ref_fcfs(const kvt_sched_config *cfg, const kvt_sched_state *st,
 		chunk = need < budget ? need : budget;
 		if (!chunk || !seqs)
 			return;
-		pg = pages_for(held, (uint64_t)reuse + chunk);
+		pg = pages_for(held, q[i].prompt);
+		pg = pg > q[i].reserved ? pg - q[i].reserved : 0;
 		if (pg > pages)
 			return;
 		compute[i] = chunk;
@@ -329,6 +330,9 @@ static void random_queue(uint64_t *seed, kvt_sched_req *q, size_t n)
 		if (i < 2 && test_rand(seed) % 2) {
 			q[i].state = KVT_SREQ_PREFILL;
 			q[i].done = (uint32_t)(test_rand(seed) % prompt);
+			/* a running prefill holds its remainder */
+			q[i].reserved = (prompt + 15) / 16 -
+					(q[i].done + 15) / 16;
 			continue;
 		}
 		q[i].hbm = (uint32_t)(test_rand(seed) % (prompt + 1)) / 16 * 16;
@@ -350,6 +354,8 @@ static void random_queue(uint64_t *seed, kvt_sched_req *q, size_t n)
 			q[i].group_tokens = (uint32_t)(test_rand(seed) % prompt);
 		}
 		q[i].skips = (uint32_t)(test_rand(seed) % 10);
+		q[i].reserved = (uint32_t)(test_rand(seed) % 4 ?
+			0 : test_rand(seed) % (prompt / 16 + 1));
 	}
 }
 

@@ -74,6 +74,13 @@
  *            chunk; not cache-aware
  *   kvtier   layer-wise, GPU gather kernel           cache-aware all
  *
+ * CAPACITY: a request is admitted only when its whole prompt fits — no
+ * preemption, so a prefill once started always has the pages for its next
+ * chunk. Running it, or starting its loads, takes
+ *     pages(prompt) - pages(hbm + loading) - reserved
+ * of st->free_pages, where `reserved` are pages the caller already holds for
+ * it (a running prefill's whole remainder, a prefetched request's claim).
+ *
  * THREADS: a kvt_sched is used by one thread at a time; distinct schedulers
  * are independent. The cost functions are pure and thread-safe.
  */
@@ -332,6 +339,8 @@ typedef struct kvt_sched_req {
 	uint32_t transient;        /* tokens right after the loadable span
 				    * that another request is computing */
 	double transient_ready;    /* when they are expected in hbm */
+	uint32_t reserved;         /* hbm pages the caller already holds for
+				    * this request (see "capacity" above) */
 	uint64_t group;            /* requests with one uncached shared
 				    * context carry one group id (0: none) */
 	uint32_t group_tokens;     /* length of that shared context */

@@ -205,10 +205,13 @@ typedef struct kvt_sim_config {
 	uint32_t output;          /* output tokens (0: auto) */
 	double think_s;           /* agentic: mean think/tool time (5 s) */
 	uint32_t cache_distance;  /* documents: other documents between two
-				   * questions on one document (0: auto) */
+				   * questions on one document (64) */
 	uint32_t questions;       /* documents: questions per document (0:
 				   * auto) */
 	double max_sim_s;         /* stop the virtual clock here (0: none) */
+	int check;                /* verify every index's invariants
+				   * (kvt_index_check) after each step: slow,
+				   * for tests */
 } kvt_sim_config;
 
 /** Fill @c with every default (testbed-a is NOT loaded: @c->hw is zero;
@@ -237,16 +240,20 @@ typedef struct kvt_sim_link {
 typedef struct kvt_sim_result {
 	uint64_t requests;       /* generated */
 	uint64_t finished;       /* completed (= requests unless cut short) */
+	uint64_t measured;       /* in the statistics below: finished minus
+				  * the documents' warm-up requests */
 	kvt_dist ttft_ms;        /* time to first token, all requests */
 	kvt_dist warm_ttft_ms;   /* requests with a cached prefix somewhere
 				  * (agentic: turns after the first) */
 	kvt_dist tpot_ms;        /* time per output token after the first */
 	kvt_dist e2e_ms;         /* arrival to last token */
-	double makespan_s;       /* first arrival to last completion */
-	double throughput_tok_s; /* (prompt + output tokens) / makespan */
+	double makespan_s;       /* first measured arrival to last measured
+				  * completion */
+	double throughput_tok_s; /* measured (prompt + output) / makespan */
 	double output_tok_s;
 	double request_s;
-	double gpu_busy;         /* computing share of engine time */
+	double gpu_busy;         /* computing share of engine time, whole run
+				  * (first arrival to last completion) */
 	double stall_s;          /* engine time spent waiting for loads */
 	uint64_t steps, decode_only_steps;
 	/* tokens by where the prefix came from */

@@ -369,6 +369,16 @@ static int waits_for_context(const struct build *b, size_t i)
 	       r->group_tokens - b->v[i].reuse > thr && in_groups(b, r->group);
 }
 
+/* Pages request i takes from free_pages when it runs or starts loading:
+ * its whole prompt beyond what it holds (admission without preemption). */
+static uint64_t need_pages(const struct build *b, size_t i)
+{
+	uint64_t p = pages_between(b->s->cost.page_tokens, b->v[i].held,
+				   b->reqs[i].prompt);
+
+	return p > b->reqs[i].reserved ? p - b->reqs[i].reserved : 0;
+}
+
 /* Put request i into the step; 0, or the reason it cannot go. */
 static int try_run(struct build *b, size_t i)
 {
@@ -380,8 +390,7 @@ static int try_run(struct build *b, size_t i)
 
 	if (!chunk || !b->seqs)
 		return KVT_SWHY_BUDGET;
-	pages = pages_between(b->s->cost.page_tokens, v->held,
-			      (uint64_t)v->reuse + chunk);
+	pages = need_pages(b, i);
 	if (pages > b->pages)
 		return KVT_SWHY_CAPACITY;
 	b->ready = KVT_MAX(b->ready, ready_at(b, i, &link));
@@ -397,13 +406,25 @@ static int try_run(struct build *b, size_t i)
 	return 0;
 }
 
+/* Loads ahead of the batch, for the first `lookahead` waiting requests.
+ * A prefetch never takes the pages the first request still waiting needs:
+ * speculation must not block the head of the queue. */
 static void prefetch(struct build *b)
 {
+	uint64_t keep = 0;
 	uint32_t seen = 0;
+	size_t head = b->n;
 
-	for (size_t i = 0; i < b->n && seen < b->s->cfg.lookahead; i++) {
+	for (size_t i = 0; i < b->n; i++)
+		if (b->reqs[i].state == KVT_SREQ_WAITING &&
+		    b->it[i].action != KVT_SACT_RUN) {
+			head = i;
+			keep = need_pages(b, i);
+			break;
+		}
+	for (size_t i = head; i < b->n && seen < b->s->cfg.lookahead; i++) {
 		const struct view *v = &b->v[i];
-		uint64_t pages;
+		uint64_t pages, room;
 		double link;
 
 		if (b->reqs[i].state != KVT_SREQ_WAITING)
@@ -411,13 +432,16 @@ static void prefetch(struct build *b)
 		seen++;
 		if (b->it[i].action == KVT_SACT_RUN || !v->to_load)
 			continue;
-		pages = pages_between(b->s->cost.page_tokens, v->held,
-				      v->held + v->to_load);
-		if (pages > b->pages)
+		pages = need_pages(b, i);
+		room = i == head ? b->pages :
+				   (b->pages > keep ? b->pages - keep : 0);
+		if (pages > room)
 			break;
 		ready_at(b, i, &link);
 		b->link_t = link;
 		b->pages -= pages;
+		if (i == head)
+			keep = 0;
 		if (b->it[i].action != KVT_SACT_DEFER)
 			b->it[i].action = KVT_SACT_PREFETCH;
 		b->it[i].load = v->to_load;

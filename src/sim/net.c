@@ -375,10 +375,13 @@ uint32_t kvti_net_complete(struct net *n, double t)
 	for (;;) {
 		struct net_flow *f = NULL;
 
-		/* one at a time: a callback may start flows */
+		/* one at a time: a callback may start flows. Done: nothing
+		 * left, or so little that the clock cannot tell the end from
+		 * now (now + remaining / rate rounds to now) */
 		for (uint32_t i = 0; i < n->nact; i++)
 			if (n->act[i]->remaining <=
-			    NET_EPS_BYTES + 1e-12 * n->act[i]->total) {
+				    NET_EPS_BYTES + 1e-12 * n->act[i]->total ||
+			    kvti_net_eta(n, n->act[i]) <= n->now) {
 				f = n->act[i];
 				break;
 			}
