@@ -1,0 +1,163 @@
+/*
+ * test_sim_profile — hardware profiles: the built-in ones load, every
+ * number in them names its source, they turn into a valid cost model; and
+ * bad profiles fail with the file, line and key named.
+ */
+#include "harness.h"
+#include "kvt_build.h"
+
+static void test_builtins(void)
+{
+	const char *name;
+
+	for (size_t i = 0; (name = kvt_hw_builtin_name(i)); i++) {
+		kvt_hw hw;
+		kvt_geom g;
+		kvt_cost c;
+		char path[1024], line[1024];
+		FILE *f;
+		int lineno = 0;
+
+		CHECK_OK(kvt_hw_load(&hw, name));
+		CHECK(!strcmp(hw.name, name));
+		CHECK(hw.gpus >= 1);
+		CHECK(hw.copy[KVT_COPY_CONTIG].n >= 1);
+		CHECK_OK(kvt_geom_preset(&g, "llama-3.1-8b", 16, 1, 0));
+		CHECK_OK(kvt_hw_cost(&hw, &g, &c));
+		CHECK_OK(kvt_cost_check(&c));
+		/* every line holding a value carries a '#' naming a source */
+		snprintf(path, sizeof(path), "%s/profiles/%s.prof",
+			 KVT_SOURCE_DIR, name);
+		CHECK((f = fopen(path, "r")) != NULL);
+		while (f && fgets(line, sizeof(line), f)) {
+			char *eq = strchr(line, '='), *hash = strchr(line, '#');
+
+			lineno++;
+			if (!eq || (hash && hash < eq))
+				continue;
+			if (!strncmp(line, "name", 4) ||
+			    !strncmp(line, "gpu.name", 8))
+				continue;
+			if (!hash || strlen(hash) < 8) {
+				fprintf(stderr, "%s:%d: value without a source\n",
+					path, lineno);
+				CHECK(0);
+			}
+		}
+		if (f)
+			fclose(f);
+	}
+	/* the figures the calibration depends on */
+	{
+		kvt_hw a;
+
+		CHECK_OK(kvt_hw_load(&a, "testbed-a"));
+		CHECK_EQ(a.gpus, 4);
+		CHECK(a.fabric_bytes >= 256e9);
+		CHECK(a.dram_gbps == 200);
+		CHECK_OK(kvt_hw_load(&a, "testbed-b"));
+		CHECK_EQ(a.gpus, 8);
+		CHECK_EQ(a.fabric_bytes, 0);
+	}
+}
+
+static const char *base =
+	"name = t\n gpu.name = X\ngpus = 2\ngpu.flops = 1e15\n"
+	"gpu.gemm_eff = 0.5\ngpu.attn_eff = 0.5\ngpu.hbm_bytes = 80e9\n"
+	"gpu.hbm_gbps = 3000\ngpu.hbm_eff = 0.8\ngpu.mem_util = 0.9\n"
+	"gpu.reserve_bytes = 1e9\nengine.step_us = 500\ntp.ar_gbps = 100\n"
+	"tp.ar_us = 5\nlink.gbps = 50\nlink.raw_gbps = 64\n"
+	"link.latency_ns = 700\nlink.gpus_per_uplink = 0\n"
+	"copy.contig = 1M:50   # a comment\ncopy.contig_call_us = 3\n"
+	"host.sockets = 1\nhost.dram_gbps = 200\nhost.dram_eff = 0.8\n"
+	"host.dram_latency_ns = 100\nhost.dram_bytes = 1e12\n"
+	"host.dma_window = 1\nhost.stress_gbps = 10\n";
+
+/* base + @extra must fail with KVT_ECONFIG naming @needle */
+static void bad(const char *extra, const char *needle)
+{
+	char text[4096];
+	kvt_hw hw;
+
+	memset(&hw, 0x5a, sizeof(hw));
+	snprintf(text, sizeof(text), "%s%s", base, extra);
+	CHECK_ERR(kvt_hw_parse(&hw, text, "t.prof"), KVT_ECONFIG);
+	if (!strstr(kvt_errdetail(), needle)) {
+		fprintf(stderr, "detail '%s' lacks '%s'\n", kvt_errdetail(),
+			needle);
+		CHECK(0);
+	}
+	CHECK_EQ(((unsigned char *)&hw)[0], 0x5a); /* untouched */
+}
+
+static void test_errors(void)
+{
+	kvt_hw hw;
+	char text[4096];
+
+	CHECK_OK(kvt_hw_parse(&hw, base, "t.prof"));
+	CHECK_EQ(hw.gpus, 2);
+	CHECK_EQ(hw.copy[KVT_COPY_CONTIG].chunk_bytes[0], 1048576);
+	snprintf(text, sizeof(text), "%scopy.batch = 4K:4, 64K:38, 1M:50\n",
+		 base);
+	CHECK_OK(kvt_hw_parse(&hw, text, "t.prof"));
+	CHECK_EQ(hw.copy[KVT_COPY_BATCH].n, 3);
+
+	bad("gpu.flopz = 1\n", "t.prof:28: unknown key 'gpu.flopz'");
+	bad("gpus = 3\n", "t.prof:28: gpus: given twice");
+	bad("copy.batch = 4K:4, 2K:5\n", "chunk sizes must increase");
+	bad("copy.batch = 4K-4\n", "not CHUNK:GBPS");
+	bad("copy.batch = 4Q:4\n", "bad curve point");
+	bad("copy.gather_call_us = 3\n", "copy.gather_call_us without");
+	bad("gpu.mem_util_x = 3\n", "unknown key");
+	bad("just words\n", "t.prof:28: expected 'key = value'");
+	bad("fabric.bytes = 1e9\n", "fabric.bytes needs");
+	{
+		/* out of range and non-numbers, in place of a good line */
+		char t2[4096], *p;
+
+		snprintf(t2, sizeof(t2), "%s", base);
+		p = strstr(t2, "gpu.hbm_eff = 0.8");
+		memcpy(p, "gpu.hbm_eff = 1.8", 17);
+		CHECK_ERR(kvt_hw_parse(&hw, t2, "t.prof"), KVT_ECONFIG);
+		CHECK(strstr(kvt_errdetail(), "gpu.hbm_eff: 1.8 is outside"));
+		memcpy(p, "gpu.hbm_eff = abc", 17);
+		CHECK_ERR(kvt_hw_parse(&hw, t2, "t.prof"), KVT_ECONFIG);
+		CHECK(strstr(kvt_errdetail(), "not a number"));
+		p = strstr(t2, "gpus = 2");
+		memcpy(p, "gpus = .", 8);
+		CHECK_ERR(kvt_hw_parse(&hw, t2, "t.prof"), KVT_ECONFIG);
+		snprintf(t2, sizeof(t2), "%s", base);
+		p = strstr(t2, "link.gpus_per_uplink = 0");
+		memcpy(p, "link.gpus_per_uplink = 2", 24);
+		CHECK_ERR(kvt_hw_parse(&hw, t2, "t.prof"), KVT_ECONFIG);
+		CHECK(strstr(kvt_errdetail(), "needs link.uplink_gbps"));
+	}
+	/* a missing required key */
+	CHECK_ERR(kvt_hw_parse(&hw, "name = x\n", "t.prof"), KVT_ECONFIG);
+	CHECK(strstr(kvt_errdetail(), "missing key 'gpu.name'"));
+
+	CHECK_ERR(kvt_hw_load(&hw, "no-such-box"), KVT_ENOTFOUND);
+	CHECK(strstr(kvt_errdetail(), "no-such-box"));
+	CHECK(strstr(kvt_errdetail(), "testbed-a"));
+	CHECK_ERR(kvt_hw_load(&hw, "/nonexistent/x.prof"), -ENOENT);
+	CHECK(strstr(kvt_errdetail(), "/nonexistent/x.prof"));
+
+	/* TP larger than the node */
+	{
+		kvt_geom g;
+		kvt_cost c;
+
+		CHECK_OK(kvt_hw_parse(&hw, base, "t.prof"));
+		CHECK_OK(kvt_geom_preset(&g, "llama-3.1-70b", 16, 4, 0));
+		CHECK_ERR(kvt_hw_cost(&hw, &g, &c), KVT_ECONFIG);
+		CHECK(strstr(kvt_errdetail(), "TP 4"));
+	}
+}
+
+int main(void)
+{
+	test_builtins();
+	test_errors();
+	TEST_DONE();
+}
