@@ -91,6 +91,16 @@ KVT_API int kvt_cache_open(kvt_cache **out, const kvt_cache_config *cfg);
  *  the tiers. NULL is fine. */
 KVT_API void kvt_cache_close(kvt_cache *c);
 
+/**
+ * kvt_cache_reset() - forget every page (the index is rebuilt empty with
+ * policies @evict and @write, every slot goes back to its pool, every sum
+ * and counter is cleared) while the tiers stay mapped and the engine stays
+ * up: a second run on warm memory. Nothing may be leased. Returns 0, or the
+ * error of kvt_index_create() (then the cache has no index and only
+ * kvt_cache_close() may follow).
+ */
+KVT_API int kvt_cache_reset(kvt_cache *c, int evict, int write);
+
 KVT_API kvt_index *kvt_cache_index(kvt_cache *c);
 KVT_API kvt_xfer *kvt_cache_xfer(kvt_cache *c);
 /** The tier of kind @k, or NULL if the cache has none. hbm and hostdev are

@@ -23,13 +23,15 @@
  * stores once). Page contents are a deterministic function of the prefix,
  * so identical prefixes hold identical bytes.
  *
- * The workload runs once per policy, each on fresh tiers:
+ * The workload runs once per policy, each on fresh tiers of the same sizes
+ * and backings (hbm, fabric, dram, ssd), so the passes differ in policy
+ * alone:
  *
- *   lmcache   host offload as an LMCache-style connector does it: hbm +
- *             dram (given the fabric tier's memory too) + ssd, write-through
- *             to dram, and TTFT = restore, then prefill
- *   kvtier    hbm + fabric + dram + ssd, write-back, and TTFT = the
- *             layer-wise overlap of restore and prefill
+ *   lmcache   as an LMCache-style connector: every computed page is written
+ *             through to the tier below at once, and TTFT = restore the
+ *             whole prefix, then prefill
+ *   kvtier    write-back (pages move down only when evicted), and TTFT =
+ *             the layer-wise overlap of restore and prefill
  *             (kvt_cost_overlap_s())
  *
  * Both TTFTs are measured restore time combined with modeled compute;
@@ -117,7 +119,7 @@ typedef struct kvt_demo_req {
 
 typedef struct kvt_demo_pass {
 	char policy[16];
-	char tiers[512];           /* the tier spec used */
+	char tiers[512];           /* the tier spec used (the result's) */
 	kvt_demo_req *reqs;        /* sessions * turns, turn-major */
 	size_t nreqs;
 	kvt_cache_stat cache;
@@ -131,6 +133,8 @@ typedef struct kvt_demo_result {
 	kvt_demo_config config;    /* as run (sizes filled) */
 	kvt_geom geom;
 	char gpu_name[KVT_NAME_MAX];
+	char tiers[512];           /* the tier spec of both passes */
+	double setup_s;            /* opening the tiers, faulting them in */
 	int npasses;
 	kvt_demo_pass pass[2];
 	double seconds;

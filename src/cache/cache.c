@@ -60,6 +60,7 @@ struct kvt_cache {
 	size_t nmv, mvcap;
 	int flush_err;
 
+	kvt_index_config icfg;    /* to rebuild the index (reset) */
 	kvt_page_loc *locs;       /* scratch for acquire */
 	size_t locs_cap;
 	void *page;               /* one page, for put/verify */
@@ -425,6 +426,7 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *cfg)
 	ic.mover.flush = mover_flush;
 	ic.mover.release = mover_release;
 	ic.mover.arg = c;
+	c->icfg = ic;
 	if ((err = kvt_index_create(&c->idx, &ic)))
 		goto fail;
 	*out = c;
@@ -438,6 +440,23 @@ void kvt_cache_close(kvt_cache *c)
 {
 	if (c)
 		cache_free(c);
+}
+
+int kvt_cache_reset(kvt_cache *c, int evict, int write)
+{
+	kvt_index_config ic = c->icfg;
+
+	kvt_index_destroy(c->idx); /* gives every slot back (release()) */
+	c->idx = NULL;
+	for (int t = 0; t < KVT_TIER_COUNT; t++)
+		if (c->tiers[t])
+			memset(c->state[t], SUM_NONE, c->nslots[t]);
+	memset(&c->st, 0, sizeof(c->st));
+	c->nmv = 0;
+	ic.evict = evict;
+	ic.write = write;
+	c->icfg = ic;
+	return kvt_index_create(&c->idx, &ic);
 }
 
 kvt_index *kvt_cache_index(kvt_cache *c)
@@ -582,12 +601,12 @@ int kvt_cache_acquire(kvt_cache *c, const kvt_prefix *px_in, uint64_t now,
 		return err;
 	move_s0 = (uint64_t)(c->st.move_s * 1e9);
 	c->flush_err = 0;
-	err = kvt_index_insert(c->idx, &px, KVT_TIER_HBM, 0, now, &res,
-			       c->locs, npages);
+	/* insert and lease in one call: nothing can evict (or write through)
+	 * a fresh page before its bytes are there */
+	err = kvt_index_insert(c->idx, &px, KVT_TIER_HBM, KVT_INSERT_PIN, now,
+			       &res, c->locs, npages);
 	f->evict_s = c->st.move_s - (double)move_s0 / 1e9;
 	if (err)
-		return err;
-	if ((err = kvt_index_pin(c->idx, &px)))
 		return err;
 	pinned = 1;
 
