@@ -96,6 +96,16 @@ static void conservation(const kvt_sim_config *c, const kvt_sim_result *r)
 	CHECK(r->gpu_busy > 0 && r->gpu_busy <= 1.0 + 1e-9);
 }
 
+/* Small pools keep kvt_index_check() (it walks every slot) cheap. */
+static void small_pools(kvt_sim_config *c)
+{
+	c->check = 1;
+	c->hw.hbm_bytes = c->tp > 1 ? 34e9 : 30e9;
+	c->offload_bytes[0] = 20e9;
+	if (c->workload != KVT_WL_AGENTIC && c->context)
+		c->context = 1500;
+}
+
 static void test_policies_workloads(void)
 {
 	static const kvt_workload wls[] = { KVT_WL_LOOGLE, KVT_WL_NARRATIVEQA,
@@ -106,7 +116,7 @@ static void test_policies_workloads(void)
 		kvt_sim_result r;
 
 		small_agentic(&c, (kvt_sched_policy)p);
-		c.check = 1;
+		small_pools(&c);
 		CHECK_OK(kvt_sim_run(&c, &r));
 		conservation(&c, &r);
 		CHECK_EQ(r.warm_ttft_ms.n, 4 * 2);
@@ -115,7 +125,7 @@ static void test_policies_workloads(void)
 		CHECK(r.load_bytes[KVT_TIER_DRAM] > 0);
 		for (size_t w = 0; w < sizeof(wls) / sizeof(wls[0]); w++) {
 			small_docs(&c, (kvt_sched_policy)p, wls[w]);
-			c.check = 1;
+			small_pools(&c);
 			CHECK_OK(kvt_sim_run(&c, &r));
 			conservation(&c, &r);
 			if (wls[w] != KVT_WL_SHAREGPT)
@@ -256,7 +266,7 @@ static void test_trace(void)
 	c.hw = testbed_b;
 	c.workload = KVT_WL_TRACE;
 	snprintf(c.trace_path, sizeof(c.trace_path), "%s", path);
-	c.check = 1;
+	small_pools(&c);
 	CHECK_OK(kvt_sim_run(&c, &r));
 	conservation(&c, &r);
 	CHECK_EQ(r.requests, 60);
