@@ -271,6 +271,7 @@ static int issue_loads(struct engine *e, struct sreq *r, uint32_t tokens)
 		if (!n)
 			continue;
 		left -= n;
+		r->loaded[t] += n;
 		s->load_bytes[t] += bytes * e->tp;
 		for (uint32_t g = 0; g < e->tp; g++) {
 			if ((err = kvti_sim_flow(s, e->gpu0 + g,
@@ -399,7 +400,7 @@ static int start_request(struct engine *e, struct sreq *r,
 			 const kvt_sched_item *it)
 {
 	struct sim *s = e->sim;
-	uint32_t hbm = KVT_MIN(r->sr.hbm, it->reuse), rest;
+	uint32_t rest;
 	int err;
 
 	if ((err = list_push(&e->run, &e->nrun, &e->run_cap, r)))
@@ -414,15 +415,21 @@ static int start_request(struct engine *e, struct sreq *r,
 		   (unsigned long long)r->id, r->it.prompt, r->sr.hbm,
 		   it->reuse, r->sr.loading, it->load, r->sr.transient);
 	if (!r->counted) {
+		/* where its reused prefix came from: what it loaded itself
+		 * (now or ahead, by prefetch) by source tier, the rest was in
+		 * hbm already */
+		uint32_t own = 0;
+
 		r->counted = 1;
-		s->hit[KVT_TIER_HBM] += hbm;
-		rest = it->reuse - hbm;
-		for (int t = KVT_TIER_FABRIC; t < KVT_TIER_COUNT && rest; t++) {
-			uint32_t n = KVT_MIN(rest, r->sr.tier[t]);
+		rest = it->reuse;
+		for (int t = KVT_TIER_FABRIC; t < KVT_TIER_COUNT; t++) {
+			uint32_t n = KVT_MIN(rest, r->loaded[t]);
 
 			s->hit[t] += n;
 			rest -= n;
+			own += n;
 		}
+		s->hit[KVT_TIER_HBM] += it->reuse - own;
 	}
 	/* the context it computes is in flight from now on */
 	if ((err = kvt_index_start(e->index, PX(r, r->it.prompt), r->id,

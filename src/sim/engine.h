@@ -34,6 +34,7 @@ struct sreq {
 	uint32_t step_reuse;      /* its reuse when it starts */
 	int in_step;
 	int counted;              /* hits counted */
+	uint32_t loaded[KVT_TIER_COUNT]; /* tokens it loaded, by source */
 	uint32_t reused;          /* prefix tokens it did not compute */
 	uint32_t priv;            /* private hbm pages (partial page, decode) */
 };
