@@ -290,11 +290,63 @@ static int issue_loads(struct engine *e, struct sreq *r, uint32_t tokens)
 
 /* ---- the scheduler's view ---------------------------------------------- */
 
+/* Classify the matched pages one by one (needed when some are in flight):
+ * this request's own loads count as loadable and loading; pages another
+ * request is loading still have a copy below — with delay-hit the request
+ * waits for them (transient), without it loads its own (as a cache layer
+ * that knows nothing of the other load would); pages being computed with
+ * no copy anywhere are transient. */
+static int view_pages(struct engine *e, struct sreq *r, const kvt_match *m,
+		      kvt_sched_req *q, uint32_t *own, uint32_t *trans)
+{
+	uint32_t P = P_of(e), lo = 0, hi = 0;
+	int wait_loads = e->sim->cfg->sched.features & KVT_SCHED_DELAYHIT;
+	kvt_match m2;
+	int err;
+
+	if (m->pages > e->nlocs) {
+		kvt_page_loc *l = kvt_realloc(e->locs, m->pages * sizeof(*l));
+
+		if (!l)
+			return fail(e, -ENOMEM);
+		e->locs = l;
+		e->nlocs = m->pages;
+	}
+	if ((err = kvt_index_match(e->index, PX(r, r->it.prompt), 0, 0, &m2,
+				   e->locs, m->pages)))
+		return fail(e, err);
+	if (r->load_upto > r->load_base) {
+		lo = r->load_base / P;
+		hi = r->load_upto / P;
+	}
+	q->hbm = 0;
+	memset(q->tier, 0, sizeof(q->tier));
+	*own = *trans = 0;
+	for (uint32_t j = 0; j < m2.pages; j++) {
+		const kvt_page_loc *l = &e->locs[j];
+		int copy = l->tier < KVT_TIER_COUNT;
+
+		if (l->state == KVT_PAGE_RESIDENT && l->tier == KVT_TIER_HBM) {
+			q->hbm += P;
+		} else if (l->state == KVT_PAGE_RESIDENT) {
+			q->tier[l->tier] += P;
+		} else if (j >= lo && j < hi) {
+			*own += P;
+			q->tier[copy ? l->tier : e->sim->cfg->offload[0]] += P;
+		} else if (copy && !wait_loads && l->tier != KVT_TIER_HBM) {
+			q->tier[l->tier] += P;
+		} else {
+			*trans += P;
+		}
+	}
+	return 0;
+}
+
 /* Fill r->sr from the index, for a waiting request. */
 static int view_waiting(struct engine *e, struct sreq *r)
 {
 	kvt_sched_req *q = &r->sr;
-	uint32_t skips = q->skips, own, trans;
+	uint32_t skips = q->skips, own = 0, trans;
 	kvt_match m;
 	int err;
 
@@ -310,16 +362,10 @@ static int view_waiting(struct engine *e, struct sreq *r)
 	q->hbm = (uint32_t)m.tier_tokens[KVT_TIER_HBM];
 	for (int t = KVT_TIER_FABRIC; t < KVT_TIER_COUNT; t++)
 		q->tier[t] = (uint32_t)m.tier_tokens[t];
-	/* what this request itself is loading shows as in flight: count it
-	 * as loadable and loading, the rest of the transient span is others' */
-	own = r->load_upto > q->hbm ? r->load_upto - q->hbm : 0;
 	trans = (uint32_t)(m.inflight_tokens + m.queued_tokens);
-	own = KVT_MIN(own, trans);
-	trans -= own;
+	if (trans && (err = view_pages(e, r, &m, q, &own, &trans)))
+		return err;
 	if (own) {
-		int t = e->sim->cfg->offload[0];
-
-		q->tier[t] += own;
 		q->loading = own;
 		q->loading_ready = r->load_flows ? r->load_eta : e->sim->now;
 	}
@@ -863,5 +909,6 @@ void kvti_engine_fini(struct engine *e)
 	kvt_free(e->sq);
 	kvt_free(e->si);
 	kvt_free(e->sreqs);
+	kvt_free(e->locs);
 	memset(e, 0, sizeof(*e));
 }

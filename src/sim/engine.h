@@ -73,6 +73,8 @@ struct engine {
 	kvt_sched_item *si;
 	struct sreq **sreqs;
 	uint32_t scap;
+	kvt_page_loc *locs;       /* per-page view of one match */
+	uint64_t nlocs;
 
 	uint64_t priv_pages;      /* pages outside the index (decode) */
 	uint64_t claimed;         /* sum of the requests' claims */
