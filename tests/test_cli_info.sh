@@ -59,5 +59,19 @@ expect 1 "only" -- info --tiers "ssd:$TMP/huge,100T"
 expect 1 "only" -- info --tiers "fabric:file=$TMP/hugefab,100T"
 [ ! -e "$TMP/hugefab" ] || { echo "FAIL: half-made fabric file left"; fails=$((fails+1)); }
 
+# options from a config file sit below the environment and the flags
+printf 'tiers = dram:48M\npage_tokens = 32\n' >"$TMP/kvt.conf"
+"$KVT" info --config "$TMP/kvt.conf" | grep -q "32 tokens/page" || { echo "FAIL: --config"; fails=$((fails+1)); }
+KVT_PAGE_TOKENS=64 "$KVT" info --config "$TMP/kvt.conf" | grep -q "64 tokens/page" || { echo "FAIL: env over file"; fails=$((fails+1)); }
+KVT_PAGE_TOKENS=64 "$KVT" info --config "$TMP/kvt.conf" --page-tokens 8 | grep -q "8 tokens/page" || { echo "FAIL: flag over env"; fails=$((fails+1)); }
+printf 'page_tokens = many\n' >"$TMP/bad.conf"
+expect 2 "bad.conf:1" -- info --config "$TMP/bad.conf"
+
+# a character device that is not devdax (needs a writable /dev: root)
+if [ -w /dev ] && ln -s /dev/null /dev/dax-kvt-test$$ 2>/dev/null; then
+	expect 2 "is not a devdax device" -- info --tiers fabric:/dev/dax-kvt-test$$
+	rm -f /dev/dax-kvt-test$$
+fi
+
 [ "$fails" = 0 ] && echo "all cli checks passed"
 exit $((fails > 0))

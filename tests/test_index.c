@@ -6,6 +6,8 @@
  */
 #include "harness.h"
 
+#include <xxhash.h>
+
 #define P 4
 
 static kvt_pool *pools[KVT_TIER_COUNT];
@@ -74,6 +76,10 @@ static void test_config(void)
 	c.low = 0.9;
 	CHECK_ERR(kvt_index_create(&x, &c), -EINVAL);
 	c.high = 0;
+	c.pools[KVT_TIER_DRAM] = c.pools[KVT_TIER_HBM];
+	CHECK_ERR(kvt_index_create(&x, &c), -EINVAL);
+	CHECK(strstr(kvt_errdetail(), "share one pool") != NULL);
+	c.pools[KVT_TIER_DRAM] = NULL;
 	CHECK_OK(kvt_index_create(&x, &c));
 	CHK(x);
 	kvt_index_destroy(x);
@@ -366,6 +372,43 @@ static void test_demotion(void)
 	pools_free();
 }
 
+/* The chained page keys against a plain one-shot XXH3-128 reference, for
+ * a page size under and over the one-shot buffer's limit. */
+static void test_hash_keys(void)
+{
+	static const uint32_t sizes[] = { 4, 300 };
+
+	for (int z = 0; z < 2; z++) {
+		uint32_t p = sizes[z], *tok = malloc(3 * p * sizeof(*tok));
+		unsigned char *buf = malloc(16 + 4 * p);
+		kvt_index_config c = { .page_tokens = p,
+				       .key_mode = KVT_KEY_HASH };
+		kvt_page_key k[3], prev = { 0, 0 };
+		kvt_index *x;
+
+		pools_make(8, 0, 0);
+		memcpy(c.pools, pools, sizeof(pools));
+		CHECK_OK(kvt_index_create(&x, &c));
+		CHECK_OK(kvt_index_tenant_add(x, 3, 0xabcdef));
+		for (uint32_t i = 0; i < 3 * p; i++)
+			tok[i] = i * 31 + 7;
+		CHECK_OK(kvt_index_hash_tokens(x, 3, tok, 3 * p + 1, k));
+		for (int i = 0; i < 3; i++) {
+			XXH128_hash_t h;
+			memcpy(buf, &prev, 16);
+			memcpy(buf + 16, tok + i * p, 4 * p);
+			h = XXH3_128bits_withSeed(buf, 16 + 4 * p, 0xabcdef);
+			CHECK(k[i].lo == h.low64 && k[i].hi == h.high64);
+			prev.lo = h.low64;
+			prev.hi = h.high64;
+		}
+		kvt_index_destroy(x);
+		pools_free();
+		free(tok);
+		free(buf);
+	}
+}
+
 int main(void)
 {
 	int64_t live = kvt_alloc_live();
@@ -376,6 +419,7 @@ int main(void)
 	test_pins();
 	test_tenants();
 	test_demotion();
+	test_hash_keys();
 	CHECK_EQ(kvt_alloc_live(), live);
 	TEST_DONE();
 }

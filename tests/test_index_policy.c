@@ -13,7 +13,17 @@
 struct rec {
 	kvt_move mv[256];
 	int n, fail, released;
+	int flushes, unflushed; /* flush calls; copies since the last */
 };
+
+static void rec_flush(void *arg)
+{
+	struct rec *r = arg;
+
+	CHECK(r->unflushed > 0); /* only called when copies were issued */
+	r->flushes++;
+	r->unflushed = 0;
+}
 
 static int rec_copy(void *arg, const kvt_move *mv)
 {
@@ -22,6 +32,7 @@ static int rec_copy(void *arg, const kvt_move *mv)
 	if (r->n < 256)
 		r->mv[r->n] = *mv;
 	r->n++;
+	r->unflushed++;
 	return r->fail ? -EIO : 0;
 }
 
@@ -51,6 +62,7 @@ static kvt_index *mk(int write, uint32_t nhbm, uint32_t ndram, struct rec *r,
 	c.pools[KVT_TIER_DRAM] = dram;
 	c.mover.copy = rec_copy;
 	c.mover.release = rec_release;
+	c.mover.flush = rec_flush;
 	c.mover.arg = r;
 	CHECK_OK(kvt_index_create(&x, &c));
 	return x;
@@ -95,6 +107,8 @@ static void test_write_back(void)
 	/* b needs two hbm slots: a's last two pages are demoted */
 	CHECK_OK(kvt_index_insert(x, &b, KVT_TIER_HBM, 0, 2, NULL, NULL, 0));
 	CHECK_EQ(r.n, 2);
+	CHECK_EQ(r.flushes, 1); /* one wait for the call's two copies */
+	CHECK_EQ(r.unflushed, 0);
 	CHECK_EQ(r.mv[0].reason, KVT_MOVE_DEMOTE);
 	CHECK_EQ(r.mv[0].src, KVT_TIER_HBM);
 	CHECK_EQ(r.mv[0].dst, KVT_TIER_DRAM);
@@ -120,6 +134,7 @@ static void test_write_through(void)
 
 	CHECK_OK(kvt_index_insert(x, &a, KVT_TIER_HBM, 0, 1, NULL, NULL, 0));
 	CHECK_EQ(r.n, 3);
+	CHECK_EQ(r.flushes, 1);
 	CHECK_EQ(r.mv[0].reason, KVT_MOVE_COPY);
 	CHECK_OK(kvt_index_inspect(x, &a, pi, 3, &found));
 	CHECK_EQ(pi[0].resident, (1u << KVT_TIER_HBM) | (1u << KVT_TIER_DRAM));
@@ -185,6 +200,7 @@ static void test_watermarks(void)
 	/* 7 of 8 is above 6: the pool asks to come down to 4 */
 	CHECK_OK(kvt_index_insert(x, &a, KVT_TIER_HBM, 0, 1, NULL, NULL, 0));
 	CHECK(kvt_pool_used(hbm) <= 4);
+	CHECK_EQ(r.unflushed, 0); /* watermark demotions flushed too */
 	kvt_index_stat_get(x, &st);
 	CHECK_EQ(st.demoted[KVT_TIER_DRAM], 7 - kvt_pool_used(hbm));
 	CHECK_OK(kvt_index_check(x));

@@ -42,6 +42,12 @@ int cli_u64(const char *flag, const char *s, uint64_t lo, uint64_t hi,
 int cli_u64_list(const char *flag, const char *s, uint64_t lo, uint64_t hi,
 		 uint64_t *out, int max);
 
+/* Option sources below the flags: config file (@config, else KVT_CONFIG),
+ * then KVT_<NAME>. Returns 0, or an exit code after printing the error. */
+int cli_opts_load(kvt_opts *o, const char *what, const char *config);
+/* The value of --config in argv, or NULL. */
+const char *cli_config_arg(int argc, char **argv);
+
 /* A geometry from a preset name or a config.json path. */
 int cli_geom(kvt_geom *g, const char *model, uint32_t page_tokens,
 	     uint32_t tp, uint32_t rank);

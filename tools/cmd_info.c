@@ -15,7 +15,7 @@ static void info_usage(FILE *f)
 {
 	fprintf(f,
 "usage: kvtier info [--json] [--tiers SPEC] [--model NAME|CONFIG]\n"
-"                   [--page-tokens P] [--tp N] [--tp-rank R]\n"
+"                   [--page-tokens P] [--tp N] [--tp-rank R] [--config FILE]\n"
 "\n"
 "Reports NUMA nodes (and which are CPU-less), devdax devices, hugepages,\n"
 "CUDA devices and io_uring support. With --tiers, builds each tier of the\n"
@@ -26,6 +26,7 @@ static void info_usage(FILE *f)
 "  --model M          preset or config.json path (default llama-3.1-8b)\n"
 "  --page-tokens P    tokens per page (default 16)\n"
 "  --tp N, --tp-rank R  tensor parallelism (default 1, 0)\n"
+"  --config FILE      options file ('name = value'; env KVT_CONFIG)\n"
 "  --json             machine-readable output\n");
 }
 
@@ -185,6 +186,7 @@ int cmd_info(int argc, char **argv)
 		{ "page-tokens", required_argument, 0, 'p' },
 		{ "tp", required_argument, 0, 'T' },
 		{ "tp-rank", required_argument, 0, 'R' },
+		{ "config", required_argument, 0, 'c' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 }
 	};
@@ -200,15 +202,14 @@ int cmd_info(int argc, char **argv)
 
 	if ((err = kvt_opts_create(&o)))
 		return cli_fail("info", err);
-	if ((err = kvt_opts_load_env(o))) {
-		rc = cli_fail("info", err);
+	if ((rc = cli_opts_load(o, "info", cli_config_arg(argc, argv))))
 		goto out;
-	}
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "jh", lo, NULL)) != -1) {
 		const char *name = NULL;
 		switch (c) {
 		case 'j': json = 1; break;
+		case 'c': break; /* read before the environment */
 		case 't': name = "tiers"; break;
 		case 'm': name = "model"; break;
 		case 'p': name = "page_tokens"; break;

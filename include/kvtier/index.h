@@ -178,13 +178,21 @@ enum { KVT_MOVE_DEMOTE = 1, KVT_MOVE_COPY = 2 };
 
 /**
  * struct kvt_index_mover - how the index gets bytes moved (optional).
- * @copy:    copy the page at (src, src_slot) to (dst, dst_slot). Return 0
- *           once the destination holds the bytes or the mover has taken
- *           what it needs from the source: the index frees the source slot
- *           of a demotion right after the call. A negative return cancels
- *           the move: the destination slot is freed, and a demoted page is
- *           dropped (counted in kvt_index_stat.move_failed). May be NULL:
- *           no bytes (tests, the simulator, accounting-only pools).
+ * @copy:    copy the page at (src, src_slot) to (dst, dst_slot). The copy
+ *           may be issued asynchronously: it must be complete when @flush
+ *           returns (or, without @flush, when @copy returns). The index
+ *           records the destination at once and frees a demoted page's
+ *           source slot to its pool; that slot can be handed out again in
+ *           the same call (as a fresh slot of an insert), but nobody
+ *           writes bytes into it before the call returns. A negative
+ *           return cancels the move: the destination slot is freed, and a
+ *           demoted page is dropped (kvt_index_stat.move_failed). May be
+ *           NULL: no bytes (tests, the simulator, accounting-only pools).
+ * @flush:   optional: called once at the end of every index call (and
+ *           watermark eviction) that issued copies, before it returns:
+ *           wait for them all (one synchronization per call, not per
+ *           page). Errors found only here cannot be undone by the index;
+ *           the mover reports them its own way.
  * @release: a slot of tier @tier no longer holds a page of the index (it
  *           has been freed to its pool). May be NULL.
  * Callbacks run in the calling thread, inside index calls; they must not
@@ -194,6 +202,7 @@ typedef struct kvt_index_mover {
 	int (*copy)(void *arg, const kvt_move *mv);
 	void (*release)(void *arg, kvt_tier_kind tier, uint32_t slot);
 	void *arg;
+	void (*flush)(void *arg);
 } kvt_index_mover;
 
 /**
@@ -204,7 +213,8 @@ typedef struct kvt_index_mover {
  * @write:          enum kvt_write_policy.
  * @selective_hits: N for KVT_WRITE_SELECTIVE (0: 2).
  * @pools:          one pool per managed tier, indexed by kvt_tier_kind; NULL
- *                  for an absent tier. At least one. The pools must outlive
+ *                  for an absent tier. At least one; each tier its own
+ *                  pool. The pools must outlive
  *                  the index; the index owns the slots it takes and gives
  *                  them all back at destroy.
  * @mover:          see above; zeroed = no bytes.
@@ -310,15 +320,16 @@ enum {
 
 /**
  * kvt_index_match() - how much of @px is cached, where, and what is coming.
- * @m:     filled on success.
+ * @m:     filled on success (required).
  * @locs:  optional: the first min(m->pages, @nlocs) pages, in order (the
  *         slots to load, ready for the transfer engine).
  * @now:   used with KVT_MATCH_TOUCH only.
  * Cost: one hash lookup per tree edge plus a compare of the prefix; no
  * allocation unless TOUCH has to split an edge where the match ends.
  * Returns 0; KVT_ENOTFOUND for an unknown tenant; -EINVAL for a bad prefix
- * (both or neither of tokens/keys, keys in token mode); -E2BIG past
- * KVT_INDEX_MAX_PAGES; with TOUCH also -ENOMEM (nothing touched).
+ * (both tokens and keys, a NULL array with a length, keys in token mode)
+ * or a NULL @m; -E2BIG past KVT_INDEX_MAX_PAGES; with TOUCH also -ENOMEM
+ * (nothing touched).
  */
 KVT_API int kvt_index_match(kvt_index *idx, const kvt_prefix *px,
 			    unsigned flags, uint64_t now, kvt_match *m,

@@ -196,6 +196,17 @@ static int check_node(struct chk *c, size_t i, uint64_t *tot,
 	if (c->kids[i] != n->nchild)
 		return BAD("node %llu: %u children, counted %u",
 			   (unsigned long long)n->id, c->kids[i], n->nchild);
+	{
+		uint32_t k = 0;
+		for (struct knode *s = n->kid, *prev = NULL; s;
+		     prev = s, s = s->next, k++)
+			if (s->parent != n || s->prev != prev || k > n->nchild)
+				return BAD("node %llu: child list broken at "
+					   "%u", (unsigned long long)n->id, k);
+		if (k != n->nchild)
+			return BAD("node %llu: child list holds %u of %u",
+				   (unsigned long long)n->id, k, n->nchild);
+	}
 	for (int t = 0; t < x->nt; t++) {
 		int want;
 		if (c->sub[i * x->nt + t] != n->sub[t])

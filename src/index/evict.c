@@ -21,6 +21,11 @@
  * pages after the cursor cannot regain a copy in t during an eviction
  * (eviction only adds copies below t).
  *
+ * Copies go out through mover.copy as they are decided; mover.flush (if
+ * any) runs once when the call ends, so an asynchronous mover waits once
+ * per call. Slots freed here may be handed out again within the call;
+ * nobody writes bytes into them before it returns.
+ *
  * Write policies copy a page down *before* it is evicted: after an insert
  * or a touch, each page of the prefix whose only copy has a tier below it,
  * and whose hits reach copy_hits (1: write-through, N: selective), gets a
@@ -58,6 +63,7 @@ static int copy_page(kvt_index *x, struct knode *n, uint32_t j, int t,
 		mv.src_slot = s[t];
 		mv.dst_slot = d;
 		mv.reason = reason;
+		x->issued = 1;
 		if (x->mover.copy(x->mover.arg, &mv) < 0) {
 			x->move_failed++;
 			kvti_warn("index: moving a page %s -> %s failed",
@@ -146,17 +152,23 @@ void kvti_enter(kvt_index *x)
 	x->busy++;
 }
 
+/* The end of an index call: serve the watermark calls that waited, then
+ * let the mover finish the copies issued. */
 void kvti_leave(kvt_index *x)
 {
-	if (--x->busy)
+	if (x->busy > 1) {
+		x->busy--;
 		return;
-	x->busy++;
+	}
 	for (int t = 0; t < x->nt; t++) {
 		uint64_t want = x->pending[t];
 		x->pending[t] = 0;
 		if (want)
 			kvti_evict_n(x, t, want);
 	}
+	if (x->issued && x->mover.flush)
+		x->mover.flush(x->mover.arg);
+	x->issued = 0;
 	x->busy--;
 }
 
@@ -176,9 +188,9 @@ void kvti_wm_evict(kvt_pool *p, uint64_t want, void *arg)
 			x->pending[t] = want;
 		return;
 	}
-	x->busy++;
+	kvti_enter(x);
 	kvti_evict_n(x, t, want);
-	x->busy--;
+	kvti_leave(x);
 }
 
 /* ---- public ----------------------------------------------------------- */

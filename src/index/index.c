@@ -16,9 +16,10 @@
  *     |     +-- C: [7 7 7 7][0 0 0 0][1 1 1 1]
  *     +-- D: [4 4 4 4]
  *
- * Inserting [1 2 3 4][5 6 0 0] splits A after its first page (the new
- * head takes A's place in the table; A keeps its id, so its children stay
- * where they are) and hangs the new page under the head:
+ * Inserting [1 2 3 4][5 6 0 0] splits A after its first page into two
+ * right-sized nodes (the head takes A's place; the tail keeps A's id, so
+ * its children's table entries stay valid) and hangs the new page under
+ * the head:
  *
  *   root
  *     +-- A': [1 2 3 4]
@@ -116,15 +117,22 @@ void kvti_release(kvt_index *x, int t, uint32_t slot)
 static kvt_page_key chain_key(uint64_t salt, const kvt_page_key *prev,
 			      const uint32_t *tok, uint32_t P)
 {
-	XXH3_state_t st;
+	unsigned char buf[16 + 4 * 256];
 	XXH128_hash_t h;
 	kvt_page_key k;
 
-	memset(&st, 0, sizeof(st));
-	XXH3_128bits_reset_withSeed(&st, salt);
-	XXH3_128bits_update(&st, prev, sizeof(*prev));
-	XXH3_128bits_update(&st, tok, (size_t)P * sizeof(*tok));
-	h = XXH3_128bits_digest(&st);
+	if (P <= 256) { /* one shot over parent key || tokens */
+		memcpy(buf, prev, 16);
+		memcpy(buf + 16, tok, (size_t)P * 4);
+		h = XXH3_128bits_withSeed(buf, 16 + (size_t)P * 4, salt);
+	} else {
+		XXH3_state_t st;
+		memset(&st, 0, sizeof(st));
+		XXH3_128bits_reset_withSeed(&st, salt);
+		XXH3_128bits_update(&st, prev, sizeof(*prev));
+		XXH3_128bits_update(&st, tok, (size_t)P * sizeof(*tok));
+		h = XXH3_128bits_digest(&st);
+	}
 	k.lo = h.low64;
 	k.hi = h.high64;
 	return k;
@@ -350,6 +358,11 @@ void kvti_attach(kvt_index *x, struct knode *parent, struct knode *n)
 	n->salt = parent->salt;
 	tab_put_raw(x->tab, x->tabcap, tab_hash(parent->id, n->fp), n);
 	x->tabcount++;
+	n->prev = NULL;
+	n->next = parent->kid;
+	if (parent->kid)
+		parent->kid->prev = n;
+	parent->kid = n;
 	parent->nchild++;
 	x->nodes++;
 	x->pages += n->npages;
@@ -374,6 +387,12 @@ void kvti_detach(kvt_index *x, struct knode *n)
 			kvti_heap_fix(x, n, t);
 		}
 	tab_del(x, n);
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		n->parent->kid = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
 	n->parent->nchild--;
 	x->nodes--;
 	x->pages -= n->npages;
@@ -616,34 +635,46 @@ static void count_pages(kvt_index *x, struct knode *n)
 	}
 }
 
+/* Copy pages [from, from + cnt) of @src into empty node @dst. */
+static void copy_pages(kvt_index *x, struct knode *dst, struct knode *src,
+		       uint32_t from, uint32_t cnt)
+{
+	memcpy(nkeys(x, dst), nkey(x, src, from), (size_t)cnt * x->ksize);
+	memcpy(nslots(x, dst), nslot(x, src, from, 0), (size_t)cnt * x->nt * 4);
+	memcpy(nmask(x, dst), nmask(x, src) + from, cnt);
+	dst->npages = cnt;
+}
+
 /*
- * Split @n before its page @j (0 < j < npages): a new head takes pages
- * [0, j) and n's place under its parent; n keeps the rest, its id and its
- * children, and hangs under the head. Only the shape changes.
+ * Split @n before its page @j (0 < j < npages) into two right-sized nodes:
+ * a head with pages [0, j) takes n's place under its parent, a tail with
+ * the rest takes n's id and children and hangs under the head; n is
+ * freed. Only the shape changes. Both nodes are allocated before anything
+ * is touched: -ENOMEM leaves n as it was.
  */
 int kvti_split(kvt_index *x, struct knode *n, uint32_t j, struct knode **head)
 {
-	struct knode *h;
 	uint32_t rest = n->npages - j;
+	struct knode *h, *tl, *p = n->parent;
 	struct tab_ent *e;
 	int err;
 
 	if ((err = kvti_reserve(x, 1)))
 		return err;
 	h = kvti_node_new(x, j);
-	if (!h)
+	tl = h ? kvti_node_new(x, rest) : NULL;
+	if (!tl) {
+		kvti_node_free(x, h);
 		return -ENOMEM;
-	memcpy(nkeys(x, h), nkeys(x, n), (size_t)j * x->ksize);
-	memcpy(nslots(x, h), nslots(x, n), (size_t)j * x->nt * 4);
-	memcpy(nmask(x, h), nmask(x, n), j);
-	memmove(nkeys(x, n), nkey(x, n, j), (size_t)rest * x->ksize);
-	memmove(nslots(x, n), nslot(x, n, j, 0), (size_t)rest * x->nt * 4);
-	memmove(nmask(x, n), nmask(x, n) + j, rest);
-	memset(nslot(x, n, rest, 0), 0xff, (size_t)j * x->nt * 4);
-	memset(nmask(x, n) + rest, 0, j);
-	h->npages = j;
-	n->npages = rest;
-	h->parent = n->parent;
+	}
+	/* the tail is n, moved: same id, fields, children, heap places */
+	{
+		uint32_t cap = tl->cap;
+		memcpy(tl, n, sizeof(*n));
+		tl->cap = cap;
+	}
+	copy_pages(x, tl, n, j, rest);
+	copy_pages(x, h, n, 0, j);
 	h->fp = n->fp;
 	h->salt = n->salt;
 	h->atime = n->atime;
@@ -655,22 +686,40 @@ int kvti_split(kvt_index *x, struct knode *n, uint32_t j, struct knode **head)
 	h->ticket = n->ticket;
 	h->ready = n->ready;
 	count_pages(x, h);
-	count_pages(x, n);
+	count_pages(x, tl);
 	for (int t = 0; t < x->nt; t++) {
 		h->sub[t] = n->sub[t];
-		n->sub[t] -= h->cnt[t];
+		tl->sub[t] = n->sub[t] - h->cnt[t];
+		if (n->hpos[t] != POS_NONE)
+			x->heap[t][n->hpos[t]] = tl;
 	}
-	/* the head takes n's entry; n goes in under the head */
+	/* the head takes n's table entry and sibling place */
 	e = tab_slot_of(x, n);
 	e->n = h;
-	n->parent = h;
-	n->fp = kvti_fp(x, n->salt, nkey(x, n, 0));
-	tab_put_raw(x->tab, x->tabcap, tab_hash(h->id, n->fp), n);
-	x->tabcount++;
+	h->parent = p;
+	h->prev = n->prev;
+	h->next = n->next;
+	if (h->prev)
+		h->prev->next = h;
+	else
+		p->kid = h;
+	if (h->next)
+		h->next->prev = h;
+	h->kid = tl;
 	h->nchild = 1;
+	/* the tail goes in under the head; n's children follow it */
+	tl->parent = h;
+	tl->prev = tl->next = NULL;
+	for (struct knode *c = tl->kid; c; c = c->next)
+		c->parent = tl;
+	tl->fp = kvti_fp(x, tl->salt, nkey(x, tl, 0));
+	tab_put_raw(x->tab, x->tabcap, tab_hash(h->id, tl->fp), tl);
+	x->tabcount++;
 	x->nodes++;
 	x->splits++;
-	kvti_heap_fix_all(x, n);
+	x->mem -= node_bytes(x, n->cap);
+	kvt_free(n);
+	kvti_heap_fix_all(x, tl);
 	kvti_heap_fix_all(x, h);
 	*head = h;
 	return 0;
@@ -836,6 +885,13 @@ int kvt_index_create(kvt_index **out, const kvt_index_config *cfg)
 		return kvti_fail(-EINVAL, "index watermarks need 0 < low <= "
 				 "high <= 1 (got high %g, low %g)", cfg->high,
 				 cfg->low);
+	for (int a = 0; a < KVT_TIER_COUNT; a++)
+		for (int b = a + 1; b < KVT_TIER_COUNT; b++)
+			if (cfg->pools[a] && cfg->pools[a] == cfg->pools[b])
+				return kvti_fail(-EINVAL, "index: tiers %s and %s "
+						 "share one pool",
+						 kvt_tier_kind_name((kvt_tier_kind)a),
+						 kvt_tier_kind_name((kvt_tier_kind)b));
 	x = kvt_calloc(1, sizeof(*x));
 	if (!x)
 		return -ENOMEM;

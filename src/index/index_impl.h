@@ -21,6 +21,8 @@
 struct knode {
 	uint64_t id;             /* unique, never reused: child-table key part */
 	struct knode *parent;    /* NULL for a tenant root */
+	struct knode *kid;       /* first child */
+	struct knode *next, *prev; /* siblings */
 	uint64_t fp;             /* fingerprint of page 0 (child-table key) */
 	uint64_t salt;           /* the tenant's salt */
 	uint64_t atime;          /* last access, caller's clock */
@@ -79,6 +81,7 @@ struct kvt_index {
 
 	uint64_t next_id, tick, clock;
 	int busy;                /* inside an index call: watermark calls wait */
+	int issued;              /* copies issued since the last flush */
 	uint64_t pending[KVT_TIER_COUNT];
 
 	/* live counts and counters (stat) */

@@ -145,6 +145,8 @@ int kvt_index_match(kvt_index *x, const kvt_prefix *px, unsigned flags,
 	kvti_errclear();
 	if (!locs)
 		nlocs = 0;
+	if (!m)
+		return kvti_fail(-EINVAL, "no kvt_match to fill");
 	if ((err = kvti_px_open(x, px, 0, &k)))
 		return err;
 	memset(&r, 0, sizeof(r));
@@ -255,6 +257,19 @@ static struct knode *node_for(kvt_index *x, struct pk *k, size_t from,
 	return n;
 }
 
+/* A node for the prefix's pages from @have on (the tree lacks them), with
+ * table and heap room for it. */
+static int new_tail(kvt_index *x, struct pk *k, size_t have,
+		    struct knode **nn)
+{
+	int err = kvti_reserve(x, 1);
+
+	if (err)
+		return err;
+	*nn = node_for(x, k, have, (uint32_t)(k->n - have));
+	return *nn ? 0 : -ENOMEM;
+}
+
 /* Walk the whole prefix in the tree: returns the pages the tree holds and
  * leaves the walker at the end. */
 static size_t walk_all(kvt_index *x, struct pk *k, struct walker *w)
@@ -263,6 +278,16 @@ static size_t walk_all(kvt_index *x, struct pk *k, struct walker *w)
 	while (kvti_walk_next(x, k, w, k->n))
 		;
 	return w->i;
+}
+
+/* Pages past the end of an insert's own (pinned) path may have emptied
+ * while it made room: prune from the deepest node of the prefix. */
+static void prune_path(kvt_index *x, struct pk *k)
+{
+	struct walker w;
+
+	walk_all(x, k, &w);
+	kvti_prune(x, w.n);
 }
 
 /* Give the prefix's first np pages a copy in tier t (slots free: checked
@@ -386,13 +411,8 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 	have = walk_all(x, &k, &w);
 	if ((err = split_at(x, &k, have)))
 		return err;
-	if (have < k.n) {
-		if ((err = kvti_reserve(x, 1)))
-			return err;
-		nn = node_for(x, &k, have, (uint32_t)(k.n - have));
-		if (!nn)
-			return -ENOMEM;
-	}
+	if (have < k.n && (err = new_tail(x, &k, have, &nn)))
+		return err;
 
 	/* 3. change */
 	kvti_enter(x);
@@ -410,6 +430,7 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 			for_path(x, &k, k.n, pin_fn, &minus);
 			if (nn)
 				kvti_detach(x, nn);
+			prune_path(x, &k);
 			kvti_leave(x);
 			return kvti_fail(KVT_EFULL, "tier %s: %llu pages to "
 					 "place, %llu free after eviction (the "
@@ -438,6 +459,7 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 		for_path(x, &k, cut, clear_mark_fn, NULL);
 	policy(x, &k, k.n);
 	for_path(x, &k, k.n, pin_fn, &minus);
+	prune_path(x, &k);
 	x->inserts++;
 	kvti_leave(x);
 	if (res) {
@@ -607,13 +629,9 @@ static int do_mark(kvt_index *x, const kvt_prefix *px, struct mark *mk,
 	have = walk_all(x, &k, &w);
 	if ((err = mark_shape(x, &k, have, mk)))
 		return err;
-	if (mk->op != OP_CANCEL && have < k.n) {
-		if ((err = kvti_reserve(x, 1)))
-			return err;
-		nn = node_for(x, &k, have, (uint32_t)(k.n - have));
-		if (!nn)
-			return -ENOMEM;
-	}
+	if (mk->op != OP_CANCEL && have < k.n &&
+	    (err = new_tail(x, &k, have, &nn)))
+		return err;
 	kvti_enter(x);
 	for_path(x, &k, have, mark_fn, mk);
 	if (nn) {
