@@ -81,6 +81,7 @@ expect 2 "unknown scheduler feature 'magic'" -- sim --features -magic
 expect 2 "does not fit" -- sim --hardware testbed-b --model llama-3.1-70b
 expect 2 "unexpected argument 'extra'" -- sim extra
 expect 1 "trace" -- sim --workload trace:/nonexistent/t.jsonl
+expect 1 "--xfer /nonexistent/x.json" -- sim --xfer /nonexistent/x.json
 
 [ "$fails" = 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "ok"
