@@ -224,6 +224,8 @@ static void loads_complete(struct engine *e, struct sreq *r)
 			step_due(e, e->sim->now);
 	} else if (!e->busy) {
 		kvti_engine_kick(e);
+	} else {
+		e->rekick = 1; /* done inside a plan: look again after it */
 	}
 }
 
@@ -256,8 +258,12 @@ static int issue_loads(struct engine *e, struct sreq *r, uint32_t tokens)
 	claim(e, r);
 	if ((err = repin(e, r, upto)))
 		return err;
+	/* others see these pages in flight until the load is expected done */
 	if ((err = kvt_index_start(e->index, PX(r, upto), r->id,
-				   ns(s->now + 0.001), ns(s->now), NULL)))
+				   ns(s->now + kvt_cost_copy_s(&e->cost,
+					c->sched.method, e->cost.chunk_bytes,
+					(uint64_t)tokens * e->cost.token_bytes)),
+				   ns(s->now), NULL)))
 		return fail(e, err);
 	if (!r->load_flows)
 		r->load_base = from;
@@ -477,9 +483,12 @@ static int start_request(struct engine *e, struct sreq *r,
 		}
 		s->hit[KVT_TIER_HBM] += it->reuse - own;
 	}
-	/* the context it computes is in flight from now on */
+	/* the context it computes is in flight from now on, expected done
+	 * when its whole prefill would be, running alone */
 	if ((err = kvt_index_start(e->index, PX(r, r->it.prompt), r->id,
-				   ns(s->now + 1), ns(s->now), NULL)))
+				   ns(s->now + kvt_cost_prefill_s(&e->cost,
+					r->it.prompt - it->reuse, it->reuse)),
+				   ns(s->now), NULL)))
 		return fail(e, err);
 	return 0;
 }
@@ -586,6 +595,7 @@ int kvti_engine_kick(struct engine *e)
 		return fail(e, kvti_fail(-E2BIG, "more than %zu prefills in a "
 					 "step", KVT_ARRAY_SIZE(pf)));
 	e->busy = 1; /* loads completing inside apply_plan must not kick */
+	e->rekick = 0;
 	e->pending = 0;
 	e->step_gen++;
 	e->store_flows = 0;
@@ -604,6 +614,10 @@ int kvti_engine_kick(struct engine *e)
 	if (!npf && !ndec) {
 		/* nothing computes: wait for loads, arrivals or transients */
 		e->busy = 0;
+		if (e->rekick) {
+			e->rekick = 0;
+			return kvti_engine_kick(e);
+		}
 		if (!e->pending && !plan.nprefetch && !plan.ndefer &&
 		    !s->net.nact && e->nwait && release_claims(e))
 			return kvti_engine_kick(e);

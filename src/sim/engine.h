@@ -59,6 +59,7 @@ struct engine {
 	/* the step in progress */
 	int busy;                 /* a step is running (or blocked) */
 	int blocked;              /* waiting for stores (sync_store) */
+	int rekick;               /* loads finished during a plan */
 	double t0, compute_s;
 	uint32_t pending;         /* running requests whose loads move */
 	uint64_t step_gen;
