@@ -203,8 +203,26 @@ static void test_xfer(void)
 	CHECK(!memcmp(&hw, &before, sizeof(hw)));
 }
 
+/* Reading a profile allocates once (the file's text): failing it is a
+ * clean -ENOMEM that leaves nothing behind and @hw untouched. */
+static void test_alloc_fault(void)
+{
+	kvt_hw hw;
+	int64_t live = kvt_alloc_live();
+
+	memset(&hw, 0x5a, sizeof(hw));
+	kvt_alloc_fail_at(1);
+	CHECK_ERR(kvt_hw_load(&hw, "testbed-a"), -ENOMEM);
+	kvt_alloc_fail_at(0);
+	CHECK_EQ(kvt_alloc_live(), live);
+	CHECK_EQ(((unsigned char *)&hw)[0], 0x5a);
+	CHECK_OK(kvt_hw_load(&hw, "testbed-a"));
+	CHECK_EQ(kvt_alloc_live(), live);
+}
+
 int main(void)
 {
+	test_alloc_fault();
 	test_builtins();
 	test_errors();
 	test_xfer();
