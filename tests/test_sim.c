@@ -336,6 +336,10 @@ static void test_sweep(void)
 	CHECK_EQ(sw->n, 7); /* 3 + 4 bisection points */
 	CHECK(sw->at_rate >= 0.5 && sw->at_rate < 8);
 	CHECK(sw->at_ttft_ms <= sw->target_ms);
+	CHECK(!sw->at_top);
+	/* a target every rate meets: the answer is the top of the range */
+	CHECK_OK(kvt_sim_sweep(&c, rates, 2, 1e9, sw));
+	CHECK(sw->met && sw->at_top && sw->at_rate == 8);
 	for (uint32_t i = 1; i < sw->n; i++)
 		CHECK(sw->pt[i].rate > sw->pt[i - 1].rate);
 	/* no rate meets an impossible target */

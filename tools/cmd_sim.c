@@ -641,6 +641,7 @@ static cJSON *sweep_json(const kvt_sweep *w)
 		cJSON_AddNumberToObject(t, "rate", w->at_rate);
 		cJSON_AddNumberToObject(t, "throughput_tok_s", w->at_throughput);
 		cJSON_AddNumberToObject(t, "ttft_ms", w->at_ttft_ms);
+		cJSON_AddBoolToObject(t, "at_top_of_range", w->at_top);
 	}
 	return o;
 }
@@ -657,8 +658,10 @@ static void print_sweep(const kvt_sim_config *c, const kvt_sweep *w)
 		       w->pt[i].r.ttft_ms.p90, 100 * w->pt[i].r.gpu_busy);
 	if (w->have_target && w->met)
 		printf("  at TTFT <= %g ms: %.0f tok/s (rate %.4g/s, TTFT %.1f "
-		       "ms)\n", w->target_ms, w->at_throughput, w->at_rate,
-		       w->at_ttft_ms);
+		       "ms)%s\n", w->target_ms, w->at_throughput, w->at_rate,
+		       w->at_ttft_ms, w->at_top ? "; the highest rate swept "
+		       "still meets the target: the limit is higher (--rates)" :
+		       "");
 	else if (w->have_target)
 		printf("  no rate met TTFT <= %g ms\n", w->target_ms);
 }

@@ -317,6 +317,8 @@ typedef struct kvt_sweep {
 	double at_rate;          /* highest rate whose mean TTFT <= target */
 	double at_throughput;    /* its throughput_tok_s */
 	double at_ttft_ms;       /* its mean TTFT */
+	int at_top;              /* the highest rate swept still met it: the
+				  * real limit lies above the range */
 } kvt_sweep;
 
 /**
