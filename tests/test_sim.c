@@ -280,6 +280,38 @@ static void test_trace(void)
 	CHECK_ERR(kvt_sim_run(&c, &r), -ENOENT);
 }
 
+/* Three tiers: a dram too small for the rotation demotes to ssd, and
+ * later questions load from there. */
+static void test_ssd(void)
+{
+	kvt_sim_config c;
+	kvt_sim_result r;
+
+	small_docs(&c, KVT_POLICY_KVTIER, KVT_WL_LOOGLE);
+	c.hw.ssd_bytes = 2e12;
+	c.hw.ssd_read_gbps = 12;
+	c.hw.ssd_write_gbps = 8;
+	c.hw.hbm_bytes = 30e9;          /* ~8k pages of hbm */
+	c.noffload = 2;
+	c.offload[1] = KVT_TIER_SSD;
+	c.offload_bytes[0] = 10e9;      /* ~4.8k pages of dram */
+	c.cache_distance = 40;          /* 41 x 250 pages: beyond both */
+	c.context = 4000;
+	c.requests = 250;
+	c.check = 1;
+	CHECK_OK(kvt_sim_run(&c, &r));
+	conservation(&c, &r);
+	CHECK(r.hit_tokens[KVT_TIER_SSD] > 0);
+	CHECK(r.load_bytes[KVT_TIER_SSD] > 0);
+	CHECK(r.store_bytes[KVT_TIER_SSD] > 0);
+	c.noffload = 1;
+	c.offload[0] = KVT_TIER_SSD;    /* ssd alone, the profile's 2 TB */
+	c.offload_bytes[0] = 0;
+	CHECK_OK(kvt_sim_run(&c, &r));
+	conservation(&c, &r);
+	CHECK(r.load_bytes[KVT_TIER_SSD] > 0);
+}
+
 static void test_bad_config(void)
 {
 	kvt_sim_config c;
@@ -397,6 +429,7 @@ int main(void)
 	test_orderings();
 	test_delay_hit();
 	test_trace();
+	test_ssd();
 	test_bad_config();
 	test_sweep();
 	test_alloc_faults();
