@@ -12,6 +12,8 @@
  *   kvtier/index.h   the hierarchy-aware radix index (residency per tier,
  *                    transient pages, eviction and demotion, tenants)
  *   kvtier/trace.h   request traces (Mooncake format)
+ *   kvtier/sched.h   the cache-aware batch scheduler and its cost model
+ *   kvtier/sim.h     the serving simulator: hardware profiles, workloads
  *
  * CONVENTIONS (they hold for every call in every part)
  *
@@ -199,5 +201,7 @@ KVT_API int kvt_opts_describe(const kvt_opts *o, int i, const char **name,
 #include <kvtier/tier.h>
 #include <kvtier/index.h>
 #include <kvtier/trace.h>
+#include <kvtier/sched.h>
+#include <kvtier/sim.h>
 
 #endif /* KVTIER_H */

@@ -17,6 +17,7 @@ static const struct {
 	{ "info", cmd_info, "what this machine offers; build and report tiers" },
 	{ "bench", cmd_bench, "benchmarks (JSON with --json)" },
 	{ "trace", cmd_trace, "replay request traces through the index" },
+	{ "sim", cmd_sim, "simulate a serving node: TTFT, throughput, policies" },
 };
 
 static void usage(FILE *f)
