@@ -11,9 +11,10 @@
  *   store  hostdev/hbm -> dram
  *
  * and in the same repeat, the same bytes move as one contiguous copy
- * between the same two regions — the practical limit: memcpy (the faster
- * of one thread and the engine's thread count) on the CPU, one cudaMemcpy
- * from pinned memory on a GPU. Methods and the limit run in a rotating
+ * between the same two regions — the practical limit: on the CPU the
+ * faster of one memcpy() call and the engine's thread count copying 4 MiB
+ * pieces in turn with streaming stores (kvt_xfer_contig_copy()); one
+ * cudaMemcpy from pinned memory on a GPU. Methods and the limit run in a rotating
  * order each repeat; a row reports medians, and the ratio is the median of
  * the per-repeat ratios (with its min and max: the noise). Checksums cost:
  * the cpu+xxh3 rows move the same pages computing (store) or verifying
@@ -650,10 +651,11 @@ static void print_text(const struct bopt *o, const kvt_xfer_info *info)
 			       r->method, dir_name[r->dir], r->p, c, r->gbps, "-",
 			       "-", "", t);
 	}
-	printf("\nlimit: memcpy = one contiguous copy of the same bytes between "
-	       "the same regions,\nthe faster of 1 and %u threads; cudaMemcpy "
-	       "from pinned memory; fio = same file, block\nand queue depth. "
-	       "ratio: median of per-repeat ratios (min-max over %llu "
+	printf("\nlimit: memcpy = the same bytes as one contiguous copy between "
+	       "the same regions:\nthe faster of one memcpy() and %u threads "
+	       "taking 4 MiB pieces (streaming stores);\ncudaMemcpy = one copy "
+	       "from pinned memory; fio = same file, block size and queue\n"
+	       "depth. ratio: median of the per-repeat ratios (min-max over %llu "
 	       "repeats).\n", info->cpu_threads, (unsigned long long)o->repeat);
 }
 

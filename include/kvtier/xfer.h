@@ -301,8 +301,10 @@ KVT_API void kvt_xfer_pause(kvt_xfer *x, int paused);
 /**
  * kvt_xfer_contig_copy() - the practical limit, for benchmarks: copy the
  * first @bytes of @src's backing memory to the first @bytes of @dst's as
- * one contiguous copy — memcpy split over @threads threads (0: the engine's
- * cpu_threads) for host tiers, one cudaMemcpy when either side is hbm.
+ * one contiguous copy. Host tiers: with @threads == 1 one memcpy() call;
+ * with more (0: the engine's cpu_threads) 4 MiB pieces taken in turn by
+ * that many threads, each copied with streaming stores. One cudaMemcpy
+ * when either side is hbm.
  * Ignores layouts and slots: it destroys the destination's contents.
  * *@seconds gets the time it took. Returns 0, -EINVAL if a tier is ssd or
  * smaller than @bytes, KVT_ENOTBUILT/KVT_ENODEV for hbm without CUDA/GPU.

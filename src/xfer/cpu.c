@@ -4,26 +4,32 @@
  *
  * A job is cut into tasks of about task_bytes. Two orders:
  *
- *   ORDER_LAYER (loads into layer-first memory, no checksums)
+ *   ORDER_LAYER (to or from layer-first memory, no checksums)
  *     task = (layer l, pages [a, b)); tasks run layer by layer, so layer l
  *     of every page lands before layer l+1 starts, and layer_left[l]
- *     reaching 0 reports layer l ready.
+ *     reaching 0 reports layer l ready. Stores use it too: eight pages'
+ *     chunks of one layer at a time beat eight chunks of one page
+ *     (about 0.8 vs 0.5 of memcpy for 1-token pages on the dev machine).
  *
  *         page-first src            layer-first dst (vLLM, layer l)
  *         p0 [L0K L0V L1K ..]  --.   K: [s(p0)] [s(p1)] ...
  *         p1 [L0K L0V L1K ..]  --+-> V: [s(p0)] [s(p1)] ...
  *         within a task: all K chunks of [a, b), then all V chunks
  *
- *   ORDER_PAGE (everything else) task = pages [a, b), each page whole,
- *     layer after layer: the page-first side is read or written in order.
+ *   ORDER_PAGE (page-first on both sides, or checksums) task = pages
+ *     [a, b), each page whole, layer after layer: the page-first side is
+ *     read or written in order (and consecutive slots merge into one copy).
  *
  * Contiguous runs merge: a chunk whose source and destination both follow
  * the previous one on from where it ended extends it (consecutive slots of
  * page-first ⇄ page-first copies become one memcpy; so do consecutive
- * slots of one layer between two layer-first tiers). With checksums each
- * chunk is hashed just before it is copied, in 64 KiB pieces, so the hash
- * reads from cache what the copy is about to read anyway, in page-first
- * order.
+ * slots of one layer between two layer-first tiers). Runs under 128 KiB
+ * are copied four at a time, interleaved, with the next four prefetched
+ * (copy.c: scattered small chunks are latency-bound, not bandwidth-bound).
+ * With checksums, a page that fits in cache (<= 1 MiB) is copied whole and
+ * then hashed where it is page-first (read back from cache); bigger pages
+ * are hashed and copied 64 KiB at a time. The hash covers the page in
+ * page-first byte order either way.
  *
  * Locking: a worker claims a task under x->mu (xfer_impl.h), runs it with
  * no lock, then counts it down through atomics.
@@ -60,7 +66,8 @@ int kvti_cpu_plan(struct kvt_xfer *x, struct kvt_xfer_job *j)
 		atomic_init(&j->units_left, 1);
 		return 0;
 	}
-	if (j->dl->kind != KVT_LAYOUT_PAGE_FIRST &&
+	if ((j->dl->kind != KVT_LAYOUT_PAGE_FIRST ||
+	     j->sl->kind != KVT_LAYOUT_PAGE_FIRST) &&
 	    !(j->d.flags & (KVT_XFER_SUM | KVT_XFER_VERIFY)))
 		j->order = ORDER_LAYER;
 	unit = j->order == ORDER_LAYER ? l->kv * l->chunk_bytes : l->page_bytes;
@@ -84,7 +91,7 @@ int kvti_cpu_plan(struct kvt_xfer *x, struct kvt_xfer_job *j)
 
 /*
  * Copies flow: chunk -> run (merged while both sides continue) -> emit:
- * a run under 128 KiB made of whole cache lines joins a batch of
+ * a run under 128 KiB made of whole cache lines joins a batch of four
  * same-size copies done together by kvti_copy_multi(), two batches deep:
  * when the filling batch is full, the ready one is copied while the
  * filling one's sources are prefetched. Anything else is copied on its
@@ -92,6 +99,8 @@ int kvti_cpu_plan(struct kvt_xfer *x, struct kvt_xfer_job *j)
  * a job's sources and destinations never overlap (kvt_xfer_submit).
  */
 #define MULTI_BELOW (128u << 10)
+#define MULTI_WIDTH 4 /* measured best for 2-64 KiB chunks (8 is as good
+			 for 2 KiB, worse above; see docs/PERFORMANCE.md) */
 
 struct batch {
 	char *d[KVTI_MULTI_MAX];
@@ -150,7 +159,7 @@ static void emit(struct run *r, char *d, const char *s, size_t n)
 		r->bn = n;
 		f->d[f->n] = d;
 		f->s[f->n] = s;
-		if (++f->n == KVTI_MULTI_MAX) {
+		if (++f->n == MULTI_WIDTH) {
 			batch_copy_ready(r);
 			r->b[0] = *f;
 			f->n = 0;
