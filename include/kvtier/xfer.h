@@ -42,9 +42,11 @@
  * KVT_XFER_VERIFY it checks each page against sums[i] and fails the job
  * with KVT_ECORRUPT (kvt_xfer_status.bad_page names the first bad page).
  * The value does not depend on where the page lives or which path moved
- * it, so a sum taken on store verifies the load from any tier. Jobs that
- * verify move page by page, so their layers become ready all at once, at
- * the end, once every page verified.
+ * it, so a sum taken on store verifies the load from any tier. Jobs with
+ * checksums hash whole pages, so their layers become ready all at once,
+ * at the end, once every page is hashed (and verified). The io and cuda
+ * lanes hash on the host side: after a read or the GPU copy, before a
+ * write.
  *
  * THREADS
  *
