@@ -31,6 +31,8 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_P 16
 #define MAX_REP 64
@@ -479,8 +481,8 @@ static int run_ssd(const struct bopt *o, const kvt_geom *g, kvt_xfer *xu,
 	kvt_tier *thp = NULL;
 	kvt_xfer_info info;
 	kvt_tier_desc sd;
-	char file[600], spec[600];
-	int err = 0, fio = have_fio();
+	char file[700], spec[700], sub[600];
+	int err = 0, fio = have_fio(), made = 0;
 
 	pr.n = n;
 	pr.a = malloc(n * sizeof(uint32_t));
@@ -496,12 +498,17 @@ static int run_ssd(const struct bopt *o, const kvt_geom *g, kvt_xfer *xu,
 	    !(thp = open_tier("dram:%llu,populate,thp%s", g, n * page, "",
 			      &err)))
 		goto out;
-	snprintf(spec, sizeof(spec), "ssd:%s,%%llu,temp,fresh%%s", o->ssd);
+	/* a directory of our own inside DIR: nothing there is touched, and
+	 * 'temp' removes the files and the directory at the end (DIR too,
+	 * if this run made it) */
+	made = mkdir(o->ssd, 0700) == 0;
+	snprintf(sub, sizeof(sub), "%s/kvtier-bench-%d", o->ssd, (int)getpid());
+	snprintf(spec, sizeof(spec), "ssd:%s,%%llu,temp%%s", sub);
 	if (!(pr.lf = open_tier(spec, g, n * slot, "", &err)))
 		goto out;
 	kvt_tier_info(pr.lf, &sd);
 	kvt_xfer_info_get(xu, &info);
-	snprintf(file, sizeof(file), "%s/kvtier-ssd-000.kvt", o->ssd);
+	snprintf(file, sizeof(file), "%s/kvtier-ssd-000.kvt", sub);
 	for (int dir = DIR_STORE; dir >= DIR_LOAD && !err; dir--)
 		for (size_t v = 0; v < sizeof(vars) / sizeof(vars[0]) && !err; v++) {
 			if (!want(o, vars[v].pread ? "pread" : "uring") ||
@@ -514,6 +521,8 @@ static int run_ssd(const struct bopt *o, const kvt_geom *g, kvt_xfer *xu,
 out:
 	kvt_tier_close(thp);
 	pair_close(&pr);
+	if (made)
+		rmdir(o->ssd);
 	return err;
 }
 
@@ -720,7 +729,8 @@ static void xfer_usage(FILE *f)
 "  --stress N         measure again while N stressor threads copy\n"
 "  --stress-bytes B   each stressor buffer (default 256M here; the\n"
 "                     published experiment used 4G)\n"
-"  --ssd DIR          also io_uring/pread page I/O against fio, in DIR\n"
+"  --ssd DIR          also io_uring/pread page I/O against fio, in a\n"
+"                     directory of its own under DIR (removed after)\n"
 "  --repeat R         repeats per measurement (default 7)\n"
 "  --threads T        cpu lane threads (default: the engine's, min(CPUs, 4))\n"
 "  --methods LIST     only these: cpu,cpu+xxh3,cuda-chunk,cuda-batch,\n"
