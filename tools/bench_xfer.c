@@ -939,10 +939,8 @@ int bench_xfer(int argc, char **argv)
 				rows[k].stressor_gbps = ss.gbps;
 		}
 	}
-	kvt_xfer_destroy(x);
-	kvt_xfer_destroy(xp);
 	if (rc)
-		return rc;
+		goto out;
 	targets();
 	if (o.json) {
 		print_json(&o, &info, &g);
@@ -960,5 +958,8 @@ int bench_xfer(int argc, char **argv)
 			printf("GPU methods not measured: %s\n\n", info.cuda_note);
 		print_text(&o, &info);
 	}
-	return 0;
+out: /* info's strings live in the engine: destroy it only now */
+	kvt_xfer_destroy(x);
+	kvt_xfer_destroy(xp);
+	return rc;
 }
