@@ -14,6 +14,8 @@
  *   kvtier/trace.h   request traces (Mooncake format)
  *   kvtier/sched.h   the cache-aware batch scheduler and its cost model
  *   kvtier/sim.h     the serving simulator: hardware profiles, workloads
+ *   kvtier/xfer.h    the transfer engine (pages between tiers, layout
+ *                    conversion, checksums) and the memory stressor
  *
  * CONVENTIONS (they hold for every call in every part)
  *
@@ -203,5 +205,6 @@ KVT_API int kvt_opts_describe(const kvt_opts *o, int i, const char **name,
 #include <kvtier/trace.h>
 #include <kvtier/sched.h>
 #include <kvtier/sim.h>
+#include <kvtier/xfer.h>
 
 #endif /* KVTIER_H */

@@ -18,6 +18,7 @@ static const struct {
 	{ "bench", cmd_bench, "benchmarks (JSON with --json)" },
 	{ "trace", cmd_trace, "replay request traces through the index" },
 	{ "sim", cmd_sim, "simulate a serving node: TTFT, throughput, policies" },
+	{ "stress", cmd_stress, "memory stressor: N threads copying, GB/s each" },
 };
 
 static void usage(FILE *f)

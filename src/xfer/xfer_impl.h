@@ -1,0 +1,259 @@
+/*
+ * xfer_impl.h — inside the transfer engine: jobs, lanes, queues.
+ *
+ * THE PICTURE
+ *
+ *   kvt_xfer_submit()                  lanes (threads)
+ *     check, copy slots  ──►  q[lane][prio]  ──► cpu   N workers take one task
+ *     pick lane + method      (x->mu)             at a time (a layer × page
+ *                                                 range, or a page range)
+ *                                            ──► io    one thread, one ring:
+ *                                                 one I/O per page, up to
+ *                                                 uring_depth in flight
+ *                                            ──► cuda  two threads (load,
+ *                                                 store), one stream each,
+ *                                                 one whole job at a time
+ *
+ *   a job's units of work:   cpu: tasks  io: pages  cuda: the whole job
+ *   done when units_left hits 0 ──► job_finish(): state DONE, wake waiters,
+ *   eventfd +1, done callback, engine's unfinished count -1, drop a ref.
+ *
+ * INVARIANTS
+ *
+ * - A job sits in at most one queue, q[j->lane][j->prio], while it has
+ *   units nobody has claimed (cpu: next_task < ntasks; io: next_page <
+ *   npages; cuda: not yet taken). Claiming happens under x->mu.
+ * - units_left counts units not yet finished (claimed or not). Whoever
+ *   brings it to 0 finishes the job — a lane thread, or kvt_xfer_cancel()
+ *   retiring unclaimed units. So every job finishes exactly once.
+ * - Once err or cancel is set, no further layer is reported ready and no
+ *   unit does work; units still count down so the job finishes.
+ * - x->unfinished counts jobs submitted and not finished; destroy waits
+ *   for it to reach 0. A job touches its engine for the last time when it
+ *   decrements that count.
+ * - A job is freed when its refs (the caller's and the engine's) are gone.
+ *
+ * LOCKING
+ *
+ * x->mu guards the queues, claiming (next_task, next_page, queued),
+ * paused, stopping, unfinished and lazy lane start. j->mu guards state,
+ * layers_ready and the waiters' condition. j->cb_mu serialises layer
+ * callbacks so they arrive in layer order. Order: x->mu before j->mu;
+ * j->cb_mu is never held with either. Counters that lane threads bump
+ * (units_left, layer_left, bytes_done, err, cancel) are atomics.
+ */
+#ifndef KVT_XFER_IMPL_H
+#define KVT_XFER_IMPL_H
+
+#include "core/core.h"
+#include "tier/tier_impl.h"
+
+#include <pthread.h>
+
+#define XFER_NPRIO 3
+
+enum xfer_lane { LANE_CPU, LANE_IO, LANE_CUDA_LOAD, LANE_CUDA_STORE,
+		 LANE_COUNT };
+enum xfer_order { ORDER_PAGE, ORDER_LAYER };
+
+struct xfer_io;
+struct xfer_cuda;
+
+struct kvt_xfer_job {
+	/* set at submit, read-only afterwards */
+	struct kvt_xfer *x;          /* valid until the job finishes */
+	kvt_xfer_desc d;             /* d.src_slots/dst_slots point at slots */
+	uint32_t *slots;             /* src[npages], then dst[npages] */
+	const kvt_layout *sl, *dl;   /* source / destination layout */
+	void *const *sbufs;          /* source buffers (NULL for ssd) */
+	void *const *dbufs;
+	int method;                  /* kvt_xfer_method, never AUTO */
+	int lane;                    /* enum xfer_lane */
+	int prio;                    /* 0 (high) .. XFER_NPRIO-1 */
+	int load;                    /* 1: into a faster tier */
+	int order;                   /* enum xfer_order (cpu lane) */
+	int io_direct;               /* io lane: I/O straight into the slot */
+	int io_write;                /* io lane: memory -> ssd */
+	uint64_t bytes;              /* page bytes moved */
+	uint32_t layers;
+
+	/* cpu lane */
+	size_t ppt;                  /* pages per task */
+	size_t tasks_per_layer;      /* ORDER_LAYER */
+	size_t ntasks;
+	size_t next_task;            /* x->mu */
+	atomic_size_t *layer_left;   /* [layers]: tasks left per layer */
+	size_t nt_min;               /* copies this long or longer use NT
+					stores; SIZE_MAX: never */
+	int nt_small;                /* batched small copies use NT stores */
+
+	/* io lane */
+	size_t next_page;            /* x->mu */
+
+	/* queues */
+	struct kvt_xfer_job *qnext;  /* x->mu */
+	int queued;                  /* x->mu */
+
+	/* progress and outcome */
+	atomic_size_t units_left;
+	atomic_int err;
+	atomic_int cancel;
+	atomic_uint_fast64_t bytes_done;
+	atomic_size_t bad_page;
+	char detail[384];            /* written by the setter of err, before
+					its unit counts down */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int state;                   /* mu: enum kvt_xfer_state */
+	int result;                  /* mu: final error once finishing */
+	int finishing;               /* mu: result set, done callback runs */
+	pthread_t cb_thread;         /* mu: the thread running it */
+	uint32_t layers_ready;       /* mu */
+	pthread_mutex_t cb_mu;
+	uint32_t layers_told;        /* cb_mu: layer callbacks delivered */
+	uint64_t t_submit, t_start, t_end;
+	atomic_int refs;
+};
+
+struct job_queue {
+	struct kvt_xfer_job *head, *tail;
+};
+
+typedef void (*xfer_copy_fn)(void *dst, const void *src, size_t n);
+
+struct kvt_xfer {
+	kvt_xfer_config cfg;         /* defaults filled in */
+	pthread_mutex_t mu;
+	pthread_cond_t cpu_cv;       /* cpu workers wait for work */
+	pthread_cond_t idle_cv;      /* destroy waits for unfinished == 0 */
+	struct job_queue q[LANE_COUNT][XFER_NPRIO];
+	int paused, stopping;
+	unsigned unfinished;
+	pthread_t *workers;
+	unsigned nworkers;
+	int efd;
+	xfer_copy_fn copy_nt;        /* non-temporal copy + kvti_copy_fence() */
+	const char *copy_isa;
+	int ssd_io;                  /* resolved: URING or PREAD */
+	char ssd_note[160];
+	struct xfer_io *io;          /* x->mu: started with the first ssd job */
+	struct xfer_cuda *cuda;      /* x->mu: started with the first cuda job */
+	char cuda_note[160];
+	int cuda_state;              /* 0 unknown, 1 usable, -1 not */
+	int cuda_dev;
+
+	/* test hook (kvti_xfer_io_fault) */
+	atomic_uint_fast64_t io_fault_at;  /* I/O completion count that fails */
+	atomic_uint_fast64_t io_count;
+	atomic_int io_fault_err;
+};
+
+/* ---- engine core (xfer.c) --------------------------------------------- */
+
+/* Record @err as the job's error (the first one wins) with a detail. */
+void kvti_job_fail(struct kvt_xfer_job *j, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* True once the job should do no more work (error or cancel). */
+static inline bool kvti_job_stopped(struct kvt_xfer_job *j)
+{
+	return atomic_load_explicit(&j->err, memory_order_relaxed) ||
+	       atomic_load_explicit(&j->cancel, memory_order_relaxed);
+}
+/* Mark the job running (first unit started). */
+void kvti_job_started(struct kvt_xfer_job *j);
+/* @n units finished (or skipped); finishes the job at zero. */
+void kvti_job_units_done(struct kvt_xfer_job *j, size_t n);
+/* Every page of layer @layer landed (ORDER_LAYER jobs and the cuda lane):
+ * advance layers_ready and deliver callbacks in order. */
+void kvti_job_layer_landed(struct kvt_xfer_job *j, uint32_t layer);
+/* Queue helpers, x->mu held. */
+struct kvt_xfer_job *kvti_queue_head(struct kvt_xfer *x, int lane);
+void kvti_queue_remove(struct kvt_xfer *x, struct kvt_xfer_job *j);
+/* Claim the next unit of an io lane job, x->mu held: the page index, the
+ * job leaving its queue when its last page is claimed. */
+size_t kvti_io_claim(struct kvt_xfer *x, struct kvt_xfer_job *j);
+
+/* Page i's source and destination slots. */
+static inline uint32_t job_src_slot(const struct kvt_xfer_job *j, size_t i)
+{
+	return j->slots[i];
+}
+static inline uint32_t job_dst_slot(const struct kvt_xfer_job *j, size_t i)
+{
+	return j->slots[j->d.npages + i];
+}
+
+/* ---- cpu lane (cpu.c) ------------------------------------------------ */
+
+/* Fill in the task split of a cpu lane job. 0 or -ENOMEM. */
+int kvti_cpu_plan(struct kvt_xfer *x, struct kvt_xfer_job *j);
+/* Worker thread body. */
+void *kvti_cpu_worker(void *arg);
+/* Copy one page between a page-first buffer @pf and its place in the
+ * job's layer-first (or other) side: @to_pf gathers into @pf. Used by the
+ * io lane for bounce buffers. @h: optional XXH3 state updated in
+ * page-first order (NULL: none). */
+void kvti_page_convert(const kvt_layout *l, void *const *bufs, uint32_t slot,
+		       void *pf, int to_pf, void *h);
+/* XXH3-64 of page-first page @i's bytes as held by side (@l, @bufs, slot). */
+uint64_t kvti_page_sum(const kvt_layout *l, void *const *bufs, uint32_t slot);
+/* Check/record page @i's sum; KVT_ECORRUPT recorded on mismatch. */
+void kvti_job_sum(struct kvt_xfer_job *j, size_t i, uint64_t h);
+
+/* ---- copies (copy.c) --------------------------------------------------- */
+
+/* The best non-temporal copy this CPU has; *@isa names it. */
+xfer_copy_fn kvti_copy_nt_pick(const char **isa);
+/* Order non-temporal stores before what follows (sfence on x86). */
+void kvti_copy_fence(void);
+/* Copy @nb (<= KVTI_MULTI_MAX) chunks of @n bytes at once, a cache line
+ * of each in turn, prefetching the first @n bytes of each of @npf more
+ * sources @pf on the way. Needs n % 64 == 0, and with @nt every d[k]
+ * 32-byte aligned. */
+#define KVTI_MULTI_MAX 8
+typedef void (*xfer_multi_fn)(char *const *d, const char *const *s, int nb,
+			      size_t n, int nt, const char *const *pf,
+			      int npf);
+void kvti_copy_multi(char *const *d, const char *const *s, int nb, size_t n,
+		     int nt, const char *const *pf, int npf);
+
+/* ---- io lane (io.c) ---------------------------------------------------- */
+
+/* Decide URING or PREAD at create (cfg->ssd_io); fills x->ssd_io and
+ * x->ssd_note. KVT_ENODEV if URING was demanded and does not work. */
+int kvti_io_probe(struct kvt_xfer *x);
+/* Start the lane (x->mu held). 0, -ENOMEM, -EAGAIN. */
+int kvti_io_start(struct kvt_xfer *x);
+/* Wake the io thread (x->mu held). */
+void kvti_io_kick(struct kvt_xfer *x);
+/* Stop and free (x->mu not held; queues empty). */
+void kvti_io_stop(struct kvt_xfer *x);
+/* All pages of an io lane job are done (one unit left): flush for
+ * KVT_XFER_DURABLE, then count the last unit down. */
+void kvti_io_final(struct kvt_xfer_job *j);
+/* Plan an io lane job (direct or bounce). */
+int kvti_io_plan(struct kvt_xfer *x, struct kvt_xfer_job *j);
+
+/* Test hook: the @nth data I/O completing from now fails with @err
+ * (negative errno), or comes back short (half its bytes) if @err is 0.
+ * nth = 0 disarms. */
+void kvti_xfer_io_fault(kvt_xfer *x, uint64_t nth, int err);
+
+/* ---- cuda lane (cuda_lane.c) ------------------------------------------ */
+
+/* Find out once whether CUDA works here (x->mu held): sets cuda_state
+ * (1 usable, -1 not) and cuda_note. Starts no thread. */
+void kvti_cuda_probe(struct kvt_xfer *x);
+/* Start the lane for device @dev (x->mu held): KVT_ENOTBUILT, KVT_ENODEV,
+ * -ENOMEM, -EAGAIN. */
+int kvti_cuda_start(struct kvt_xfer *x, int dev);
+void kvti_cuda_kick(struct kvt_xfer *x, int lane);
+void kvti_cuda_stop(struct kvt_xfer *x);
+/* Can @method move this job? Checks pinned host memory for the kernel. */
+int kvti_cuda_plan(struct kvt_xfer *x, struct kvt_xfer_job *j);
+/* One contiguous cudaMemcpy on device @dev, timed (the GPU limit). */
+int kvti_cuda_contig(int dev, void *dst, const void *src, uint64_t n,
+		     double *seconds);
+int kvti_cuda_batch_built(void);
+
+#endif
