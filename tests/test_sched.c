@@ -259,6 +259,63 @@ static void test_starve_capacity(void)
 	kvt_sched_destroy(s);
 }
 
+/* Admission takes the whole prompt's pages, minus what the caller already
+ * holds; a running prefill never needs new pages; prefetch leaves the
+ * head's pages alone. */
+static void test_capacity(void)
+{
+	kvt_sched *s = mk(KVT_POLICY_KVTIER, UINT32_MAX);
+	kvt_sched_req q[3];
+	kvt_sched_item it[3];
+	kvt_sched_plan p;
+	kvt_sched_state st = state(0, 0);
+
+	/* 20000 tokens: 1250 pages, though the first chunk is 8192 tokens */
+	q[0] = waiting(1, 20000, 0, 0);
+	st.free_pages = 1249;
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 1, it, &p));
+	CHECK_EQ(it[0].action, KVT_SACT_WAIT);
+	CHECK_EQ(it[0].reason, KVT_SWHY_CAPACITY);
+	st.free_pages = 1250;
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 1, it, &p));
+	CHECK_EQ(it[0].action, KVT_SACT_RUN);
+	CHECK_EQ(p.pages, 1250);
+	/* pages held already are not taken again */
+	q[0].reserved = 1250;
+	st.free_pages = 0;
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 1, it, &p));
+	CHECK_EQ(it[0].action, KVT_SACT_RUN);
+	CHECK_EQ(p.pages, 0);
+	/* a running prefill continues with no free page */
+	q[0].state = KVT_SREQ_PREFILL;
+	q[0].done = 8192;
+	q[0].reserved = 1250 - 512;
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 1, it, &p));
+	CHECK_EQ(it[0].action, KVT_SACT_RUN);
+	CHECK_EQ(it[0].compute, 8192);
+	/* the head (cold, nothing to load) needs 600 pages; a cache-heavy
+	 * request behind it may prefetch only what is left beyond that */
+	q[0] = waiting(1, 9600, 0, 0);   /* 600 pages */
+	q[1] = waiting(2, 32000, 0, 31900); /* 2000 pages */
+	st = state(0, 8);
+	st.free_pages = 2400;
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 2, it, &p));
+	CHECK_EQ(it[0].action, KVT_SACT_RUN); /* fits: runs */
+	CHECK_EQ(it[1].action, KVT_SACT_WAIT); /* 2400-600 < 2000 */
+	CHECK_EQ(it[1].load, 0);
+	st.free_pages = 2600;
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 2, it, &p));
+	CHECK_EQ(it[0].action, KVT_SACT_RUN);
+	CHECK(it[1].action == KVT_SACT_PREFETCH || it[1].action == KVT_SACT_RUN);
+	CHECK_EQ(it[1].load, 31900);
+	/* with the head unable to fit, nothing behind it takes its pages */
+	st.free_pages = 500;
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 2, it, &p));
+	CHECK_EQ(it[0].action, KVT_SACT_WAIT);
+	CHECK_EQ(it[1].load, 0);
+	kvt_sched_destroy(s);
+}
+
 /* ---- FCFS against a plain reference ------------------------------------ */
 
 static uint64_t pages_for(uint64_t from, uint64_t to)
@@ -546,6 +603,7 @@ int main(void)
 	test_stall_hide();
 	test_starve();
 	test_starve_capacity();
+	test_capacity();
 	test_fcfs_differential();
 	test_invariants();
 	test_bad_input();

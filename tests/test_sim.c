@@ -96,6 +96,16 @@ static void conservation(const kvt_sim_config *c, const kvt_sim_result *r)
 	CHECK(r->gpu_busy > 0 && r->gpu_busy <= 1.0 + 1e-9);
 }
 
+/* Small pools keep kvt_index_check() (it walks every slot) cheap. */
+static void small_pools(kvt_sim_config *c)
+{
+	c->check = 1;
+	c->hw.hbm_bytes = c->tp > 1 ? 34e9 : 30e9;
+	c->offload_bytes[0] = 20e9;
+	if (c->workload != KVT_WL_AGENTIC && c->context)
+		c->context = 1500;
+}
+
 static void test_policies_workloads(void)
 {
 	static const kvt_workload wls[] = { KVT_WL_LOOGLE, KVT_WL_NARRATIVEQA,
@@ -106,7 +116,7 @@ static void test_policies_workloads(void)
 		kvt_sim_result r;
 
 		small_agentic(&c, (kvt_sched_policy)p);
-		c.check = 1;
+		small_pools(&c);
 		CHECK_OK(kvt_sim_run(&c, &r));
 		conservation(&c, &r);
 		CHECK_EQ(r.warm_ttft_ms.n, 4 * 2);
@@ -115,7 +125,7 @@ static void test_policies_workloads(void)
 		CHECK(r.load_bytes[KVT_TIER_DRAM] > 0);
 		for (size_t w = 0; w < sizeof(wls) / sizeof(wls[0]); w++) {
 			small_docs(&c, (kvt_sched_policy)p, wls[w]);
-			c.check = 1;
+			small_pools(&c);
 			CHECK_OK(kvt_sim_run(&c, &r));
 			conservation(&c, &r);
 			if (wls[w] != KVT_WL_SHAREGPT)
@@ -256,7 +266,7 @@ static void test_trace(void)
 	c.hw = testbed_b;
 	c.workload = KVT_WL_TRACE;
 	snprintf(c.trace_path, sizeof(c.trace_path), "%s", path);
-	c.check = 1;
+	small_pools(&c);
 	CHECK_OK(kvt_sim_run(&c, &r));
 	conservation(&c, &r);
 	CHECK_EQ(r.requests, 60);
@@ -268,6 +278,38 @@ static void test_trace(void)
 	CHECK(r.makespan_s < 2.0);
 	snprintf(c.trace_path, sizeof(c.trace_path), "%s/none.jsonl", dir);
 	CHECK_ERR(kvt_sim_run(&c, &r), -ENOENT);
+}
+
+/* Three tiers: a dram too small for the rotation demotes to ssd, and
+ * later questions load from there. */
+static void test_ssd(void)
+{
+	kvt_sim_config c;
+	kvt_sim_result r;
+
+	small_docs(&c, KVT_POLICY_KVTIER, KVT_WL_LOOGLE);
+	c.hw.ssd_bytes = 2e12;
+	c.hw.ssd_read_gbps = 12;
+	c.hw.ssd_write_gbps = 8;
+	c.hw.hbm_bytes = 30e9;          /* ~8k pages of hbm */
+	c.noffload = 2;
+	c.offload[1] = KVT_TIER_SSD;
+	c.offload_bytes[0] = 10e9;      /* ~4.8k pages of dram */
+	c.cache_distance = 40;          /* 41 x 250 pages: beyond both */
+	c.context = 4000;
+	c.requests = 250;
+	c.check = 1;
+	CHECK_OK(kvt_sim_run(&c, &r));
+	conservation(&c, &r);
+	CHECK(r.hit_tokens[KVT_TIER_SSD] > 0);
+	CHECK(r.load_bytes[KVT_TIER_SSD] > 0);
+	CHECK(r.store_bytes[KVT_TIER_SSD] > 0);
+	c.noffload = 1;
+	c.offload[0] = KVT_TIER_SSD;    /* ssd alone, the profile's 2 TB */
+	c.offload_bytes[0] = 0;
+	CHECK_OK(kvt_sim_run(&c, &r));
+	conservation(&c, &r);
+	CHECK(r.load_bytes[KVT_TIER_SSD] > 0);
 }
 
 static void test_bad_config(void)
@@ -326,6 +368,10 @@ static void test_sweep(void)
 	CHECK_EQ(sw->n, 7); /* 3 + 4 bisection points */
 	CHECK(sw->at_rate >= 0.5 && sw->at_rate < 8);
 	CHECK(sw->at_ttft_ms <= sw->target_ms);
+	CHECK(!sw->at_top);
+	/* a target every rate meets: the answer is the top of the range */
+	CHECK_OK(kvt_sim_sweep(&c, rates, 2, 1e9, sw));
+	CHECK(sw->met && sw->at_top && sw->at_rate == 8);
 	for (uint32_t i = 1; i < sw->n; i++)
 		CHECK(sw->pt[i].rate > sw->pt[i - 1].rate);
 	/* no rate meets an impossible target */
@@ -383,6 +429,7 @@ int main(void)
 	test_orderings();
 	test_delay_hit();
 	test_trace();
+	test_ssd();
 	test_bad_config();
 	test_sweep();
 	test_alloc_faults();

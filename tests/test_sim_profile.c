@@ -155,9 +155,76 @@ static void test_errors(void)
 	}
 }
 
+/* Copy rates measured by kvtier bench xfer --json replace the curves. */
+static void test_xfer(void)
+{
+	const char *gpu =
+		"{\"model\": \"llama-3.1-8b\", \"results\": ["
+		"{\"method\": \"cuda-kernel\", \"direction\": \"load\", "
+		"\"page_tokens\": 32, \"bytes\": 1, \"gbps\": 47.5, "
+		"\"limit_gbps\": 53.2},"
+		"{\"method\": \"cuda-kernel\", \"direction\": \"load\", "
+		"\"page_tokens\": 16, \"gbps\": 45, \"limit_gbps\": 53},"
+		"{\"method\": \"cuda-chunk\", \"direction\": \"load\", "
+		"\"page_tokens\": 32, \"gbps\": 14.1, \"limit_gbps\": 53},"
+		"{\"method\": \"cuda-batch\", \"direction\": \"store\", "
+		"\"page_tokens\": 32, \"gbps\": 30, \"limit_gbps\": 53},"
+		"{\"method\": \"cpu\", \"direction\": \"load\", "
+		"\"page_tokens\": 32, \"gbps\": 9, \"limit_gbps\": 10}]}";
+	const char *cpu = "{\"results\": [{\"method\": \"cpu\", "
+		"\"direction\": \"load\", \"page_tokens\": 16, "
+		"\"gbps\": 9}]}";
+	kvt_hw hw, before;
+	kvt_cost c;
+	kvt_geom g;
+
+	CHECK_OK(kvt_hw_load(&hw, "testbed-b"));
+	before = hw;
+	CHECK_OK(kvt_hw_apply_xfer(&hw, gpu, "x.json"));
+	CHECK_EQ(hw.copy[KVT_COPY_GATHER].n, 2);
+	CHECK_EQ(hw.copy[KVT_COPY_GATHER].chunk_bytes[0], 32768); /* P 16 */
+	CHECK(hw.copy[KVT_COPY_GATHER].gbps[1] == 47.5);
+	CHECK_EQ(hw.copy[KVT_COPY_MEMCPY].n, 1);
+	CHECK_EQ(hw.copy[KVT_COPY_MEMCPY].call_us, 0);
+	CHECK(hw.link_gbps == 53.2);
+	/* stores are not loads: the batch curve stays the profile's */
+	CHECK(!memcmp(&hw.copy[KVT_COPY_BATCH], &before.copy[KVT_COPY_BATCH],
+		      sizeof(kvt_copy_curve)));
+	CHECK_OK(kvt_geom_preset(&g, "llama-3.1-8b", 32, 1, 0));
+	CHECK_OK(kvt_hw_cost(&hw, &g, &c));
+	/* the measured rate comes back at the measured chunk size */
+	CHECK(kvt_cost_copy_gbps(&c, KVT_COPY_MEMCPY, 65536) > 14.09 &&
+	      kvt_cost_copy_gbps(&c, KVT_COPY_MEMCPY, 65536) < 14.11);
+	hw = before;
+	CHECK_ERR(kvt_hw_apply_xfer(&hw, cpu, "cpu.json"), KVT_ECONFIG);
+	CHECK(strstr(kvt_errdetail(), "GPU"));
+	CHECK_ERR(kvt_hw_apply_xfer(&hw, "{nope", "bad.json"), KVT_ECONFIG);
+	CHECK(strstr(kvt_errdetail(), "bad.json: not JSON"));
+	CHECK(!memcmp(&hw, &before, sizeof(hw)));
+}
+
+/* Reading a profile allocates once (the file's text): failing it is a
+ * clean -ENOMEM that leaves nothing behind and @hw untouched. */
+static void test_alloc_fault(void)
+{
+	kvt_hw hw;
+	int64_t live = kvt_alloc_live();
+
+	memset(&hw, 0x5a, sizeof(hw));
+	kvt_alloc_fail_at(1);
+	CHECK_ERR(kvt_hw_load(&hw, "testbed-a"), -ENOMEM);
+	kvt_alloc_fail_at(0);
+	CHECK_EQ(kvt_alloc_live(), live);
+	CHECK_EQ(((unsigned char *)&hw)[0], 0x5a);
+	CHECK_OK(kvt_hw_load(&hw, "testbed-a"));
+	CHECK_EQ(kvt_alloc_live(), live);
+}
+
 int main(void)
 {
+	test_alloc_fault();
 	test_builtins();
 	test_errors();
+	test_xfer();
 	TEST_DONE();
 }

@@ -11,9 +11,10 @@
  *   store  hostdev/hbm -> dram
  *
  * and in the same repeat, the same bytes move as one contiguous copy
- * between the same two regions — the practical limit: memcpy (the faster
- * of one thread and the engine's thread count) on the CPU, one cudaMemcpy
- * from pinned memory on a GPU. Methods and the limit run in a rotating
+ * between the same two regions — the practical limit: on the CPU the
+ * faster of one memcpy() call and the engine's thread count copying 4 MiB
+ * pieces in turn with streaming stores (kvt_xfer_contig_copy()); one
+ * cudaMemcpy from pinned memory on a GPU. Methods and the limit run in a rotating
  * order each repeat; a row reports medians, and the ratio is the median of
  * the per-repeat ratios (with its min and max: the noise). Checksums cost:
  * the cpu+xxh3 rows move the same pages computing (store) or verifying
@@ -30,6 +31,8 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_P 16
 #define MAX_REP 64
@@ -478,8 +481,8 @@ static int run_ssd(const struct bopt *o, const kvt_geom *g, kvt_xfer *xu,
 	kvt_tier *thp = NULL;
 	kvt_xfer_info info;
 	kvt_tier_desc sd;
-	char file[600], spec[600];
-	int err = 0, fio = have_fio();
+	char file[700], spec[700], sub[600];
+	int err = 0, fio = have_fio(), made = 0;
 
 	pr.n = n;
 	pr.a = malloc(n * sizeof(uint32_t));
@@ -495,12 +498,17 @@ static int run_ssd(const struct bopt *o, const kvt_geom *g, kvt_xfer *xu,
 	    !(thp = open_tier("dram:%llu,populate,thp%s", g, n * page, "",
 			      &err)))
 		goto out;
-	snprintf(spec, sizeof(spec), "ssd:%s,%%llu,temp,fresh%%s", o->ssd);
+	/* a directory of our own inside DIR: nothing there is touched, and
+	 * 'temp' removes the files and the directory at the end (DIR too,
+	 * if this run made it) */
+	made = mkdir(o->ssd, 0700) == 0;
+	snprintf(sub, sizeof(sub), "%s/kvtier-bench-%d", o->ssd, (int)getpid());
+	snprintf(spec, sizeof(spec), "ssd:%s,%%llu,temp%%s", sub);
 	if (!(pr.lf = open_tier(spec, g, n * slot, "", &err)))
 		goto out;
 	kvt_tier_info(pr.lf, &sd);
 	kvt_xfer_info_get(xu, &info);
-	snprintf(file, sizeof(file), "%s/kvtier-ssd-000.kvt", o->ssd);
+	snprintf(file, sizeof(file), "%s/kvtier-ssd-000.kvt", sub);
 	for (int dir = DIR_STORE; dir >= DIR_LOAD && !err; dir--)
 		for (size_t v = 0; v < sizeof(vars) / sizeof(vars[0]) && !err; v++) {
 			if (!want(o, vars[v].pread ? "pread" : "uring") ||
@@ -513,6 +521,8 @@ static int run_ssd(const struct bopt *o, const kvt_geom *g, kvt_xfer *xu,
 out:
 	kvt_tier_close(thp);
 	pair_close(&pr);
+	if (made)
+		rmdir(o->ssd);
 	return err;
 }
 
@@ -650,10 +660,11 @@ static void print_text(const struct bopt *o, const kvt_xfer_info *info)
 			       r->method, dir_name[r->dir], r->p, c, r->gbps, "-",
 			       "-", "", t);
 	}
-	printf("\nlimit: memcpy = one contiguous copy of the same bytes between "
-	       "the same regions,\nthe faster of 1 and %u threads; cudaMemcpy "
-	       "from pinned memory; fio = same file, block\nand queue depth. "
-	       "ratio: median of per-repeat ratios (min-max over %llu "
+	printf("\nlimit: memcpy = the same bytes as one contiguous copy between "
+	       "the same regions:\nthe faster of one memcpy() and %u threads "
+	       "taking 4 MiB pieces (streaming stores);\ncudaMemcpy = one copy "
+	       "from pinned memory; fio = same file, block size and queue\n"
+	       "depth. ratio: median of the per-repeat ratios (min-max over %llu "
 	       "repeats).\n", info->cpu_threads, (unsigned long long)o->repeat);
 }
 
@@ -718,7 +729,8 @@ static void xfer_usage(FILE *f)
 "  --stress N         measure again while N stressor threads copy\n"
 "  --stress-bytes B   each stressor buffer (default 256M here; the\n"
 "                     published experiment used 4G)\n"
-"  --ssd DIR          also io_uring/pread page I/O against fio, in DIR\n"
+"  --ssd DIR          also io_uring/pread page I/O against fio, in a\n"
+"                     directory of its own under DIR (removed after)\n"
 "  --repeat R         repeats per measurement (default 7)\n"
 "  --threads T        cpu lane threads (default: the engine's, min(CPUs, 4))\n"
 "  --methods LIST     only these: cpu,cpu+xxh3,cuda-chunk,cuda-batch,\n"
@@ -927,10 +939,8 @@ int bench_xfer(int argc, char **argv)
 				rows[k].stressor_gbps = ss.gbps;
 		}
 	}
-	kvt_xfer_destroy(x);
-	kvt_xfer_destroy(xp);
 	if (rc)
-		return rc;
+		goto out;
 	targets();
 	if (o.json) {
 		print_json(&o, &info, &g);
@@ -948,5 +958,8 @@ int bench_xfer(int argc, char **argv)
 			printf("GPU methods not measured: %s\n\n", info.cuda_note);
 		print_text(&o, &info);
 	}
-	return 0;
+out: /* info's strings live in the engine: destroy it only now */
+	kvt_xfer_destroy(x);
+	kvt_xfer_destroy(xp);
+	return rc;
 }

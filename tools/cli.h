@@ -26,6 +26,7 @@ int cmd_demo(int argc, char **argv);
 /* Benchmarks: one file each (tools/bench_<name>.c), run by cmd_bench. */
 int bench_pool(int argc, char **argv);
 int bench_index(int argc, char **argv);
+int bench_sim(int argc, char **argv);
 int bench_xfer(int argc, char **argv);
 
 /* Print "kvtier <what>: <detail or strerror>" to stderr; returns

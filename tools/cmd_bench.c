@@ -14,6 +14,7 @@ static const struct {
 } benches[] = {
 	{ "pool", bench_pool, "page pool alloc+free pairs per second" },
 	{ "index", bench_index, "radix index match/insert time, memory, replay" },
+	{ "sim", bench_sim, "simulator speed: 10,000 long-context requests" },
 	{ "xfer", bench_xfer, "transfer engine GB/s vs one contiguous copy" },
 };
 

@@ -30,6 +30,8 @@ static void usage(FILE *f)
 "  --tp N                tensor-parallel degree (default 1)\n"
 "  --engines N           engine instances of tp GPUs each (default 1)\n"
 "  --page-tokens P       tokens per page (default 16)\n"
+"  --xfer FILE           host->GPU copy rates measured by `kvtier bench xfer\n"
+"                        --json` on a GPU machine, in place of the profile's\n"
 "tiers\n"
 "  --offload LIST        tiers below hbm, fastest first: fabric, dram, ssd\n"
 "                        (default dram; e.g. fabric or dram,ssd)\n"
@@ -97,6 +99,7 @@ struct opts {
 	int nrates;
 	double target;
 	const char *plot;
+	const char *xfer;
 };
 
 static int dbl(const char *flag, const char *s, double lo, double hi,
@@ -207,7 +210,7 @@ enum {
 	O_REUSE, O_WRITE, O_POL, O_FEAT, O_IO, O_BUDGET, O_MAXB, O_DH,
 	O_RATIO, O_SKIPS, O_WL, O_SESS, O_TURNS, O_CTX, O_APPEND, O_OUT,
 	O_THINK, O_REQ, O_RATE, O_DIST, O_QS, O_SPEED, O_SEED, O_MAXSIM,
-	O_SWEEP, O_RATES, O_TARGET, O_JSON, O_CSV, O_PLOT, O_HELP,
+	O_SWEEP, O_RATES, O_TARGET, O_JSON, O_CSV, O_PLOT, O_HELP, O_XFER,
 };
 
 static const struct option lo[] = {
@@ -250,6 +253,7 @@ static const struct option lo[] = {
 	{ "csv", no_argument, 0, O_CSV },
 	{ "plot", required_argument, 0, O_PLOT },
 	{ "help", no_argument, 0, O_HELP },
+	{ "xfer", required_argument, 0, O_XFER },
 	{ 0, 0, 0, 0 }
 };
 
@@ -365,6 +369,7 @@ static int option(struct opts *o, int c, const char *a)
 	case O_JSON: o->json = 1; return 0;
 	case O_CSV: o->csv = 1; return 0;
 	case O_PLOT: o->plot = a; return 0;
+	case O_XFER: o->xfer = a; return 0;
 	case O_HELP: usage(stdout); return 1;
 	default: return -1;
 	}
@@ -636,6 +641,7 @@ static cJSON *sweep_json(const kvt_sweep *w)
 		cJSON_AddNumberToObject(t, "rate", w->at_rate);
 		cJSON_AddNumberToObject(t, "throughput_tok_s", w->at_throughput);
 		cJSON_AddNumberToObject(t, "ttft_ms", w->at_ttft_ms);
+		cJSON_AddBoolToObject(t, "at_top_of_range", w->at_top);
 	}
 	return o;
 }
@@ -652,8 +658,10 @@ static void print_sweep(const kvt_sim_config *c, const kvt_sweep *w)
 		       w->pt[i].r.ttft_ms.p90, 100 * w->pt[i].r.gpu_busy);
 	if (w->have_target && w->met)
 		printf("  at TTFT <= %g ms: %.0f tok/s (rate %.4g/s, TTFT %.1f "
-		       "ms)\n", w->target_ms, w->at_throughput, w->at_rate,
-		       w->at_ttft_ms);
+		       "ms)%s\n", w->target_ms, w->at_throughput, w->at_rate,
+		       w->at_ttft_ms, w->at_top ? "; the highest rate swept "
+		       "still meets the target: the limit is higher (--rates)" :
+		       "");
 	else if (w->have_target)
 		printf("  no rate met TTFT <= %g ms\n", w->target_ms);
 }
@@ -740,6 +748,41 @@ out:
 	return rc;
 }
 
+/* --xfer FILE, after --hardware whatever the order on the line. */
+static int apply_xfer(struct opts *o)
+{
+	char *text;
+	long n;
+	FILE *f = fopen(o->xfer, "r");
+	int err;
+
+	if (!f) {
+		fprintf(stderr, "kvtier %s: --xfer %s: %s\n", WHAT, o->xfer,
+			strerror(errno));
+		return CLI_EXIT_FAIL;
+	}
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	if (n < 0 || n > (64 << 20) || !(text = calloc(1, (size_t)n + 1))) {
+		fclose(f);
+		fprintf(stderr, "kvtier %s: --xfer %s: unreadable or over 64 "
+			"MiB\n", WHAT, o->xfer);
+		return CLI_EXIT_FAIL;
+	}
+	if (fread(text, 1, (size_t)n, f) != (size_t)n) {
+		fclose(f);
+		free(text);
+		fprintf(stderr, "kvtier %s: --xfer %s: short read\n", WHAT,
+			o->xfer);
+		return CLI_EXIT_FAIL;
+	}
+	fclose(f);
+	err = kvt_hw_apply_xfer(&o->cfg.hw, text, o->xfer);
+	free(text);
+	return err ? cli_fail(WHAT, err) : 0;
+}
+
 int cmd_sim(int argc, char **argv)
 {
 	struct opts *o = calloc(1, sizeof(*o));
@@ -764,7 +807,9 @@ int cmd_sim(int argc, char **argv)
 			return r > 0 ? 0 : CLI_EXIT_USAGE;
 		}
 	}
-	if (optind < argc)
+	if (o->xfer && (rc = apply_xfer(o)))
+		; /* message printed */
+	else if (optind < argc)
 		rc = cli_usage(WHAT, "unexpected argument '%s'", argv[optind]);
 	else if (o->plot && !o->sweep)
 		rc = cli_usage(WHAT, "--plot draws sweep curves: add --sweep");

@@ -18,8 +18,8 @@ static const struct {
 	{ "info", cmd_info, "what this machine offers; build and report tiers" },
 	{ "bench", cmd_bench, "benchmarks (JSON with --json)" },
 	{ "trace", cmd_trace, "replay request traces through the index" },
-	{ "stress", cmd_stress, "memory stressor: N threads copying, GB/s each" },
 	{ "sim", cmd_sim, "simulate a serving node: TTFT, throughput, policies" },
+	{ "stress", cmd_stress, "memory stressor: N threads copying, GB/s each" },
 };
 
 static void usage(FILE *f)

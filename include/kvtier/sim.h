@@ -133,6 +133,21 @@ KVT_API int kvt_hw_parse(kvt_hw *hw, const char *text, const char *label);
 KVT_API const char *kvt_hw_builtin_name(size_t i);
 
 /**
+ * kvt_hw_apply_xfer() - replace @hw's host -> GPU copy curves by figures
+ * measured with `kvtier bench xfer --json` (issue 4's JSON: "model",
+ * "results":[{"method","direction","page_tokens","gbps","limit_gbps"}]).
+ * Load results of cuda-chunk, cuda-batch and cuda-kernel become the
+ * memcpy, batch and gather curves (at the chunk size of the bench's model
+ * and page size, TP 1; the measured rate includes the per-call cost, so
+ * those methods' call costs become 0); the largest limit_gbps becomes the
+ * contiguous rate and link.gbps. @label names the file in messages.
+ * Returns 0; KVT_ECONFIG naming the problem (not JSON, no CUDA load
+ * results — e.g. measured on a machine without a GPU —, an unknown model);
+ * @hw is untouched on failure.
+ */
+KVT_API int kvt_hw_apply_xfer(kvt_hw *hw, const char *json, const char *label);
+
+/**
  * kvt_hw_cost() - the scheduler's cost model for model @g (its TP degree
  * included) on @hw. Returns 0, KVT_EGEOM (see kvt_cost_set_model()), or
  * KVT_ECONFIG when the TP degree exceeds the node's GPUs.
@@ -302,6 +317,8 @@ typedef struct kvt_sweep {
 	double at_rate;          /* highest rate whose mean TTFT <= target */
 	double at_throughput;    /* its throughput_tok_s */
 	double at_ttft_ms;       /* its mean TTFT */
+	int at_top;              /* the highest rate swept still met it: the
+				  * real limit lies above the range */
 } kvt_sweep;
 
 /**

@@ -42,9 +42,11 @@
  * KVT_XFER_VERIFY it checks each page against sums[i] and fails the job
  * with KVT_ECORRUPT (kvt_xfer_status.bad_page names the first bad page).
  * The value does not depend on where the page lives or which path moved
- * it, so a sum taken on store verifies the load from any tier. Jobs that
- * verify move page by page, so their layers become ready all at once, at
- * the end, once every page verified.
+ * it, so a sum taken on store verifies the load from any tier. Jobs with
+ * checksums hash whole pages, so their layers become ready all at once,
+ * at the end, once every page is hashed (and verified). The io and cuda
+ * lanes hash on the host side: after a read or the GPU copy, before a
+ * write.
  *
  * THREADS
  *
@@ -301,8 +303,10 @@ KVT_API void kvt_xfer_pause(kvt_xfer *x, int paused);
 /**
  * kvt_xfer_contig_copy() - the practical limit, for benchmarks: copy the
  * first @bytes of @src's backing memory to the first @bytes of @dst's as
- * one contiguous copy — memcpy split over @threads threads (0: the engine's
- * cpu_threads) for host tiers, one cudaMemcpy when either side is hbm.
+ * one contiguous copy. Host tiers: with @threads == 1 one memcpy() call;
+ * with more (0: the engine's cpu_threads) 4 MiB pieces taken in turn by
+ * that many threads, each copied with streaming stores. One cudaMemcpy
+ * when either side is hbm.
  * Ignores layouts and slots: it destroys the destination's contents.
  * *@seconds gets the time it took. Returns 0, -EINVAL if a tier is ssd or
  * smaller than @bytes, KVT_ENOTBUILT/KVT_ENODEV for hbm without CUDA/GPU.

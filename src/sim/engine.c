@@ -224,6 +224,8 @@ static void loads_complete(struct engine *e, struct sreq *r)
 			step_due(e, e->sim->now);
 	} else if (!e->busy) {
 		kvti_engine_kick(e);
+	} else {
+		e->rekick = 1; /* done inside a plan: look again after it */
 	}
 }
 
@@ -256,8 +258,12 @@ static int issue_loads(struct engine *e, struct sreq *r, uint32_t tokens)
 	claim(e, r);
 	if ((err = repin(e, r, upto)))
 		return err;
+	/* others see these pages in flight until the load is expected done */
 	if ((err = kvt_index_start(e->index, PX(r, upto), r->id,
-				   ns(s->now + 0.001), ns(s->now), NULL)))
+				   ns(s->now + kvt_cost_copy_s(&e->cost,
+					c->sched.method, e->cost.chunk_bytes,
+					(uint64_t)tokens * e->cost.token_bytes)),
+				   ns(s->now), NULL)))
 		return fail(e, err);
 	if (!r->load_flows)
 		r->load_base = from;
@@ -271,6 +277,7 @@ static int issue_loads(struct engine *e, struct sreq *r, uint32_t tokens)
 		if (!n)
 			continue;
 		left -= n;
+		r->loaded[t] += n;
 		s->load_bytes[t] += bytes * e->tp;
 		for (uint32_t g = 0; g < e->tp; g++) {
 			if ((err = kvti_sim_flow(s, e->gpu0 + g,
@@ -289,11 +296,63 @@ static int issue_loads(struct engine *e, struct sreq *r, uint32_t tokens)
 
 /* ---- the scheduler's view ---------------------------------------------- */
 
+/* Classify the matched pages one by one (needed when some are in flight):
+ * this request's own loads count as loadable and loading; pages another
+ * request is loading still have a copy below — with delay-hit the request
+ * waits for them (transient), without it loads its own (as a cache layer
+ * that knows nothing of the other load would); pages being computed with
+ * no copy anywhere are transient. */
+static int view_pages(struct engine *e, struct sreq *r, const kvt_match *m,
+		      kvt_sched_req *q, uint32_t *own, uint32_t *trans)
+{
+	uint32_t P = P_of(e), lo = 0, hi = 0;
+	int wait_loads = e->sim->cfg->sched.features & KVT_SCHED_DELAYHIT;
+	kvt_match m2;
+	int err;
+
+	if (m->pages > e->nlocs) {
+		kvt_page_loc *l = kvt_realloc(e->locs, m->pages * sizeof(*l));
+
+		if (!l)
+			return fail(e, -ENOMEM);
+		e->locs = l;
+		e->nlocs = m->pages;
+	}
+	if ((err = kvt_index_match(e->index, PX(r, r->it.prompt), 0, 0, &m2,
+				   e->locs, m->pages)))
+		return fail(e, err);
+	if (r->load_upto > r->load_base) {
+		lo = r->load_base / P;
+		hi = r->load_upto / P;
+	}
+	q->hbm = 0;
+	memset(q->tier, 0, sizeof(q->tier));
+	*own = *trans = 0;
+	for (uint32_t j = 0; j < m2.pages; j++) {
+		const kvt_page_loc *l = &e->locs[j];
+		int copy = l->tier < KVT_TIER_COUNT;
+
+		if (l->state == KVT_PAGE_RESIDENT && l->tier == KVT_TIER_HBM) {
+			q->hbm += P;
+		} else if (l->state == KVT_PAGE_RESIDENT) {
+			q->tier[l->tier] += P;
+		} else if (j >= lo && j < hi) {
+			*own += P;
+			q->tier[copy ? l->tier : e->sim->cfg->offload[0]] += P;
+		} else if (copy && !wait_loads && l->tier != KVT_TIER_HBM) {
+			q->tier[l->tier] += P;
+		} else {
+			*trans += P;
+		}
+	}
+	return 0;
+}
+
 /* Fill r->sr from the index, for a waiting request. */
 static int view_waiting(struct engine *e, struct sreq *r)
 {
 	kvt_sched_req *q = &r->sr;
-	uint32_t skips = q->skips, own, trans;
+	uint32_t skips = q->skips, own = 0, trans;
 	kvt_match m;
 	int err;
 
@@ -309,16 +368,10 @@ static int view_waiting(struct engine *e, struct sreq *r)
 	q->hbm = (uint32_t)m.tier_tokens[KVT_TIER_HBM];
 	for (int t = KVT_TIER_FABRIC; t < KVT_TIER_COUNT; t++)
 		q->tier[t] = (uint32_t)m.tier_tokens[t];
-	/* what this request itself is loading shows as in flight: count it
-	 * as loadable and loading, the rest of the transient span is others' */
-	own = r->load_upto > q->hbm ? r->load_upto - q->hbm : 0;
 	trans = (uint32_t)(m.inflight_tokens + m.queued_tokens);
-	own = KVT_MIN(own, trans);
-	trans -= own;
+	if (trans && (err = view_pages(e, r, &m, q, &own, &trans)))
+		return err;
 	if (own) {
-		int t = e->sim->cfg->offload[0];
-
-		q->tier[t] += own;
 		q->loading = own;
 		q->loading_ready = r->load_flows ? r->load_eta : e->sim->now;
 	}
@@ -399,7 +452,7 @@ static int start_request(struct engine *e, struct sreq *r,
 			 const kvt_sched_item *it)
 {
 	struct sim *s = e->sim;
-	uint32_t hbm = KVT_MIN(r->sr.hbm, it->reuse), rest;
+	uint32_t rest;
 	int err;
 
 	if ((err = list_push(&e->run, &e->nrun, &e->run_cap, r)))
@@ -414,19 +467,28 @@ static int start_request(struct engine *e, struct sreq *r,
 		   (unsigned long long)r->id, r->it.prompt, r->sr.hbm,
 		   it->reuse, r->sr.loading, it->load, r->sr.transient);
 	if (!r->counted) {
+		/* where its reused prefix came from: what it loaded itself
+		 * (now or ahead, by prefetch) by source tier, the rest was in
+		 * hbm already */
+		uint32_t own = 0;
+
 		r->counted = 1;
-		s->hit[KVT_TIER_HBM] += hbm;
-		rest = it->reuse - hbm;
-		for (int t = KVT_TIER_FABRIC; t < KVT_TIER_COUNT && rest; t++) {
-			uint32_t n = KVT_MIN(rest, r->sr.tier[t]);
+		rest = it->reuse;
+		for (int t = KVT_TIER_FABRIC; t < KVT_TIER_COUNT; t++) {
+			uint32_t n = KVT_MIN(rest, r->loaded[t]);
 
 			s->hit[t] += n;
 			rest -= n;
+			own += n;
 		}
+		s->hit[KVT_TIER_HBM] += it->reuse - own;
 	}
-	/* the context it computes is in flight from now on */
+	/* the context it computes is in flight from now on, expected done
+	 * when its whole prefill would be, running alone */
 	if ((err = kvt_index_start(e->index, PX(r, r->it.prompt), r->id,
-				   ns(s->now + 1), ns(s->now), NULL)))
+				   ns(s->now + kvt_cost_prefill_s(&e->cost,
+					r->it.prompt - it->reuse, it->reuse)),
+				   ns(s->now), NULL)))
 		return fail(e, err);
 	return 0;
 }
@@ -533,6 +595,7 @@ int kvti_engine_kick(struct engine *e)
 		return fail(e, kvti_fail(-E2BIG, "more than %zu prefills in a "
 					 "step", KVT_ARRAY_SIZE(pf)));
 	e->busy = 1; /* loads completing inside apply_plan must not kick */
+	e->rekick = 0;
 	e->pending = 0;
 	e->step_gen++;
 	e->store_flows = 0;
@@ -551,6 +614,10 @@ int kvti_engine_kick(struct engine *e)
 	if (!npf && !ndec) {
 		/* nothing computes: wait for loads, arrivals or transients */
 		e->busy = 0;
+		if (e->rekick) {
+			e->rekick = 0;
+			return kvti_engine_kick(e);
+		}
 		if (!e->pending && !plan.nprefetch && !plan.ndefer &&
 		    !s->net.nact && e->nwait && release_claims(e))
 			return kvti_engine_kick(e);
@@ -698,7 +765,7 @@ static int prefill_progress(struct engine *e, struct sreq *r, int hold)
 int kvti_engine_step_end(struct engine *e, uint64_t gen)
 {
 	struct sim *s = e->sim;
-	int hold = s->cfg->sched.sync_store, err;
+	int hold = s->cfg->sched.sync_store, changed = 0, err;
 	double dur = s->now - e->t0;
 
 	if (gen != e->step_gen || !e->busy || e->blocked)
@@ -725,16 +792,21 @@ int kvti_engine_step_end(struct engine *e, uint64_t gen)
 			    r->first_token >= 0) {
 				if ((err = finish(e, r)))
 					return err;
+				changed = 1;
 				continue;
 			}
 		} else if ((err = prefill_progress(e, r, hold))) {
 			return err;
+		} else {
+			changed = 1;
 		}
 		if (r->state == R_DONE)
 			continue;
 		i++;
 	}
-	if (s->cfg->check && (err = kvt_index_check(e->index)))
+	/* decode-only steps change nothing in the index */
+	if (s->cfg->check && (changed || e->nwait) &&
+	    (err = kvt_index_check(e->index)))
 		return fail(e, err);
 	if (hold && e->store_flows) {
 		e->blocked = 1;
@@ -851,5 +923,6 @@ void kvti_engine_fini(struct engine *e)
 	kvt_free(e->sq);
 	kvt_free(e->si);
 	kvt_free(e->sreqs);
+	kvt_free(e->locs);
 	memset(e, 0, sizeof(*e));
 }

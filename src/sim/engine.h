@@ -34,6 +34,7 @@ struct sreq {
 	uint32_t step_reuse;      /* its reuse when it starts */
 	int in_step;
 	int counted;              /* hits counted */
+	uint32_t loaded[KVT_TIER_COUNT]; /* tokens it loaded, by source */
 	uint32_t reused;          /* prefix tokens it did not compute */
 	uint32_t priv;            /* private hbm pages (partial page, decode) */
 };
@@ -58,6 +59,7 @@ struct engine {
 	/* the step in progress */
 	int busy;                 /* a step is running (or blocked) */
 	int blocked;              /* waiting for stores (sync_store) */
+	int rekick;               /* loads finished during a plan */
 	double t0, compute_s;
 	uint32_t pending;         /* running requests whose loads move */
 	uint64_t step_gen;
@@ -72,6 +74,8 @@ struct engine {
 	kvt_sched_item *si;
 	struct sreq **sreqs;
 	uint32_t scap;
+	kvt_page_loc *locs;       /* per-page view of one match */
+	uint64_t nlocs;
 
 	uint64_t priv_pages;      /* pages outside the index (decode) */
 	uint64_t claimed;         /* sum of the requests' claims */

@@ -18,6 +18,8 @@
 
 #include <kvtier/sim.h>
 
+#include <cjson/cJSON.h>
+
 #include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
@@ -352,5 +354,109 @@ int kvt_hw_cost(const kvt_hw *hw, const kvt_geom *g, kvt_cost *c)
 	if ((err = kvt_cost_check(&t)))
 		return err;
 	*c = t;
+	return 0;
+}
+
+/* ---- measured copy rates (kvtier bench xfer --json) ------------------- */
+
+/* Insert one (chunk, gbps) point into @k, keeping chunk sizes increasing
+ * (a repeated size keeps the higher rate). */
+static void curve_put(kvt_copy_curve *k, double chunk, double gbps)
+{
+	uint32_t i;
+
+	for (i = 0; i < k->n && k->chunk_bytes[i] < chunk; i++)
+		;
+	if (i < k->n && k->chunk_bytes[i] == chunk) {
+		k->gbps[i] = KVT_MAX(k->gbps[i], gbps);
+		return;
+	}
+	if (k->n == KVT_CURVE_MAX)
+		return;
+	memmove(&k->chunk_bytes[i + 1], &k->chunk_bytes[i],
+		(k->n - i) * sizeof(double));
+	memmove(&k->gbps[i + 1], &k->gbps[i], (k->n - i) * sizeof(double));
+	k->chunk_bytes[i] = chunk;
+	k->gbps[i] = gbps;
+	k->n++;
+}
+
+int kvt_hw_apply_xfer(kvt_hw *out, const char *json, const char *label)
+{
+	static const struct {
+		const char *name;
+		kvt_copy_method m;
+	} map[] = {
+		{ "cuda-chunk", KVT_COPY_MEMCPY },
+		{ "cuda-batch", KVT_COPY_BATCH },
+		{ "cuda-kernel", KVT_COPY_GATHER },
+	};
+	cJSON *root;
+	const cJSON *res, *x, *model, *arr;
+	kvt_copy_curve fresh[KVT_COPY_COUNT];
+	double limit = 0;
+	int used = 0, err = 0;
+	kvt_hw hw;
+	kvt_geom g;
+
+	kvti_errclear();
+	label = label ? label : "xfer json";
+	if (!out || !json)
+		return kvti_fail(-EINVAL, "kvt_hw_apply_xfer: NULL argument");
+	if (!(root = cJSON_Parse(json)))
+		return kvti_fail(KVT_ECONFIG, "%s: not JSON", label);
+	model = cJSON_GetObjectItemCaseSensitive(root, "model");
+	err = kvt_geom_preset(&g, cJSON_IsString(model) ? model->valuestring :
+				  "llama-3.1-8b", 16, 1, 0);
+	res = cJSON_GetObjectItemCaseSensitive(root, "results");
+	if (!err && !cJSON_IsArray(res))
+		err = kvti_fail(KVT_ECONFIG, "%s: no \"results\" array", label);
+	memset(fresh, 0, sizeof(fresh));
+	arr = err ? (const cJSON *)NULL : res;
+	cJSON_ArrayForEach(x, arr) {
+		const cJSON *m = cJSON_GetObjectItemCaseSensitive(x, "method");
+		const cJSON *d = cJSON_GetObjectItemCaseSensitive(x, "direction");
+		const cJSON *p = cJSON_GetObjectItemCaseSensitive(x, "page_tokens");
+		const cJSON *r = cJSON_GetObjectItemCaseSensitive(x, "gbps");
+		const cJSON *l = cJSON_GetObjectItemCaseSensitive(x, "limit_gbps");
+
+		if (!cJSON_IsString(m) || !cJSON_IsString(d) ||
+		    strcmp(d->valuestring, "load") || !cJSON_IsNumber(p) ||
+		    !cJSON_IsNumber(r) || !(p->valuedouble >= 1) ||
+		    !(r->valuedouble > 0))
+			continue;
+		for (size_t i = 0; i < KVT_ARRAY_SIZE(map); i++) {
+			if (strcmp(m->valuestring, map[i].name))
+				continue;
+			g.page_tokens = (uint32_t)p->valuedouble;
+			curve_put(&fresh[map[i].m],
+				  (double)kvt_geom_chunk_bytes(&g),
+				  r->valuedouble);
+			if (cJSON_IsNumber(l))
+				limit = KVT_MAX(limit, l->valuedouble);
+			used++;
+		}
+	}
+	cJSON_Delete(root);
+	if (err)
+		return err;
+	if (!used)
+		return kvti_fail(KVT_ECONFIG, "%s: no CUDA load results "
+				 "(cuda-chunk, cuda-batch, cuda-kernel): was it "
+				 "measured on a machine with a GPU?", label);
+	hw = *out;
+	for (int m = 0; m < KVT_COPY_COUNT; m++)
+		if (fresh[m].n) {
+			hw.copy[m] = fresh[m]; /* measured: call cost included */
+			hw.copy[m].call_us = m == KVT_COPY_MEMCPY ? 0 :
+					     out->copy[m].call_us;
+		}
+	if (limit > 0) {
+		hw.link_gbps = limit;
+		hw.copy[KVT_COPY_CONTIG].n = 1;
+		hw.copy[KVT_COPY_CONTIG].chunk_bytes[0] = 64.0 * 1024 * 1024;
+		hw.copy[KVT_COPY_CONTIG].gbps[0] = limit;
+	}
+	*out = hw;
 	return 0;
 }

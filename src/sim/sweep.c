@@ -229,6 +229,7 @@ int kvt_sim_sweep(const kvt_sim_config *c, const double *rates,
 			out->at_rate = lo;
 			out->at_throughput = out->pt[i].r.throughput_tok_s;
 			out->at_ttft_ms = out->pt[i].r.ttft_ms.mean;
+			out->at_top = i == out->n - 1;
 		}
 	return 0;
 }

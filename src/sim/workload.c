@@ -272,7 +272,11 @@ static int trace_initial(struct wl *w, struct wl_item *it, uint32_t n)
 		it[i].prompt = t->input_length ? t->input_length : 1;
 		it[i].output = t->output_length ? t->output_length : 1;
 		it[i].source = i;
-		it[i].affinity = t->nhash ? (uint32_t)t->hash_ids[0] : i;
+		/* route by the first two blocks: turns of one conversation
+		 * stay together, a prompt prefix shared by all (block 0)
+		 * does not pull everything onto one engine */
+		it[i].affinity = t->nhash ? (uint32_t)mix(t->hash_ids[0] * 31 +
+				(t->nhash > 1 ? t->hash_ids[1] : 0)) : i;
 		it[i].warm = 0;
 	}
 	return 0;

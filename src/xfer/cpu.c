@@ -4,26 +4,34 @@
  *
  * A job is cut into tasks of about task_bytes. Two orders:
  *
- *   ORDER_LAYER (loads into layer-first memory, no checksums)
+ *   ORDER_LAYER (to or from layer-first memory, no checksums)
  *     task = (layer l, pages [a, b)); tasks run layer by layer, so layer l
  *     of every page lands before layer l+1 starts, and layer_left[l]
- *     reaching 0 reports layer l ready.
+ *     reaching 0 reports layer l ready. Stores use it too: several pages'
+ *     chunks of one layer at a time beat several chunks of one page
+ *     (about 0.8 vs 0.5 of memcpy for 1-token pages on the dev machine).
  *
  *         page-first src            layer-first dst (vLLM, layer l)
  *         p0 [L0K L0V L1K ..]  --.   K: [s(p0)] [s(p1)] ...
  *         p1 [L0K L0V L1K ..]  --+-> V: [s(p0)] [s(p1)] ...
  *         within a task: all K chunks of [a, b), then all V chunks
  *
- *   ORDER_PAGE (everything else) task = pages [a, b), each page whole,
- *     layer after layer: the page-first side is read or written in order.
+ *   ORDER_PAGE (page-first on both sides, or checksums) task = pages
+ *     [a, b), all layers: page by page when both sides are page-first
+ *     (consecutive slots merge into one copy), layer by layer within the
+ *     range when checksums are taken (below). Layers are reported ready
+ *     only when the whole job is done.
  *
  * Contiguous runs merge: a chunk whose source and destination both follow
  * the previous one on from where it ended extends it (consecutive slots of
  * page-first ⇄ page-first copies become one memcpy; so do consecutive
- * slots of one layer between two layer-first tiers). With checksums each
- * chunk is hashed just before it is copied, in 64 KiB pieces, so the hash
- * reads from cache what the copy is about to read anyway, in page-first
- * order.
+ * slots of one layer between two layer-first tiers). Runs under 128 KiB
+ * are copied four at a time, interleaved, with the next four prefetched
+ * (copy.c: scattered small chunks are latency-bound, not bandwidth-bound).
+ * With checksums (ORDER_PAGE), each task first hashes its source pages
+ * where they are page-first, then copies its pages layer by layer, then
+ * hashes the destination pages where only they are page-first: the hash
+ * always covers a page in page-first byte order.
  *
  * Locking: a worker claims a task under x->mu (xfer_impl.h), runs it with
  * no lock, then counts it down through atomics.
@@ -37,8 +45,6 @@
 
 #define NT_MIN_RUN (16u << 10)
 #define NT_MIN_JOB (4u << 20)
-#define HASH_PIECE (64u << 10)
-#define HASH_AFTER_MAX (1u << 20)
 
 int kvti_cpu_plan(struct kvt_xfer *x, struct kvt_xfer_job *j)
 {
@@ -60,7 +66,8 @@ int kvti_cpu_plan(struct kvt_xfer *x, struct kvt_xfer_job *j)
 		atomic_init(&j->units_left, 1);
 		return 0;
 	}
-	if (j->dl->kind != KVT_LAYOUT_PAGE_FIRST &&
+	if ((j->dl->kind != KVT_LAYOUT_PAGE_FIRST ||
+	     j->sl->kind != KVT_LAYOUT_PAGE_FIRST) &&
 	    !(j->d.flags & (KVT_XFER_SUM | KVT_XFER_VERIFY)))
 		j->order = ORDER_LAYER;
 	unit = j->order == ORDER_LAYER ? l->kv * l->chunk_bytes : l->page_bytes;
@@ -84,7 +91,7 @@ int kvti_cpu_plan(struct kvt_xfer *x, struct kvt_xfer_job *j)
 
 /*
  * Copies flow: chunk -> run (merged while both sides continue) -> emit:
- * a run under 128 KiB made of whole cache lines joins a batch of
+ * a run under 128 KiB made of whole cache lines joins a batch of four
  * same-size copies done together by kvti_copy_multi(), two batches deep:
  * when the filling batch is full, the ready one is copied while the
  * filling one's sources are prefetched. Anything else is copied on its
@@ -92,6 +99,8 @@ int kvti_cpu_plan(struct kvt_xfer *x, struct kvt_xfer_job *j)
  * a job's sources and destinations never overlap (kvt_xfer_submit).
  */
 #define MULTI_BELOW (128u << 10)
+#define MULTI_WIDTH 4 /* measured best for 2-64 KiB chunks (8 is as good
+			 for 2 KiB, worse above; see docs/PERFORMANCE.md) */
 
 struct batch {
 	char *d[KVTI_MULTI_MAX];
@@ -150,7 +159,7 @@ static void emit(struct run *r, char *d, const char *s, size_t n)
 		r->bn = n;
 		f->d[f->n] = d;
 		f->s[f->n] = s;
-		if (++f->n == KVTI_MULTI_MAX) {
+		if (++f->n == MULTI_WIDTH) {
 			batch_copy_ready(r);
 			r->b[0] = *f;
 			f->n = 0;
@@ -214,21 +223,9 @@ static void layer_task(struct kvt_xfer *x, struct kvt_xfer_job *j,
 	atomic_fetch_add(&j->bytes_done, (b - a) * sl->kv * sl->chunk_bytes);
 }
 
-/* Copy @n bytes, hashing the source first, piece by piece, each piece
- * copied right after it is hashed (while it is in cache). */
-static void copy_hashed(struct run *r, char *d, const char *s, size_t n,
-			XXH3_state_t *h)
-{
-	for (size_t o = 0; o < n; o += HASH_PIECE) {
-		size_t m = KVT_MIN(n - o, HASH_PIECE);
-
-		XXH3_64bits_update(h, s + o, m);
-		copy_one(r, d + o, s + o, m);
-	}
-}
-
-/* XXH3 of page @p as it now stands on the job's page-first side (or, for
- * two layer-first tiers, of the destination's chunks in order). */
+/* XXH3 of page @p as it now stands on the job's page-first side, the
+ * source's if both are (or, for two layer-first tiers, of the
+ * destination's chunks in order). */
 static uint64_t page_hash(struct kvt_xfer_job *j, size_t p)
 {
 	if (j->sl->kind == KVT_LAYOUT_PAGE_FIRST)
@@ -240,39 +237,60 @@ static uint64_t page_hash(struct kvt_xfer_job *j, size_t p)
 	return kvti_page_sum(j->dl, j->dbufs, job_dst_slot(j, p));
 }
 
+/* Checksummed pages, a task's range at a time: hash the source pages
+ * first when they are page-first (a sequential read that leaves them in
+ * cache for the copy), copy the range layer by layer like an unchecked
+ * job (batched, streaming stores), then, when only the destination is
+ * page-first (or neither side is), hash what landed there. Measured
+ * against hashing and copying 64 KiB pieces in page order, this costs the
+ * same for loads and less for stores, at every page size. */
+static void sums_task(struct kvt_xfer *x, struct kvt_xfer_job *j, size_t a,
+		      size_t b)
+{
+	const kvt_layout *sl = j->sl, *dl = j->dl;
+	int src_pf = sl->kind == KVT_LAYOUT_PAGE_FIRST;
+	struct run r = { .nt = x->copy_nt, .nt_min = j->nt_min,
+			 .nt_small = j->nt_small };
+
+	for (size_t p = a; src_pf && p < b; p++)
+		kvti_job_sum(j, p, page_hash(j, p));
+	if (kvti_job_stopped(j))
+		return;
+	for (uint32_t layer = 0; layer < sl->geom.layers; layer++)
+		for (uint32_t k = 0; k < sl->kv; k++)
+			for (size_t p = a; p < b; p++)
+				run_add(&r, chunk_at(dl, j->dbufs,
+						     job_dst_slot(j, p), layer, k),
+					chunk_at(sl, j->sbufs, job_src_slot(j, p),
+						 layer, k),
+					sl->chunk_bytes);
+	run_done(&r);
+	for (size_t p = a; !src_pf && p < b; p++)
+		kvti_job_sum(j, p, page_hash(j, p));
+	atomic_fetch_add(&j->bytes_done, (b - a) * sl->page_bytes);
+}
+
+/* Whole pages in page order (page-first on both sides): consecutive slots
+ * merge into one copy. */
 static void page_task(struct kvt_xfer *x, struct kvt_xfer_job *j, size_t a,
 		      size_t b)
 {
 	const kvt_layout *sl = j->sl, *dl = j->dl;
-	int sums = (j->d.flags & (KVT_XFER_SUM | KVT_XFER_VERIFY)) != 0;
-	/* pages that fit in a core's cache are copied whole (ordinary
-	 * stores, batched), then hashed from cache; bigger ones are hashed
-	 * and copied piece by piece */
-	int after = sums && sl->page_bytes <= HASH_AFTER_MAX;
-	struct run r = { .nt = x->copy_nt, .nt_min = after ? SIZE_MAX : j->nt_min,
-			 .nt_small = after ? 0 : j->nt_small };
-	XXH3_state_t h;
+	struct run r = { .nt = x->copy_nt, .nt_min = j->nt_min,
+			 .nt_small = j->nt_small };
 
+	if (j->d.flags & (KVT_XFER_SUM | KVT_XFER_VERIFY)) {
+		sums_task(x, j, a, b);
+		return;
+	}
 	for (size_t p = a; p < b && !kvti_job_stopped(j); p++) {
 		uint32_t ss = job_src_slot(j, p), ds = job_dst_slot(j, p);
 
-		if (sums && !after)
-			XXH3_64bits_reset(&h);
 		for (uint32_t layer = 0; layer < sl->geom.layers; layer++)
-			for (uint32_t k = 0; k < sl->kv; k++) {
-				char *d = chunk_at(dl, j->dbufs, ds, layer, k);
-				const char *s = chunk_at(sl, j->sbufs, ss, layer, k);
-				if (sums && !after)
-					copy_hashed(&r, d, s, sl->chunk_bytes, &h);
-				else
-					run_add(&r, d, s, sl->chunk_bytes);
-			}
-		if (after) {
-			run_done(&r);
-			kvti_job_sum(j, p, page_hash(j, p));
-		} else if (sums) {
-			kvti_job_sum(j, p, XXH3_64bits_digest(&h));
-		}
+			for (uint32_t k = 0; k < sl->kv; k++)
+				run_add(&r, chunk_at(dl, j->dbufs, ds, layer, k),
+					chunk_at(sl, j->sbufs, ss, layer, k),
+					sl->chunk_bytes);
 		atomic_fetch_add(&j->bytes_done, sl->page_bytes);
 	}
 	run_done(&r);

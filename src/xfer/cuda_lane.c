@@ -199,7 +199,10 @@ static void *cuda_main(void *arg)
 {
 	struct cuda_thread *ct = arg;
 	struct kvt_xfer *x = ct->x;
+	int bound = kvti_cu_bind(ct->cu);
+	char why[256];
 
+	snprintf(why, sizeof(why), "%s", bound ? kvt_errdetail() : "");
 	pthread_mutex_lock(&x->mu);
 	for (;;) {
 		struct kvt_xfer_job *j = x->paused ? NULL :
@@ -212,7 +215,13 @@ static void *cuda_main(void *arg)
 		}
 		kvti_queue_remove(x, j);
 		pthread_mutex_unlock(&x->mu);
-		cuda_run(x, ct, j);
+		if (bound) { /* the GPU cannot be used from this thread */
+			kvti_job_started(j);
+			kvti_job_fail(j, bound, "cuda lane: %s", why);
+			kvti_job_units_done(j, 1);
+		} else {
+			cuda_run(x, ct, j);
+		}
 		pthread_mutex_lock(&x->mu);
 	}
 	pthread_mutex_unlock(&x->mu);

@@ -928,18 +928,33 @@ void kvt_xfer_status_get(kvt_xfer_job *j, kvt_xfer_status *st)
 
 /* ---- the limit: one contiguous copy -------------------------------- */
 
-struct contig_part {
+/*
+ * One thread: one memcpy() call over the whole region (glibc switches to
+ * streaming stores above its non-temporal threshold). More threads: the
+ * region cut into 4 MiB pieces that the threads take in turn, each copied
+ * with the engine's streaming-store copy — balanced like the engine's own
+ * tasks, so a thread the OS sets aside for a while does not hold the
+ * others up (a static split would make the "limit" slower than the engine
+ * on a busy machine).
+ */
+#define CONTIG_PIECE (4u << 20)
+
+struct contig {
 	char *dst;
 	const char *src;
-	size_t n;
-	pthread_t th;
+	uint64_t n;
+	atomic_uint_fast64_t next;
+	xfer_copy_fn copy;
 };
 
 static void *contig_thread(void *arg)
 {
-	struct contig_part *p = arg;
+	struct contig *c = arg;
+	uint64_t o;
 
-	memcpy(p->dst, p->src, p->n);
+	while ((o = atomic_fetch_add(&c->next, CONTIG_PIECE)) < c->n)
+		c->copy(c->dst + o, c->src + o, KVT_MIN(c->n - o, CONTIG_PIECE));
+	kvti_copy_fence();
 	return NULL;
 }
 
@@ -963,10 +978,11 @@ static int region(kvt_tier *t, uint64_t bytes, char **base)
 int kvt_xfer_contig_copy(kvt_xfer *x, kvt_tier *src, kvt_tier *dst,
 			 uint64_t bytes, unsigned threads, double *seconds)
 {
-	struct contig_part parts[256];
-	char *s, *d;
+	pthread_t th[256];
+	struct contig c;
 	uint64_t t0;
-	unsigned n;
+	unsigned n, started = 0;
+	char *s, *d;
 	int err;
 
 	kvti_errclear();
@@ -977,24 +993,22 @@ int kvt_xfer_contig_copy(kvt_xfer *x, kvt_tier *src, kvt_tier *dst,
 						      src->spec.device,
 					d, s, bytes, seconds);
 	n = threads ? KVT_MIN(threads, 256u) : x->nworkers;
-	if (bytes < ((uint64_t)n << 20))
-		n = 1;
 	t0 = kvt_now_ns();
-	for (unsigned i = 0; i < n; i++) {
-		/* split on 4 KiB boundaries, the last part takes the rest */
-		uint64_t a = bytes / n * i / 4096 * 4096;
-		uint64_t b = i + 1 == n ? bytes : bytes / n * (i + 1) / 4096 * 4096;
-		parts[i] = (struct contig_part){ d + a, s + a, b - a, 0 };
-		if (i && pthread_create(&parts[i].th, NULL, contig_thread,
-					&parts[i])) {
-			n = i; /* this thread copies the rest too */
-			memcpy(d + a, s + a, bytes - a);
-			break;
-		}
+	if (n <= 1 || bytes <= CONTIG_PIECE) {
+		memcpy(d, s, bytes);
+	} else {
+		c.dst = d;
+		c.src = s;
+		c.n = bytes;
+		c.copy = x->copy_nt;
+		atomic_init(&c.next, 0);
+		while (started + 1 < n &&
+		       !pthread_create(&th[started], NULL, contig_thread, &c))
+			started++;
+		contig_thread(&c); /* this thread is one of the n */
+		for (unsigned i = 0; i < started; i++)
+			pthread_join(th[i], NULL);
 	}
-	contig_thread(&parts[0]);
-	for (unsigned i = 1; i < n; i++)
-		pthread_join(parts[i].th, NULL);
 	*seconds = (kvt_now_ns() - t0) / 1e9;
 	return 0;
 }

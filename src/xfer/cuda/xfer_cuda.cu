@@ -119,6 +119,13 @@ extern "C" int kvti_cu_open(struct kvti_cu **out, int dev, int high_prio)
 	return 0;
 }
 
+extern "C" int kvti_cu_bind(struct kvti_cu *c)
+{
+	cudaError_t e = cudaSetDevice(c->dev);
+
+	return e == cudaSuccess ? 0 : cu_err(e, "cudaSetDevice");
+}
+
 static void stage_free(struct kvti_cu *c)
 {
 	cudaFreeHost(c->h_dst);

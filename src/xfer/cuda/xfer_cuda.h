@@ -33,6 +33,9 @@ struct kvti_cu;
 /* A stream on device @dev, high or low priority. */
 int kvti_cu_open(struct kvti_cu **out, int dev, int high_prio);
 void kvti_cu_close(struct kvti_cu *c);
+/* Make @c's device current in the calling thread (the lane thread calls
+ * it once: the current device is per thread). */
+int kvti_cu_bind(struct kvti_cu *c);
 /* Device address of registered (pinned) host memory; -EINVAL if @host is
  * not registered. */
 int kvti_cu_host_devptr(struct kvti_cu *c, void *host, void **dev);
