@@ -105,15 +105,15 @@ int kvt_demo_size(kvt_demo_config *c)
 
 	kvt_probe(&m);
 	c->gpu = m.cuda_built && m.ngpus > 0;
-	/* hbm: one and a half sessions (a session's pages are all pinned while
-	 * it runs); fabric and dram: four sessions each; ssd: all of them
-	 * twice over (slots are not reused until evicted). */
+	/* per policy (both run side by side): hbm one and a half sessions (a
+	 * session's pages are all pinned while it runs); fabric and dram three
+	 * sessions each; ssd all of them twice over. */
 	if (!c->hbm_bytes)
 		c->hbm_bytes = KVT_ALIGN_UP(sess + sess / 2 + 4 * page, page);
 	if (!c->fabric_bytes)
-		c->fabric_bytes = 4 * sess;
+		c->fabric_bytes = 3 * sess;
 	if (!c->dram_bytes)
-		c->dram_bytes = 4 * sess;
+		c->dram_bytes = 3 * sess;
 	if (!c->ssd_bytes)
 		c->ssd_bytes = 2 * (uint64_t)c->sessions * sess + 64 * page;
 	if (c->hbm_bytes < sess + 2 * page)
@@ -121,8 +121,8 @@ int kvt_demo_size(kvt_demo_config *c)
 				 "one session (%llu bytes)",
 				 (unsigned long long)c->hbm_bytes,
 				 (unsigned long long)sess);
-	/* memory tiers together within a third of what is available now */
-	mem_cap = m.mem_available / 3;
+	/* memory tiers of both policies within a third of what is available */
+	mem_cap = m.mem_available / 3 / (uint64_t)__builtin_popcount(c->policies);
 	need_mem = (c->gpu ? 0 : c->hbm_bytes) + c->fabric_bytes + c->dram_bytes;
 	if (mem_cap && need_mem > mem_cap) {
 		uint64_t hbm = c->gpu ? 0 : c->hbm_bytes, rest;
@@ -132,7 +132,8 @@ int kvt_demo_size(kvt_demo_config *c)
 					 "of memory, %llu MiB is available; use "
 					 "--sessions, --context or a smaller "
 					 "--model", (unsigned long long)
-					 ((hbm + 2 * sess) * 3 >> 20),
+					 ((hbm + 2 * sess) * 3 * (uint64_t)
+					  __builtin_popcount(c->policies) >> 20),
 					 (unsigned long long)(m.mem_available >> 20));
 		rest = mem_cap - hbm;
 		c->fabric_bytes = KVT_ALIGN_UP(rest / 2 - page, page);
@@ -140,7 +141,7 @@ int kvt_demo_size(kvt_demo_config *c)
 		kvti_info("demo: fabric and dram cut to %llu MiB each to fit "
 			  "in memory", (unsigned long long)(c->dram_bytes >> 20));
 	}
-	want = c->ssd_bytes;
+	want = c->ssd_bytes * (uint64_t)__builtin_popcount(c->policies);
 	{
 		struct statvfs v;
 		const char *d = c->dir[0] ? c->dir : (getenv("TMPDIR") ?
@@ -319,9 +320,10 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 	return err;
 }
 
-/* Both passes run on the same tiers, opened (and every page faulted in)
- * once: they differ in policy only, and neither pays the first touch of
- * fresh memory inside its measured restores. */
+/* Both policies run on tiers of the same sizes and backings, side by side:
+ * request (k, s) goes to one and then the other (which first alternates),
+ * so a slower moment of a shared machine weighs on both alike. Every tier
+ * is faulted in at open, so no restore pays the first touch of memory. */
 static void tier_spec(const kvt_demo_config *c, const char *dir, char *buf,
 		      size_t len)
 {
@@ -336,79 +338,82 @@ static void tier_spec(const kvt_demo_config *c, const char *dir, char *buf,
 		 (unsigned long long)c->ssd_bytes);
 }
 
-static int run_pass(const kvt_demo_config *c, struct session *ss,
-		    const kvt_cost *cost, kvt_cache *cache, int lmcache,
-		    kvt_demo_pass *out, size_t *done, size_t total)
+static int pass_open(struct pass_ctx *p, const kvt_demo_config *c,
+		     struct session *ss, const kvt_cost *cost, int lmcache,
+		     const char *dir, const kvt_geom *g, kvt_demo_pass *out)
 {
-	struct pass_ctx p = { 0 };
-	uint64_t t0 = kvt_now_ns();
-	int err;
+	kvt_cache_config cc = { 0 };
+	char sub[KVT_PATH_MAX + 32];
 
 	memset(out, 0, sizeof(*out));
 	kvti_strlcpy(out->policy, lmcache ? "lmcache" : "kvtier",
 		     sizeof(out->policy));
+	snprintf(sub, sizeof(sub), "%s/%s", dir, out->policy);
+	tier_spec(c, sub, out->tiers, sizeof(out->tiers));
 	out->nreqs = (size_t)c->sessions * c->turns;
 	out->reqs = kvt_calloc(out->nreqs, sizeof(*out->reqs));
-	if (!out->reqs)
+	p->locs = kvt_malloc((session_tokens(c) / c->page_tokens + 1) *
+			     sizeof(*p->locs));
+	p->page = kvti_aligned_alloc(4096, kvt_geom_page_bytes(g));
+	if (!out->reqs || !p->locs || !p->page)
 		return -ENOMEM;
-	p.c = c;
-	p.out = out;
-	p.ss = ss;
-	p.cost = *cost;
-	p.cache = cache;
-	p.lmcache = lmcache;
-	p.locs = kvt_malloc((session_tokens(c) / c->page_tokens + 1) *
-			    sizeof(*p.locs));
-	p.page = kvti_aligned_alloc(4096, kvt_geom_page_bytes(kvt_cache_geom(cache)));
-	if (!p.locs || !p.page) {
-		err = -ENOMEM;
-		goto out;
-	}
-	err = 0;
-	for (uint32_t k = 0; k < c->turns && !err; k++)
-		for (uint32_t s = 0; s < c->sessions && !err; s++) {
-			err = one_request(&p, s, k,
-					  &out->reqs[(size_t)k * c->sessions + s]);
-			if (err)
-				kvti_errctx("demo %s: session %u turn %u",
-					    out->policy, s, k);
-			++*done;
-			if (c->progress)
-				c->progress(c->progress_arg, out->policy, *done,
-					    total);
-		}
-	out->seconds = (double)(kvt_now_ns() - t0) / 1e9;
-	kvt_cache_stat_get(cache, &out->cache);
-	kvt_index_stat_get(kvt_cache_index(cache), &out->index);
-	if (!err && (err = kvt_index_check(kvt_cache_index(cache))))
+	p->c = c;
+	p->out = out;
+	p->ss = ss;
+	p->cost = *cost;
+	p->lmcache = lmcache;
+	cc.tiers = out->tiers;
+	cc.geom = *g;
+	cc.evict = KVT_EVICT_LRU;
+	cc.write = lmcache ? KVT_WRITE_THROUGH : KVT_WRITE_BACK;
+	return kvt_cache_open(&p->cache, &cc);
+}
+
+/* Check what the pass left: the index's invariants, every copy's bytes. */
+static int pass_finish(struct pass_ctx *p)
+{
+	kvt_demo_pass *out = p->out;
+	int err;
+
+	kvt_cache_stat_get(p->cache, &out->cache);
+	kvt_index_stat_get(kvt_cache_index(p->cache), &out->index);
+	if ((err = kvt_index_check(kvt_cache_index(p->cache)))) {
 		kvti_errctx("demo %s: index check", out->policy);
-	if (!err)
-		err = kvt_cache_verify(cache, &out->check);
-	if (!err && (out->cache.move_errors || out->cache.corrupt))
-		err = kvti_fail(KVT_ECORRUPT, "demo %s: %llu page copies failed",
-				out->policy,
-				(unsigned long long)out->cache.move_errors);
-out:
-	kvt_free(p.locs);
-	kvt_free(p.page);
-	return err;
+		return err;
+	}
+	if ((err = kvt_cache_verify(p->cache, &out->check)))
+		return err;
+	if (out->cache.move_errors || out->cache.corrupt)
+		return kvti_fail(KVT_ECORRUPT, "demo %s: %llu page copies failed",
+				 out->policy,
+				 (unsigned long long)out->cache.move_errors);
+	return 0;
+}
+
+static void pass_close(struct pass_ctx *p)
+{
+	kvt_cache_close(p->cache); /* temp: removes the ssd files */
+	kvt_free(p->locs);
+	kvt_free(p->page);
 }
 
 int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
 {
 	kvt_demo_config c = *cin;
+	struct pass_ctx px[2];
 	kvt_demo_result *r;
 	struct session *ss = NULL;
 	kvt_stress *stress = NULL;
-	kvt_cache *cache = NULL;
+	kvt_stress_stat s0, s1;
 	char dir[KVT_PATH_MAX + 16];
 	size_t done = 0, total;
-	uint64_t t0 = kvt_now_ns();
+	uint64_t t0 = kvt_now_ns(), t1;
 	kvt_cost cost;
 	kvt_hw hw;
-	int err, made_dir = 0;
+	int err, made_dir = 0, np = 0;
 
 	kvti_errclear();
+	memset(px, 0, sizeof(px));
 	if ((err = kvt_demo_size(&c)))
 		return err;
 	r = kvt_calloc(1, sizeof(*r));
@@ -436,61 +441,65 @@ int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
 		}
 		made_dir = 1;
 	}
-	if (c.stress && (err = kvt_stress_start(&stress, c.stress,
-						c.stress_bytes, 0)))
-		goto fail;
-	total = (size_t)c.sessions * c.turns *
-		(size_t)__builtin_popcount(c.policies);
-	{
-		kvt_cache_config cc = { 0 };
-		char sub[KVT_PATH_MAX + 32];
-		uint64_t t1 = kvt_now_ns();
 
-		snprintf(sub, sizeof(sub), "%s/ssd", dir);
-		tier_spec(&c, sub, r->tiers, sizeof(r->tiers));
-		cc.tiers = r->tiers;
-		cc.geom = r->geom;
-		cc.evict = KVT_EVICT_LRU;
-		if ((err = kvt_cache_open(&cache, &cc)))
-			goto fail;
-		r->setup_s = (double)(kvt_now_ns() - t1) / 1e9;
-	}
-	if (c.stress && (err = kvt_stress_start(&stress, c.stress,
-						c.stress_bytes, 0)))
-		goto fail;
+	t1 = kvt_now_ns();
 	for (int lm = 1; lm >= 0; lm--) {
-		kvt_stress_stat s0, s1;
-
 		if (!(c.policies & (lm ? KVT_DEMO_LMCACHE : KVT_DEMO_KVTIER)))
 			continue;
-		err = kvt_cache_reset(cache, KVT_EVICT_LRU, lm ? KVT_WRITE_THROUGH :
-				      KVT_WRITE_BACK);
+		r->npasses = ++np;
+		err = pass_open(&px[np - 1], &c, ss, &cost, lm, dir, &r->geom,
+				&r->pass[np - 1]);
 		if (err)
-			break;
-		if (stress)
-			kvt_stress_sample(stress, &s0);
-		err = run_pass(&c, ss, &cost, cache, lm, &r->pass[r->npasses],
-			       &done, total);
-		kvti_strlcpy(r->pass[r->npasses].tiers, r->tiers,
-			     sizeof(r->pass[r->npasses].tiers));
-		if (stress) {
-			kvt_stress_sample(stress, &s1);
-			r->pass[r->npasses].stress_gbps =
-				s1.seconds > s0.seconds ?
+			goto fail;
+	}
+	kvti_strlcpy(r->tiers, r->pass[0].tiers, sizeof(r->tiers));
+	r->setup_s = (double)(kvt_now_ns() - t1) / 1e9;
+
+	if (c.stress && (err = kvt_stress_start(&stress, c.stress,
+						c.stress_bytes, 0)))
+		goto fail;
+	if (stress)
+		kvt_stress_sample(stress, &s0);
+	total = (size_t)c.sessions * c.turns * (size_t)np;
+	for (uint32_t k = 0; k < c.turns && !err; k++)
+		for (uint32_t s = 0; s < c.sessions && !err; s++)
+			for (int i = 0; i < np && !err; i++) {
+				/* alternate which policy goes first */
+				int j = ((k * c.sessions + s) & 1) ? np - 1 - i : i;
+				struct pass_ctx *p = &px[j];
+				uint64_t q0 = kvt_now_ns();
+
+				err = one_request(p, s, k, &p->out->reqs[
+					(size_t)k * c.sessions + s]);
+				p->out->seconds += (double)(kvt_now_ns() - q0) / 1e9;
+				if (err)
+					kvti_errctx("demo %s: session %u turn %u",
+						    p->out->policy, s, k);
+				++done;
+				if (c.progress)
+					c.progress(c.progress_arg, p->out->policy,
+						   done, total);
+			}
+	if (stress) {
+		kvt_stress_sample(stress, &s1);
+		for (int i = 0; i < np; i++)
+			r->pass[i].stress_gbps = s1.seconds > s0.seconds ?
 				(double)(s1.bytes - s0.bytes) / 1e9 /
 				(s1.seconds - s0.seconds) : 0;
-		}
-		r->npasses++;
-		if (err)
-			break;
 	}
+	for (int i = 0; i < np && !err; i++)
+		err = pass_finish(&px[i]);
 fail:
 	kvt_stress_stop(stress, NULL);
-	kvt_cache_close(cache); /* temp: removes the ssd files */
+	for (int i = 0; i < np; i++)
+		pass_close(&px[i]);
 	if (made_dir) {
 		char sub[KVT_PATH_MAX + 32];
-		snprintf(sub, sizeof(sub), "%s/ssd", dir);
-		rmdir(sub);
+		for (int lm = 0; lm < 2; lm++) {
+			snprintf(sub, sizeof(sub), "%s/%s", dir,
+				 lm ? "lmcache" : "kvtier");
+			rmdir(sub);
+		}
 		rmdir(dir);
 	}
 	if (ss)
@@ -500,7 +509,7 @@ fail:
 		}
 	kvt_free(ss);
 	r->seconds = (double)(kvt_now_ns() - t0) / 1e9;
-	if (err && !r->npasses) {
+	if (err && !done) {
 		kvt_demo_result_free(r);
 		return err;
 	}
