@@ -11,8 +11,8 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 SMALL="--sessions 2 --turns 3 --system 64 --context 256 --turn-tokens 128 --output 32"
 
 "$KVT" demo $SMALL >"$TMP/out.txt" 2>"$TMP/err.txt" || fail "demo exit $? ($(tail -2 "$TMP/err.txt"))"
-for s in "MEASURED" "MODELED" "cold" "warm 2" "lmcache" "kvtier" "TTFT p50" \
-	 "Nothing lost or corrupted" "EMULATED"; do
+for s in "MEASURED" "MODELED" "cold" "warm 2" "lmcache" "kvtier" "TTFT ms" \
+	 "Nothing lost or corrupted" "EMULATED" "compute"; do
 	grep -qF "$s" "$TMP/out.txt" || fail "table lacks '$s'"
 done
 

@@ -151,14 +151,15 @@ static void print_pass(const kvt_demo_result *r, const kvt_demo_pass *p)
 	printf("\n%s — %s\n", p->policy, !strcmp(p->policy, "lmcache") ?
 	       "restore the whole prefix, then prefill (write-through)" :
 	       "restore overlapped layer by layer with prefill (write-back)");
-	printf("  %-7s %7s  %9s %9s  %9s %9s  %7s  %-36s %8s  %7s %7s\n",
-	       "turn", "prompt", "TTFT p50", "TTFT p90", "restore", "prefill",
-	       "restore", "cached tokens found in", "computed", "evicted",
-	       "demoted");
-	printf("  %-7s %7s  %9s %9s  %9s %9s  %7s  %-8s %-8s %-8s %-9s %8s  %7s %7s\n",
-	       "", "tokens", "ms", "ms", "p50 ms", "p50 ms", "GB/s",
-	       tier_label(0, r), "fabric", "dram", "ssd", "tokens", "pages",
+	printf("  %-7s %-15s %-9s %-9s %-7s | %-50s | %s\n", "", "TTFT ms",
+	       "restore", "prefill", "restore", "tokens, all sessions of the turn:",
 	       "pages");
+	printf("  %-7s %7s %7s %9s %9s %7s | %7s %-26s %7s %7s | %7s %7s\n",
+	       "turn", "p50", "p90", "p50 ms", "p50 ms", "GB/s", "prompt",
+	       "  cached, found in", "", "compute", "evicted", "demoted");
+	printf("  %-7s %7s %7s %9s %9s %7s | %7s %6s %6s %6s %6s %7s | %7s %7s\n",
+	       "", "", "", "", "", "", "", tier_label(0, r), "fabric", "dram",
+	       "ssd", "", "", "");
 	for (uint32_t k = 0; k < r->config.turns; k++) {
 		struct turn_stat ts;
 		char name[16];
@@ -168,13 +169,13 @@ static void print_pass(const kvt_demo_result *r, const kvt_demo_pass *p)
 			snprintf(name, sizeof(name), "warm %u", k);
 		else
 			snprintf(name, sizeof(name), "cold");
-		printf("  %-7s %7llu  %9.1f %9.1f  %9.1f %9.2f  %7.2f  %-8llu %-8llu "
-		       "%-8llu %-9llu %8llu  %7llu %7llu\n", name,
-		       (unsigned long long)(ts.prompt / ts.n),
+		printf("  %-7s %7.1f %7.1f %9.1f %9.2f %7.2f | %7llu %6llu %6llu "
+		       "%6llu %6llu %7llu | %7llu %7llu\n", name,
 		       pct(ts.ttft, ts.n, 0.5) * 1e3, pct(ts.ttft, ts.n, 0.9) * 1e3,
 		       pct(ts.restore, ts.n, 0.5) * 1e3,
 		       pct(ts.prefill, ts.n, 0.5) * 1e3,
 		       ts.restore_s > 0 ? (double)ts.bytes / 1e9 / ts.restore_s : 0,
+		       (unsigned long long)ts.prompt,
 		       (unsigned long long)ts.hit[0], (unsigned long long)ts.hit[1],
 		       (unsigned long long)ts.hit[2], (unsigned long long)ts.hit[3],
 		       (unsigned long long)ts.computed,

@@ -90,10 +90,10 @@ KVT_API void kvt_demo_config_init(kvt_demo_config *c);
 
 /**
  * kvt_demo_size() - check the configuration and size the tiers left at 0
- * from the workload and the machine: hbm holds about 1.5 sessions' context,
- * fabric and dram about two sessions each, ssd the rest with room to spare;
- * the memory tiers together stay under a third of the memory available
- * now. Returns 0, -EINVAL naming a bad field (zero counts, too many turns,
+ * from the workload and the machine, per policy: hbm holds about 1.5
+ * sessions' context, fabric and dram three sessions each, ssd every session
+ * and a quarter more; the memory tiers of both policies together stay under
+ * a third of the memory available now. Returns 0, -EINVAL naming a bad field (zero counts, too many turns,
  * contexts over 2^31 tokens), KVT_EPRESET, KVT_ECONFIG (hardware profile),
  * -ENOMEM when the machine cannot hold even a reduced set of tiers.
  */

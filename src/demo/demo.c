@@ -107,15 +107,16 @@ int kvt_demo_size(kvt_demo_config *c)
 	c->gpu = m.cuda_built && m.ngpus > 0;
 	/* per policy (both run side by side): hbm one and a half sessions (a
 	 * session's pages are all pinned while it runs); fabric and dram three
-	 * sessions each; ssd all of them twice over. */
+	 * sessions each; ssd all of them and a quarter more (a page keeps at
+	 * most one ssd copy: loads leave it there, evictions reuse it). */
 	if (!c->hbm_bytes)
 		c->hbm_bytes = KVT_ALIGN_UP(sess + sess / 2 + 4 * page, page);
 	if (!c->fabric_bytes)
 		c->fabric_bytes = 3 * sess;
 	if (!c->dram_bytes)
 		c->dram_bytes = 3 * sess;
-	if (!c->ssd_bytes)
-		c->ssd_bytes = 2 * (uint64_t)c->sessions * sess + 64 * page;
+	if (!c->ssd_bytes) /* one copy of every page fits, with a quarter spare */
+		c->ssd_bytes = (uint64_t)c->sessions * sess / 4 * 5 + 64 * page;
 	if (c->hbm_bytes < sess + 2 * page)
 		return kvti_fail(-EINVAL, "demo: hbm of %llu bytes cannot hold "
 				 "one session (%llu bytes)",
