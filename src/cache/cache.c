@@ -70,23 +70,6 @@ struct kvt_cache {
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-	size_t n = *cap ? *cap : 64;
-	void *q;
-
-	if (need <= *cap)
-		return 0;
-	while (n < need)
-		n *= 2;
-	q = kvt_realloc(*p, n * elem);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = n;
-	return 0;
-}
-
 static double secs(uint64_t t0)
 {
 	return (double)(kvt_now_ns() - t0) / 1e9;
@@ -129,7 +112,8 @@ static int mover_copy(void *arg, const kvt_move *m)
 	kvt_cache *c = arg;
 	struct move *mv;
 
-	if (grow((void **)&c->mv, &c->mvcap, c->nmv + 1, sizeof(*c->mv)))
+	if (kvti_grow((void **)&c->mv, &c->mvcap, c->nmv + 1, sizeof(*c->mv),
+		      64))
 		return -ENOMEM; /* the index cancels this move */
 	mv = &c->mv[c->nmv++];
 	mv->src = (uint8_t)m->src;
@@ -596,8 +580,8 @@ int kvt_cache_acquire(kvt_cache *c, const kvt_prefix *px_in, uint64_t now,
 	npages = px.ntokens / P;
 	if (!npages)
 		return 0;
-	if ((err = grow((void **)&c->locs, &c->locs_cap, npages,
-			sizeof(*c->locs))))
+	if ((err = kvti_grow((void **)&c->locs, &c->locs_cap, npages,
+			     sizeof(*c->locs), 64)))
 		return err;
 	move_s0 = (uint64_t)(c->st.move_s * 1e9);
 	c->flush_err = 0;
