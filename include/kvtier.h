@@ -12,10 +12,13 @@
  *   kvtier/index.h   the hierarchy-aware radix index (residency per tier,
  *                    transient pages, eviction and demotion, tenants)
  *   kvtier/trace.h   request traces (Mooncake format)
- *   kvtier/sched.h   the cache-aware batch scheduler and its cost model
- *   kvtier/sim.h     the serving simulator: hardware profiles, workloads
  *   kvtier/xfer.h    the transfer engine (pages between tiers, layout
  *                    conversion, checksums) and the memory stressor
+ *   kvtier/sched.h   the cache-aware batch scheduler and its cost model
+ *   kvtier/sim.h     the serving simulator: hardware profiles, workloads
+ *   kvtier/cache.h   the node cache: tiers + index + transfer engine wired
+ *                    together, a checksum for every page copy
+ *   kvtier/demo.h    the end-to-end demo (kvtier demo)
  *
  * CONVENTIONS (they hold for every call in every part)
  *
@@ -203,8 +206,10 @@ KVT_API int kvt_opts_describe(const kvt_opts *o, int i, const char **name,
 #include <kvtier/tier.h>
 #include <kvtier/index.h>
 #include <kvtier/trace.h>
+#include <kvtier/xfer.h>
 #include <kvtier/sched.h>
 #include <kvtier/sim.h>
-#include <kvtier/xfer.h>
+#include <kvtier/cache.h>
+#include <kvtier/demo.h>
 
 #endif /* KVTIER_H */

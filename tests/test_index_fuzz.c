@@ -48,7 +48,7 @@ static struct model {
 static kvt_index *X;
 /* what the runs exercised, summed over seeds (checked at the end) */
 static uint64_t n_evicted, n_demoted, n_copied, n_dropped, n_full, n_marks,
-	n_splits, n_pinfail, n_partial;
+	n_splits, n_pinfail, n_partial, n_pinned_inserts;
 static kvt_pool *pools[KVT_TIER_COUNT];
 
 /* ---- model helpers ---------------------------------------------------- */
@@ -274,9 +274,17 @@ static void op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
 			M.pg[path[i]].ticket = M.pg[path[i]].ready = 0;
 		}
 	}
-	m_protect(path, have, 1);
-	m_policy(path, have);
-	m_protect(path, have, 0);
+	if (flags & KVT_INSERT_PIN) {
+		/* the insert's pin stays as the caller's lease; the write
+		 * policy waits for the unpin */
+		for (int i = 0; i < np; i++)
+			M.pg[path[i]].pins++;
+		n_pinned_inserts++;
+	} else {
+		m_protect(path, have, 1);
+		m_policy(path, have);
+		m_protect(path, have, 0);
+	}
 	m_prune();
 	if (!err)
 		CHECK_EQ(r.pages, cut);
@@ -351,6 +359,11 @@ static int op_pin(uint32_t tenant, const uint32_t *tok, int np, int unpin)
 		return 0;
 	}
 	CHECK_OK(err);
+	if (unpin) { /* the write policy, while the pages are still held */
+		m_protect(path, np, 1);
+		m_policy(path, np);
+		m_protect(path, np, 0);
+	}
 	for (int i = 0; i < np; i++)
 		M.pg[path[i]].pins += unpin ? -1u : 1u;
 	return 1;
@@ -521,9 +534,13 @@ static void run(uint64_t seed, int steps)
 		op = (int)(test_rand(&r) % 12);
 		switch (op) {
 		case 0: case 1: case 2:
-			op_insert(tenant, tok, np, 0,
-				  !transients && test_rand(&r) % 3 == 0 ?
-				  KVT_INSERT_PARTIAL : 0);
+			{
+				unsigned f = transients ? 2 :
+					     (unsigned)(test_rand(&r) % 3);
+				op_insert(tenant, tok, np, 0,
+					  f == 0 ? KVT_INSERT_PARTIAL :
+					  f == 1 ? KVT_INSERT_PIN : 0);
+			}
 			break;
 		case 3:
 			op_insert(tenant, tok, np,
@@ -607,11 +624,13 @@ int main(int argc, char **argv)
 		run(290, 300);
 	fprintf(stderr, "%d seeds: %llu evicted, %llu demoted, %llu copied "
 		"down, %llu dropped, %llu splits, %llu inserts refused full, "
-		"%llu partial, %llu pin/unpin refused, %llu pages marked\n",
+		"%llu partial, %llu pinned inserts, %llu pin/unpin refused, "
+		"%llu pages marked\n",
 		seeds, (unsigned long long)n_evicted,
 		(unsigned long long)n_demoted, (unsigned long long)n_copied,
 		(unsigned long long)n_dropped, (unsigned long long)n_splits,
 		(unsigned long long)n_full, (unsigned long long)n_partial,
+		(unsigned long long)n_pinned_inserts,
 		(unsigned long long)n_pinfail, (unsigned long long)n_marks);
 	/* the runs must have reached every path */
 	if (seeds < 96)
@@ -619,6 +638,7 @@ int main(int argc, char **argv)
 	CHECK(n_evicted > 1000 && n_demoted > 100 && n_copied > 100);
 	CHECK(n_dropped > 100 && n_splits > 100 && n_full > 10);
 	CHECK(n_partial > 10 && n_pinfail > 10 && n_marks > 100);
+	CHECK(n_pinned_inserts > 100);
 	CHECK_EQ(kvt_alloc_live(), live);
 	TEST_DONE();
 }

@@ -56,6 +56,9 @@ static void good(void)
 	CHECK(s[3].temp && s[3].fresh);
 	CHECK(!strcmp(s[4].path, "redis://127.0.0.1:6379"));
 
+	CHECK_OK(kvt_tier_spec_parse("hostdev:64M,populate,mlock", r, 8, &m));
+	CHECK(r[0].populate && r[0].mlock);
+
 	/* format then parse gives the same spec */
 	for (size_t i = 0; i < n; i++) {
 		kvt_tier_spec_format(&s[i], buf, sizeof(buf));
@@ -114,6 +117,8 @@ int main(void)
 	bad("fabric:file=/x,1G,hugepages", "hugepage options");
 	bad("hbm:4G,numa=1", "does not apply to hbm");
 	bad("hostdev:4G,device=1", "does not apply to hostdev");
+	bad("hostdev:4G,pin", "does not apply to hostdev");
+	bad("hbm:4G,populate", "does not apply to hbm");
 	bad("hostdev:4G,layout=page-first", "bad layout");
 	bad("hostdev:4G,layout=nope", "bad layout");
 	bad("remote:", "missing address");

@@ -128,7 +128,7 @@ static void test_memory_tiers(const kvt_geom *g, const char *dir)
 		uint64_t from = 0, to = 3;
 
 		CHECK_OK(open_spec(&t, lay ? "hostdev:32M,layout=sglang" :
-					     "hostdev:32M", g));
+					     "hostdev:32M,populate,mlock", g));
 		kvt_tier_info(t, &d);
 		CHECK(d.layer_first && d.emulated);
 		l = kvt_tier_layout(t);

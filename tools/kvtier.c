@@ -14,6 +14,7 @@ static const struct {
 	int (*fn)(int argc, char **argv);
 	const char *summary;
 } cmds[] = {
+	{ "demo", cmd_demo, "the main job: an agentic workload through the real cache" },
 	{ "info", cmd_info, "what this machine offers; build and report tiers" },
 	{ "bench", cmd_bench, "benchmarks (JSON with --json)" },
 	{ "trace", cmd_trace, "replay request traces through the index" },

@@ -370,6 +370,14 @@ enum {
 	/* When the tier cannot hold every page, keep the leading pages that
 	 * fit instead of failing (res->pages says how many). */
 	KVT_INSERT_PARTIAL = 1u << 0,
+	/* Lease the pages in the same call, as kvt_index_pin() would: no
+	 * eviction (the watermark evictions that run as the call ends
+	 * included) can take a fresh page before the caller has written its
+	 * bytes, and the write policy's copies of the prefix wait until the
+	 * lease ends (kvt_index_unpin() applies them): nothing is copied down
+	 * before it is written. End it with kvt_index_unpin(). Not with
+	 * KVT_INSERT_PARTIAL. */
+	KVT_INSERT_PIN = 1u << 1,
 };
 
 typedef struct kvt_insert_result {
@@ -411,7 +419,10 @@ KVT_API int kvt_index_insert(kvt_index *idx, const kvt_prefix *px,
  * copy (nothing pinned), -EINVAL / -E2BIG for a bad prefix, -ENOMEM.
  * Unpin returns 0, or -EINVAL (nothing unpinned) naming the first page
  * that is not pinned, or saying that no lease ends where @px ends (its
- * pages are held by longer pinned prefixes only). Unpin never allocates.
+ * pages are held by longer pinned prefixes only). Unpin never allocates
+ * heap memory; it applies the write policy to @px (the copies an insert
+ * with KVT_INSERT_PIN deferred), which may take slots in lower tiers and
+ * evict there.
  */
 KVT_API int kvt_index_pin(kvt_index *idx, const kvt_prefix *px);
 KVT_API int kvt_index_unpin(kvt_index *idx, const kvt_prefix *px);

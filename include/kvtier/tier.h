@@ -44,8 +44,10 @@
  *   hugepages       dram, fabric      explicit hugepages, error if unavailable
  *   thp / nohuge    dram, fabric      only transparent-hugepage advice / none
  *                                     (default: explicit if reserved, else thp)
- *   mlock           dram, fabric      lock the pages in memory
- *   populate        dram, fabric      fault every page in at open
+ *   mlock           dram, fabric,     lock the pages in memory
+ *                   hostdev
+ *   populate        dram, fabric,     fault every page in at open
+ *                   hostdev
  *   pin             dram, fabric      cudaHostRegister (error without CUDA)
  *   allow-cpus      fabric            accept a NUMA node that has CPUs
  *                                     (then reported as emulated)

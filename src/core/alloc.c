@@ -131,3 +131,20 @@ void *kvti_aligned_alloc(size_t align, size_t n)
 	atomic_fetch_add(&live_blocks, 1);
 	return p;
 }
+
+int kvti_grow(void **p, size_t *cap, size_t need, size_t elem, size_t first)
+{
+	size_t n = *cap ? *cap : first;
+	void *q;
+
+	if (need <= *cap)
+		return 0;
+	while (n < need)
+		n *= 2;
+	q = kvt_realloc(*p, n * elem);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = n;
+	return 0;
+}

@@ -42,6 +42,9 @@ void *kvti_mmap(void *addr, size_t len, int prot, int flags, int fd,
 /* True when the injector says this acquisition fails (for resources that
  * are not memory but can run out: used to test setup paths). */
 bool kvti_fault(void);
+/* Grow the array *@p of *@cap elements of @elem bytes (doubling, from
+ * @first) until it holds @need; 0 or -ENOMEM (the array is unchanged). */
+int kvti_grow(void **p, size_t *cap, size_t need, size_t elem, size_t first);
 /* Aligned heap block (posix_memalign), counted; free with kvt_free(). */
 void *kvti_aligned_alloc(size_t align, size_t n);
 

@@ -24,23 +24,6 @@ struct kvt_trace {
 	uint64_t unique;
 };
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-	size_t c = *cap ? *cap : 256;
-	void *q;
-
-	if (need <= *cap)
-		return 0;
-	while (c < need)
-		c *= 2;
-	q = kvt_realloc(*p, c * elem);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = c;
-	return 0;
-}
-
 /* A number field that must be a whole number in [0, max]. */
 static int get_uint(const cJSON *o, const char *key, double max, double *v,
 		    const char **why)
@@ -88,7 +71,8 @@ static int parse_line(kvt_trace *t, const char *s, size_t len,
 		kvti_fail(err, "%s:%u: not a JSON object", name, line);
 		goto out;
 	}
-	if ((err = grow((void **)&t->req, &t->cap, t->n + 1, sizeof(*r))))
+	if ((err = kvti_grow((void **)&t->req, &t->cap, t->n + 1, sizeof(*r),
+			     256)))
 		goto out;
 	err = KVT_ECONFIG;
 	r = &t->req[t->n];
@@ -114,8 +98,8 @@ static int parse_line(kvt_trace *t, const char *s, size_t len,
 		goto bad;
 	}
 	k = cJSON_GetArraySize(ids);
-	if ((err = grow((void **)&t->ids, &t->capids, t->nids + (size_t)k,
-			sizeof(*t->ids))))
+	if ((err = kvti_grow((void **)&t->ids, &t->capids, t->nids + (size_t)k,
+			     sizeof(*t->ids), 256)))
 		goto out;
 	err = KVT_ECONFIG;
 	r->nhash = (uint32_t)k;

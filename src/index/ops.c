@@ -400,6 +400,9 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 	kvti_errclear();
 	if (!locs)
 		nlocs = 0;
+	if ((flags & KVT_INSERT_PIN) && (flags & KVT_INSERT_PARTIAL))
+		return kvti_fail(-EINVAL, "insert: KVT_INSERT_PIN and "
+				 "KVT_INSERT_PARTIAL do not go together");
 	if ((err = kvti_px_open(x, px, 1, &k)))
 		return err;
 	if ((t = tier_of(x, tier)) < 0)
@@ -457,8 +460,10 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 	for_path(x, &k, k.n, touch_fn, NULL);
 	if (t == 0)
 		for_path(x, &k, cut, clear_mark_fn, NULL);
-	policy(x, &k, k.n);
-	for_path(x, &k, k.n, pin_fn, &minus);
+	if (!(flags & KVT_INSERT_PIN)) {
+		policy(x, &k, k.n);
+		for_path(x, &k, k.n, pin_fn, &minus);
+	} /* else the insert's own pin stays: it is the caller's lease */
 	prune_path(x, &k);
 	x->inserts++;
 	kvti_leave(x);
@@ -523,6 +528,9 @@ int kvt_index_unpin(kvt_index *x, const kvt_prefix *px)
 				 "%zu (its pins belong to longer prefixes)",
 				 k.n - 1);
 	kvti_enter(x);
+	/* the copies an insert with KVT_INSERT_PIN deferred, made while the
+	 * pages are still held (as an insert makes them) */
+	policy(x, &k, k.n);
 	for_path(x, &k, k.n, pin_fn, &minus);
 	kvti_leave(x);
 	return 0;

@@ -534,7 +534,8 @@ static int hostdev_open(kvt_tier *t)
 
 	if ((err = layer_first_layout(t, &nslots)) ||
 	    (err = mem_check_ram(t, t->spec.bytes)) ||
-	    (err = mem_map_anon(t, kvt_layout_region_bytes(&t->layout))))
+	    (err = mem_map_anon(t, kvt_layout_region_bytes(&t->layout))) ||
+	    (err = mem_finish_mapping(t, 1)))
 		goto fail;
 	kvt_layout_bufs_carve(&t->layout, t->base, t->bufs);
 	t->desc.bytes = t->map_len;

@@ -246,7 +246,9 @@ static int spec_option(kvt_tier_spec *s, const char *tok)
 	}
 	if (!strcmp(tok, "mlock") || !strcmp(tok, "populate") ||
 	    !strcmp(tok, "pin")) {
-		if (!is_mem(s))
+		/* hostdev is host memory too: it can be locked and faulted
+		 * in, but not registered as a GPU's host memory */
+		if (!is_mem(s) && !(s->hostdev && tok[1] != 'i'))
 			goto wrong_tier;
 		if (tok[0] == 'm')
 			s->mlock = 1;
