@@ -12,14 +12,14 @@ SMALL="--sessions 2 --turns 3 --system 64 --context 256 --turn-tokens 128 --outp
 
 "$KVT" demo $SMALL >"$TMP/out.txt" 2>"$TMP/err.txt" || fail "demo exit $? ($(tail -2 "$TMP/err.txt"))"
 for s in "MEASURED" "MODELED" "cold" "warm 2" "lmcache" "kvtier" "TTFT ms" \
-	 "Nothing lost or corrupted" "EMULATED" "compute"; do
+	 "Nothing lost or corrupted" "EMULATED" "compute" "request by request"; do
 	grep -qF "$s" "$TMP/out.txt" || fail "table lacks '$s'"
 done
 
 "$KVT" demo $SMALL --json >"$TMP/out.json" 2>"$TMP/err.txt" || fail "demo --json exit $?"
 for k in '"ok":	true' '"passes":' '"policy":	"lmcache"' '"policy":	"kvtier"' \
 	 '"ttft_ms":' '"p90":' '"restore_gbps":' '"hit_tokens":' '"computed_tokens":' \
-	 '"final_bad":	0' '"move_errors":	0' '"evicted_pages":'; do
+	 '"final_bad":	0' '"move_errors":	0' '"evicted_pages":' '"paired_warm":'; do
 	grep -qF "$k" "$TMP/out.json" || fail "json lacks $k"
 done
 

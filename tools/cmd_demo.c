@@ -138,6 +138,32 @@ static double warm_mean(const kvt_demo_result *r, const kvt_demo_pass *p)
 	return n ? sum / (double)n : 0;
 }
 
+/* The same warm request under both policies, side by side in time: how
+ * often kvtier's TTFT was lower, and the median of lmcache/kvtier. */
+struct paired {
+	size_t n, kvtier_lower;
+	double median_ratio;
+};
+
+static void paired(const kvt_demo_pass *lm, const kvt_demo_pass *kv,
+		   struct paired *pr)
+{
+	double v[4096];
+	size_t n = 0;
+
+	memset(pr, 0, sizeof(*pr));
+	for (size_t i = 0; i < lm->nreqs && i < kv->nreqs && n < 4096; i++) {
+		const kvt_demo_req *a = &lm->reqs[i], *b = &kv->reqs[i];
+
+		if (!a->turn || b->ttft_s <= 0)
+			continue;
+		v[n++] = a->ttft_s / b->ttft_s;
+		pr->kvtier_lower += b->ttft_s < a->ttft_s;
+	}
+	pr->n = n;
+	pr->median_ratio = pct(v, n, 0.5);
+}
+
 /* ---- text output ---------------------------------------------------- */
 
 static const char *tier_label(int t, const kvt_demo_result *r)
@@ -249,9 +275,16 @@ static void print_summary(const kvt_demo_result *r, int quiet)
 	printf("\n");
 	if (lm && kv) {
 		double a = warm_mean(r, lm), b = warm_mean(r, kv);
+		struct paired pr;
+
+		paired(lm, kv, &pr);
 		printf("warm-turn mean TTFT: lmcache %.1f ms, kvtier %.1f ms "
 		       "(%.2fx)%s\n", a * 1e3, b * 1e3, b > 0 ? a / b : 0,
 		       r->config.stress ? " under memory stress" : "");
+		printf("request by request (same session and turn, side by side): "
+		       "kvtier lower in %zu of %zu warm requests,\n  median "
+		       "lmcache/kvtier %.2fx\n", pr.kvtier_lower, pr.n,
+		       pr.median_ratio);
 	}
 	for (int i = 0; i < r->npasses; i++) {
 		const kvt_demo_pass *p = &r->pass[i];
@@ -378,6 +411,15 @@ static cJSON *result_json(const kvt_demo_result *r, int err)
 		cJSON_AddItemToObject(x, "copied_into", tiers_obj(p->index.copied));
 		cJSON_AddNumberToObject(x, "dropped", (double)p->index.dropped);
 		cJSON_AddItemToArray(a, po);
+	}
+	if (r->npasses == 2) {
+		struct paired pr;
+
+		paired(&r->pass[0], &r->pass[1], &pr);
+		o = cJSON_AddObjectToObject(root, "paired_warm");
+		cJSON_AddNumberToObject(o, "requests", (double)pr.n);
+		cJSON_AddNumberToObject(o, "kvtier_lower", (double)pr.kvtier_lower);
+		cJSON_AddNumberToObject(o, "median_ratio", pr.median_ratio);
 	}
 	cJSON_AddBoolToObject(root, "ok", !err);
 	if (err)
