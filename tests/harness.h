@@ -15,6 +15,7 @@
 #define KVT_TEST_HARNESS_H
 
 #include <kvtier.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -104,6 +105,36 @@ static inline const char *test_dir(const char *name)
 		exit(1);
 	}
 	return path;
+}
+
+/* Entries of @dir other than dot files (-1 if it cannot be opened): files
+ * left behind, /proc/self/fd for descriptors, /proc/self/task for threads. */
+static inline int test_count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* Lines of a file (-1 if it cannot be read): /proc/self/maps for mappings. */
+static inline int test_count_lines(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	int n = 0, c;
+
+	if (!f)
+		return -1;
+	while ((c = fgetc(f)) != EOF)
+		n += c == '\n';
+	fclose(f);
+	return n;
 }
 
 #endif

@@ -1,13 +1,8 @@
 #!/usr/bin/env bash
 # test_cli_demo — `kvtier demo` as a user runs it, reduced: the table, the
 # JSON, --quiet, and its answers to bad flags. Leaves no files behind.
-set -u
-KVT=${1:?usage: test_cli_demo.sh path/to/kvtier}
-TMP=${KVT_TEST_TMP:-/tmp}/test-scratch/cli-demo
-rm -rf "$TMP" && mkdir -p "$TMP"
+. "$(dirname "$0")/cli_lib.sh" demo "$@"
 export TMPDIR=$TMP
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 SMALL="--sessions 2 --turns 3 --system 64 --context 256 --turn-tokens 128 --output 32"
 
 "$KVT" demo $SMALL >"$TMP/out.txt" 2>"$TMP/err.txt" || fail "demo exit $? ($(tail -2 "$TMP/err.txt"))"
@@ -30,14 +25,6 @@ grep -q "0 bad" <<<"$out" || fail "--quiet summary: $out"
 "$KVT" demo $SMALL --stress 1 --stress-bytes 8M --quiet >/dev/null 2>&1 || fail "demo --stress"
 "$KVT" demo --help | grep -q -- "--sessions" || fail "demo --help"
 
-expect() {
-	local want=$1 needle=$2; shift 3
-	local err rc
-	err=$("$KVT" "$@" 2>&1 >/dev/null); rc=$?
-	if [ "$rc" != "$want" ] || ! grep -qF -- "$needle" <<<"$err"; then
-		fail "kvtier $* -> exit $rc (want $want): $err"
-	fi
-}
 expect 2 "--sessions" -- demo --sessions 0
 expect 2 "--policy" -- demo --policy fastest
 expect 2 "--hbm" -- demo --hbm lots

@@ -2,22 +2,7 @@
 # test_cli_info — kvtier info and the command line's answers to bad input:
 # each gets one clear message naming the bad part and a non-zero exit, and
 # leaves no half-made files.
-set -u
-KVT=${1:?usage: test_cli_info.sh path/to/kvtier}
-TMP=${KVT_TEST_TMP:-/tmp}/test-scratch/cli-info
-rm -rf "$TMP" && mkdir -p "$TMP"
-fails=0
-
-# expect EXIT NEEDLE -- ARGS...: exit status and a stderr substring
-expect() {
-	local want=$1 needle=$2; shift 3
-	local out rc
-	out=$("$KVT" "$@" 2>&1 >/dev/null); rc=$?
-	if [ "$rc" != "$want" ] || ! grep -qF -- "$needle" <<<"$out"; then
-		echo "FAIL: kvtier $* -> exit $rc (want $want), stderr: $out"
-		fails=$((fails + 1))
-	fi
-}
+. "$(dirname "$0")/cli_lib.sh" info "$@"
 
 # good runs
 "$KVT" info >"$TMP/info.txt" || { echo "FAIL: kvtier info"; fails=$((fails+1)); }

@@ -1,22 +1,7 @@
 #!/usr/bin/env bash
 # test_cli_sim — kvtier sim: the JSON keys the issue names, CSV, the plot,
 # and one clear message (naming the bad part) with exit 2 for bad input.
-set -u
-KVT=${1:?usage: test_cli_sim.sh path/to/kvtier}
-TMP=${KVT_TEST_TMP:-/tmp}/test-scratch/cli-sim
-rm -rf "$TMP" && mkdir -p "$TMP"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-# expect EXIT NEEDLE -- ARGS...: exit status and a stderr substring
-expect() {
-	local want=$1 needle=$2; shift 3
-	local out rc
-	out=$("$KVT" "$@" 2>&1 >/dev/null); rc=$?
-	if [ "$rc" != "$want" ] || ! grep -qF -- "$needle" <<<"$out"; then
-		fail "kvtier $* -> exit $rc (want $want), stderr: $out"
-	fi
-}
+. "$(dirname "$0")/cli_lib.sh" sim "$@"
 
 small="--sessions 3 --turns 3 --context 8192 --append 512 --output 16"
 

@@ -2,21 +2,7 @@
 # test_cli_trace — kvtier trace replay on a generated trace: the human and
 # JSON outputs, and clear errors with the right exit code for bad input
 # (missing file, malformed line named by number, bad capacity or policy).
-set -u
-KVT=${1:?usage: test_cli_trace.sh path/to/kvtier}
-TMP=${KVT_TEST_TMP:-/tmp}/test-scratch/cli-trace
-rm -rf "$TMP" && mkdir -p "$TMP"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-expect() {
-	local want=$1 needle=$2; shift 3
-	local out rc
-	out=$("$KVT" "$@" 2>&1 >/dev/null); rc=$?
-	if [ "$rc" != "$want" ] || ! grep -qF -- "$needle" <<<"$out"; then
-		fail "kvtier $* -> exit $rc (want $want), stderr: $out"
-	fi
-}
+. "$(dirname "$0")/cli_lib.sh" trace "$@"
 
 # 50 requests: conversations that grow by one block a turn
 T=$TMP/t.jsonl

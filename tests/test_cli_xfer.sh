@@ -2,22 +2,7 @@
 # test_cli_xfer — kvtier bench xfer and kvtier stress from the command
 # line: small runs that must succeed and print the documented JSON keys,
 # and bad input that must fail with one message naming the bad part.
-set -u
-KVT=${1:?usage: test_cli_xfer.sh path/to/kvtier}
-TMP=${KVT_TEST_TMP:-/tmp}/test-scratch/cli-xfer
-rm -rf "$TMP" && mkdir -p "$TMP"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-# expect EXIT NEEDLE -- ARGS...: exit status and a stderr substring
-expect() {
-	local want=$1 needle=$2; shift 3
-	local out rc
-	out=$("$KVT" "$@" 2>&1 >/dev/null); rc=$?
-	if [ "$rc" != "$want" ] || ! grep -qF -- "$needle" <<<"$out"; then
-		fail "kvtier $* -> exit $rc (want $want), stderr: $out"
-	fi
-}
+. "$(dirname "$0")/cli_lib.sh" xfer "$@"
 
 # memory paths, with a stressor
 "$KVT" bench xfer --tokens 64 --page-tokens 1,16 --repeat 2 --stress 1 \

@@ -9,33 +9,6 @@
 #include <dirent.h>
 #include <unistd.h>
 
-static int count_entries(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
-static int count_lines(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	int n = 0, c;
-
-	if (!f)
-		return -1;
-	while ((c = fgetc(f)) != EOF)
-		n += c == '\n';
-	fclose(f);
-	return n;
-}
-
 static void walk(const char *spec, const kvt_geom *g, const char *dir)
 {
 	kvt_tier_spec s[1];
@@ -53,9 +26,9 @@ static void walk(const char *spec, const kvt_geom *g, const char *dir)
 
 	for (uint64_t n = 1; n <= points; n++) {
 		int64_t live = kvt_alloc_live();
-		int maps = count_lines("/proc/self/maps");
-		int fds = count_entries("/proc/self/fd");
-		int files = count_entries(dir);
+		int maps = test_count_lines("/proc/self/maps");
+		int fds = test_count_entries("/proc/self/fd");
+		int files = test_count_entries(dir);
 		int err;
 
 		kvt_alloc_fail_at(n);
@@ -72,16 +45,16 @@ static void walk(const char *spec, const kvt_geom *g, const char *dir)
 				kvt_errdetail());
 			CHECK(0);
 		}
-		if (kvt_alloc_live() != live || count_lines("/proc/self/maps") != maps ||
-		    count_entries("/proc/self/fd") != fds ||
-		    count_entries(dir) != files) {
+		if (kvt_alloc_live() != live || test_count_lines("/proc/self/maps") != maps ||
+		    test_count_entries("/proc/self/fd") != fds ||
+		    test_count_entries(dir) != files) {
 			fprintf(stderr, "%s: failure %llu leaked (heap %lld->%lld, "
 				"maps %d->%d, fds %d->%d, files %d->%d)\n", spec,
 				(unsigned long long)n, (long long)live,
 				(long long)kvt_alloc_live(), maps,
-				count_lines("/proc/self/maps"), fds,
-				count_entries("/proc/self/fd"), files,
-				count_entries(dir));
+				test_count_lines("/proc/self/maps"), fds,
+				test_count_entries("/proc/self/fd"), files,
+				test_count_entries(dir));
 			CHECK(0);
 		}
 	}

@@ -60,20 +60,6 @@ static void round_trip(kvt_tier *t, uint64_t seed)
 	free(r);
 }
 
-static int count_files(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
 static void test_memory_tiers(const kvt_geom *g, const char *dir)
 {
 	char spec[512];
@@ -109,11 +95,11 @@ static void test_memory_tiers(const kvt_geom *g, const char *dir)
 	CHECK(d.emulated && strstr(d.note, "file"));
 	round_trip(t, 4);
 	kvt_tier_close(t);
-	CHECK_EQ(count_files(dir), 1);
+	CHECK_EQ(test_count_entries(dir), 1);
 	snprintf(spec, sizeof(spec), "fabric:file=%s/fab,32M,temp", dir);
 	CHECK_OK(open_spec(&t, spec, g));
 	kvt_tier_close(t);
-	CHECK_EQ(count_files(dir), 0);
+	CHECK_EQ(test_count_entries(dir), 0);
 	/* a directory is not a file */
 	snprintf(spec, sizeof(spec), "fabric:file=%s,32M", dir);
 	CHECK_ERR(open_spec(&t, spec, g), KVT_ESPEC);
@@ -166,7 +152,7 @@ static void test_ssd(const kvt_geom *g, const char *dir)
 	kvt_tier_info(t, &d);
 	CHECK_EQ(d.slot_bytes % 4096, 0);
 	CHECK(d.slot_bytes >= page);
-	CHECK_EQ(count_files(sub), 3);
+	CHECK_EQ(test_count_entries(sub), 3);
 	CHECK(kvt_tier_slot_ptr(t, 0) == NULL);
 	CHECK_OK(kvt_tier_ssd_loc(t, 4, &fd, &off));
 	CHECK(fd >= 0 && off % 4096 == 0);
@@ -188,13 +174,13 @@ static void test_ssd(const kvt_geom *g, const char *dir)
 	snprintf(spec, sizeof(spec), "ssd:%s,32M,files=3", sub);
 	CHECK_ERR(open_spec(&t, spec, g), KVT_ECORRUPT);
 	CHECK(strstr(kvt_errdetail(), "fresh"));
-	CHECK_EQ(count_files(sub), 3);
+	CHECK_EQ(test_count_entries(sub), 3);
 	/* fresh replaces it; temp removes it at close */
 	snprintf(spec, sizeof(spec), "ssd:%s,32M,files=3,fresh,temp", sub);
 	CHECK_OK(open_spec(&t, spec, g));
 	CHECK_OK(kvt_tier_read(t, 5, r));
 	kvt_tier_close(t);
-	CHECK_EQ(count_files(sub), 0);
+	CHECK_EQ(test_count_entries(sub), 0);
 
 	/* a foreign file in the way is refused and left alone */
 	{
@@ -207,7 +193,7 @@ static void test_ssd(const kvt_geom *g, const char *dir)
 		fclose(f);
 		snprintf(spec, sizeof(spec), "ssd:%s,16M", sub);
 		CHECK_ERR(open_spec(&t, spec, g), KVT_ECORRUPT);
-		CHECK_EQ(count_files(sub), 1);
+		CHECK_EQ(test_count_entries(sub), 1);
 		unlink(p);
 	}
 	/* more than the disk holds: no files left behind */

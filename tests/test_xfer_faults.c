@@ -10,20 +10,6 @@
 #include <dirent.h>
 #include <unistd.h>
 
-static int count_entries(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
 struct snap {
 	int64_t live;
 	int fds, threads;
@@ -46,8 +32,8 @@ static void settle(void)
 static struct snap snap(void)
 {
 	settle();
-	struct snap s = { kvt_alloc_live(), count_entries("/proc/self/fd"),
-			  count_entries("/proc/self/task") };
+	struct snap s = { kvt_alloc_live(), test_count_entries("/proc/self/fd"),
+			  test_count_entries("/proc/self/task") };
 	return s;
 }
 
