@@ -85,6 +85,9 @@ int kvti_read_file(const char *path, size_t max, char **out, size_t *len);
 int kvti_read_u64(const char *path, uint64_t *out);
 /* Copy at most n-1 bytes and terminate; returns 1 if truncated. */
 int kvti_strlcpy(char *dst, const char *src, size_t n);
+/* Cut leading and trailing blanks: returns the first non-blank character
+ * of @s and writes a NUL after its last one. */
+char *kvti_trim(char *s);
 /* Case-insensitive equality. */
 bool kvti_streq_ci(const char *a, const char *b);
 

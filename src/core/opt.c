@@ -161,18 +161,6 @@ int kvt_opts_load_env(kvt_opts *o)
 	return 0;
 }
 
-static char *trim(char *s)
-{
-	char *e;
-
-	while (isspace((unsigned char)*s))
-		s++;
-	e = s + strlen(s);
-	while (e > s && isspace((unsigned char)e[-1]))
-		*--e = '\0';
-	return s;
-}
-
 int kvt_opts_load_file(kvt_opts *o, const char *path)
 {
 	char *text, *line, *save = NULL;
@@ -190,7 +178,7 @@ int kvt_opts_load_file(kvt_opts *o, const char *path)
 		hash = strchr(line, '#');
 		if (hash)
 			*hash = '\0';
-		k = trim(line);
+		k = kvti_trim(line);
 		if (!*k)
 			continue;
 		eq = strchr(k, '=');
@@ -201,8 +189,8 @@ int kvt_opts_load_file(kvt_opts *o, const char *path)
 			goto out;
 		}
 		*eq = '\0';
-		v = trim(eq + 1);
-		k = trim(k);
+		v = kvti_trim(eq + 1);
+		k = kvti_trim(k);
 		err = opts_set_src(o, k, v, SRC_FILE);
 		if (err) {
 			kvti_errctx("%s:%d", path, lineno);

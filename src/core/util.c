@@ -261,6 +261,18 @@ int kvti_strlcpy(char *dst, const char *src, size_t n)
 	return 0;
 }
 
+char *kvti_trim(char *s)
+{
+	char *e;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
 bool kvti_streq_ci(const char *a, const char *b)
 {
 	return strcasecmp(a, b) == 0;

@@ -185,18 +185,6 @@ static int set_key(kvt_hw *hw, const struct key *k, char *v,
 	return 0;
 }
 
-static char *trim(char *s)
-{
-	char *e;
-
-	while (isspace((unsigned char)*s))
-		s++;
-	e = s + strlen(s);
-	while (e > s && isspace((unsigned char)e[-1]))
-		*--e = '\0';
-	return s;
-}
-
 /* Cross-field rules a table cannot say. */
 static int check_hw(const kvt_hw *hw, const char *label)
 {
@@ -251,15 +239,15 @@ int kvt_hw_parse(kvt_hw *out, const char *text, const char *label)
 		p += len + (nl ? 1 : 0);
 		if ((hash = strchr(line, '#')))
 			*hash = '\0';
-		s = trim(line);
+		s = kvti_trim(line);
 		if (!*s)
 			continue;
 		if (!(eq = strchr(s, '=')))
 			return kvti_fail(KVT_ECONFIG, "%s:%d: expected 'key = "
 					 "value'", label, lineno);
 		*eq = '\0';
-		key = trim(s);
-		val = trim(eq + 1);
+		key = kvti_trim(s);
+		val = kvti_trim(eq + 1);
 		for (i = 0; i < NKEYS; i++)
 			if (!strcmp(keys[i].name, key))
 				break;
