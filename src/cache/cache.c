@@ -58,7 +58,6 @@ struct kvt_cache {
 
 	struct move *mv;          /* moves queued in the current index call */
 	size_t nmv, mvcap;
-	int flush_err;
 
 	kvt_index_config icfg;    /* to rebuild the index (reset) */
 	kvt_page_loc *locs;       /* scratch for acquire */
@@ -293,8 +292,6 @@ static void mover_flush(void *arg)
 			c->state[c->mv[i].dst][c->mv[i].ds] = SUM_BAD;
 		c->st.move_errors += c->nmv;
 	}
-	if (err && !c->flush_err)
-		c->flush_err = err;
 	c->nmv = 0;
 	c->st.move_s += secs(t0);
 }
@@ -567,12 +564,13 @@ int kvt_cache_acquire(kvt_cache *c, const kvt_prefix *px_in, uint64_t now,
 		      kvt_cache_fill *f, kvt_page_loc *locs, size_t nlocs)
 {
 	const uint32_t P = c->geom.page_tokens;
-	uint64_t page_bytes = kvt_geom_page_bytes(&c->geom), move_s0;
+	uint64_t page_bytes = kvt_geom_page_bytes(&c->geom);
+	double move_s0;
 	struct batch b[KVT_TIER_COUNT];
 	kvt_insert_result res;
 	kvt_prefix px = *px_in;
 	size_t npages;
-	int err, pinned = 0;
+	int err;
 
 	memset(f, 0, sizeof(*f));
 	memset(b, 0, sizeof(b));
@@ -583,16 +581,15 @@ int kvt_cache_acquire(kvt_cache *c, const kvt_prefix *px_in, uint64_t now,
 	if ((err = kvti_grow((void **)&c->locs, &c->locs_cap, npages,
 			     sizeof(*c->locs), 64)))
 		return err;
-	move_s0 = (uint64_t)(c->st.move_s * 1e9);
-	c->flush_err = 0;
+	move_s0 = c->st.move_s;
 	/* insert and lease in one call: nothing can evict (or write through)
 	 * a fresh page before its bytes are there */
 	err = kvt_index_insert(c->idx, &px, KVT_TIER_HBM, KVT_INSERT_PIN, now,
 			       &res, c->locs, npages);
-	f->evict_s = c->st.move_s - (double)move_s0 / 1e9;
+	f->evict_s = c->st.move_s - move_s0;
 	if (err)
 		return err;
-	pinned = 1;
+	/* from here on the prefix is leased: every failure unpins it at out */
 
 	for (int t = 0; t < KVT_TIER_COUNT; t++) {
 		b[t].ss = kvt_malloc(npages * sizeof(uint32_t));
@@ -662,7 +659,7 @@ out:
 		kvt_free(b[t].sums);
 		kvt_free(b[t].page);
 	}
-	if (err && pinned) {
+	if (err) {
 		char detail[512];
 		kvti_strlcpy(detail, kvt_errdetail(), sizeof(detail));
 		kvt_index_unpin(c->idx, &px);
