@@ -14,6 +14,9 @@
 
 #define WHAT "sim"
 #define MAX_RATES 48
+#define NSETS 16
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
 
 static void usage(FILE *f)
 {
@@ -32,6 +35,14 @@ static void usage(FILE *f)
 "  --page-tokens P       tokens per page (default 16)\n"
 "  --xfer FILE           host->GPU copy rates measured by `kvtier bench xfer\n"
 "                        --json` on a GPU machine, in place of the profile's\n"
+"  --set KEY=VALUE       override one profile key (repeatable), e.g.\n"
+"                        --set link.gpus_per_uplink=0 (no shared uplink)\n"
+"mechanisms (each switchable, to show its effect alone)\n"
+"  --cpu-latency on|off  engine CPU time per step grows with loaded DRAM\n"
+"                        latency (engine.step_mem_frac; default on)\n"
+"  --page-contig on|off  GPU pool keeps a page's layers contiguous, so a\n"
+"                        copy chunk is a whole page (default: the policy's;\n"
+"                        on for vllm)\n"
 "tiers\n"
 "  --offload LIST        tiers below hbm, fastest first: fabric, dram, ssd\n"
 "                        (default dram; e.g. fabric or dram,ssd)\n"
@@ -42,8 +53,8 @@ static void usage(FILE *f)
 "                        offload tier, on otherwise)\n"
 "  --write through|back|selective   write policy (through)\n"
 "policy\n"
-"  --policy LIST         lmcache, hicache, kvtier, or all (default kvtier);\n"
-"                        several: one result per policy\n"
+"  --policy LIST         lmcache, hicache, hicache-kernel, vllm, kvtier, or\n"
+"                        all (default kvtier); several: one result each\n"
 "  --features LIST       ablation on top of the policy: +name / -name of\n"
 "                        overlap, prefetch, delay-hit, balance, stall-hide,\n"
 "                        starve (e.g. -balance,-delay-hit)\n"
@@ -74,10 +85,18 @@ static void usage(FILE *f)
 "                        node's estimated capacity)\n"
 "  --ttft-target MS      report the highest throughput whose mean TTFT\n"
 "                        meets MS, per policy (refined by bisection)\n"
+"  --ttft-targets LIST   with several policies: throughput of each at equal\n"
+"                        mean TTFT for each target (ms), its ratio to the\n"
+"                        first policy, and the largest ratio (default: 8\n"
+"                        targets across the range all curves cover)\n"
+"  --ratio-plot FILE.png that ratio against the TTFT target (gnuplot)\n"
 "output\n"
 "  --json                one JSON object (docs/FORMATS.md)\n"
 "  --csv                 CSV rows, one per policy (and rate)\n"
 "  --plot FILE.png       sweep: TTFT vs throughput per policy (gnuplot)\n"
+"  --explain             one run, then again with each profile figure and\n"
+"                        workload assumption halved and doubled; lists what\n"
+"                        moved the result most, assumptions first\n"
 "\n"
 "examples\n"
 "  kvtier sim --hardware testbed-a --model qwen2.5-32b --tp 4 \\\n"
@@ -92,7 +111,7 @@ struct opts {
 	int npol;
 	char features[256];
 	int io;                   /* -1: the policy's */
-	uint32_t budget, max_batch, delay_hit, max_skips;
+	uint32_t budget, max_batch, delay_hit, max_skips, page_tokens;
 	double ratio;
 	int sweep, json, csv;
 	double rates[MAX_RATES];
@@ -100,6 +119,13 @@ struct opts {
 	double target;
 	const char *plot;
 	const char *xfer;
+	char sets[NSETS][128];
+	int nsets;
+	int page_contig;          /* -1: the policy's */
+	double targets[MAX_RATES];
+	int ntargets;
+	const char *ratio_plot;
+	int explain;
 };
 
 static int dbl(const char *flag, const char *s, double lo, double hi,
@@ -130,6 +156,32 @@ static int u32(const char *flag, const char *s, uint64_t lo, uint64_t hi,
 	return 0;
 }
 
+static int on_off(const char *flag, const char *s, int *out)
+{
+	if (strcmp(s, "on") && strcmp(s, "off"))
+		return cli_usage(WHAT, "%s: on or off", flag), -1;
+	*out = !strcmp(s, "on");
+	return 0;
+}
+
+/* A comma-separated list of at most MAX_RATES positive numbers. */
+static int dbl_list(const char *flag, const char *s, double *v, int *n)
+{
+	char buf[1024], *tok, *save = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", s);
+	*n = 0;
+	for (tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (*n == MAX_RATES)
+			return cli_usage(WHAT, "%s: at most %d", flag,
+					 MAX_RATES), -1;
+		if (dbl(flag, tok, 1e-6, 1e9, &v[(*n)++]))
+			return -1;
+	}
+	return *n ? 0 : -1;
+}
+
 static int parse_policies(struct opts *o, const char *s)
 {
 	char buf[128], *tok, *save = NULL;
@@ -146,7 +198,8 @@ static int parse_policies(struct opts *o, const char *s)
 		if (o->npol == KVT_POLICY_COUNT ||
 		    kvt_sched_policy_parse(tok, &o->pol[o->npol])) {
 			cli_usage(WHAT, "--policy: '%s' is not lmcache, hicache, "
-				  "kvtier or all (at most one each)", tok);
+				  "hicache-kernel, vllm, kvtier or all (at most "
+				  "one each)", tok);
 			return -1;
 		}
 		o->npol++;
@@ -211,6 +264,7 @@ enum {
 	O_RATIO, O_SKIPS, O_WL, O_SESS, O_TURNS, O_CTX, O_APPEND, O_OUT,
 	O_THINK, O_REQ, O_RATE, O_DIST, O_QS, O_SPEED, O_SEED, O_MAXSIM,
 	O_SWEEP, O_RATES, O_TARGET, O_JSON, O_CSV, O_PLOT, O_HELP, O_XFER,
+	O_SET, O_CPULAT, O_CONTIG, O_TARGETS, O_RPLOT, O_EXPLAIN,
 };
 
 static const struct option lo[] = {
@@ -254,6 +308,12 @@ static const struct option lo[] = {
 	{ "plot", required_argument, 0, O_PLOT },
 	{ "help", no_argument, 0, O_HELP },
 	{ "xfer", required_argument, 0, O_XFER },
+	{ "set", required_argument, 0, O_SET },
+	{ "cpu-latency", required_argument, 0, O_CPULAT },
+	{ "page-contig", required_argument, 0, O_CONTIG },
+	{ "ttft-targets", required_argument, 0, O_TARGETS },
+	{ "ratio-plot", required_argument, 0, O_RPLOT },
+	{ "explain", no_argument, 0, O_EXPLAIN },
 	{ 0, 0, 0, 0 }
 };
 
@@ -276,7 +336,7 @@ static int option(struct opts *o, int c, const char *a)
 		return 0;
 	case O_TP: return u32("--tp", a, 1, 64, &k->tp);
 	case O_ENG: return u32("--engines", a, 1, 64, &k->engines);
-	case O_PAGE: return u32("--page-tokens", a, 1, 4096, &k->page_tokens);
+	case O_PAGE: return u32("--page-tokens", a, 1, 4096, &o->page_tokens);
 	case O_OFF: return parse_offload(k, a);
 	case O_OFFB: return parse_sizes(k, a);
 	case O_STRESS: return u32("--stress", a, 0, 4096, &k->stress);
@@ -348,28 +408,30 @@ static int option(struct opts *o, int c, const char *a)
 	case O_MAXSIM: return dbl("--max-sim", a, 1e-6, 1e9, &k->max_sim_s);
 	case O_SWEEP: o->sweep = 1; return 0;
 	case O_RATES:
-		{
-			char buf[1024], *tok, *save = NULL;
-
-			snprintf(buf, sizeof(buf), "%s", a);
-			o->nrates = 0;
-			for (tok = strtok_r(buf, ",", &save); tok;
-			     tok = strtok_r(NULL, ",", &save)) {
-				if (o->nrates == MAX_RATES)
-					return cli_usage(WHAT, "--rates: at most "
-							 "%d", MAX_RATES), -1;
-				if (dbl("--rates", tok, 1e-6, 1e6,
-					&o->rates[o->nrates++]))
-					return -1;
-			}
-			o->sweep = 1;
-		}
-		return 0;
+		o->sweep = 1;
+		return dbl_list("--rates", a, o->rates, &o->nrates);
 	case O_TARGET: return dbl("--ttft-target", a, 1e-3, 1e9, &o->target);
 	case O_JSON: o->json = 1; return 0;
 	case O_CSV: o->csv = 1; return 0;
 	case O_PLOT: o->plot = a; return 0;
 	case O_XFER: o->xfer = a; return 0;
+	case O_SET:
+		if (o->nsets == NSETS || !strchr(a, '=') ||
+		    strlen(a) >= sizeof(o->sets[0]))
+			return cli_usage(WHAT, "--set: KEY=VALUE (at most %d)",
+					 NSETS), -1;
+		snprintf(o->sets[o->nsets++], sizeof(o->sets[0]), "%s", a);
+		return 0;
+	case O_CPULAT:
+		if (on_off("--cpu-latency", a, &k->cpu_mem_latency))
+			return -1;
+		return 0;
+	case O_CONTIG:
+		return on_off("--page-contig", a, &o->page_contig);
+	case O_TARGETS:
+		return dbl_list("--ttft-targets", a, o->targets, &o->ntargets);
+	case O_RPLOT: o->ratio_plot = a; return 0;
+	case O_EXPLAIN: o->explain = 1; return 0;
 	case O_HELP: usage(stdout); return 1;
 	default: return -1;
 	}
@@ -384,6 +446,10 @@ static int policy_cfg(const struct opts *o, kvt_sched_policy p,
 	*c = o->cfg;
 	if ((err = kvt_sim_config_policy(c, p)))
 		return err;
+	if (o->page_tokens)
+		c->page_tokens = o->page_tokens;
+	if (o->page_contig >= 0)
+		c->page_contig = o->page_contig;
 	if (o->features[0] &&
 	    (err = kvt_sched_features_parse(o->features, &c->sched.features)))
 		return err;
@@ -491,6 +557,8 @@ static cJSON *config_json(const kvt_sim_config *c)
 	cJSON_AddNumberToObject(o, "tp", c->tp);
 	cJSON_AddNumberToObject(o, "engines", c->engines);
 	cJSON_AddNumberToObject(o, "page_tokens", c->page_tokens);
+	cJSON_AddBoolToObject(o, "page_contig", c->page_contig);
+	cJSON_AddBoolToObject(o, "cpu_latency", c->cpu_mem_latency);
 	cJSON_AddStringToObject(o, "policy", kvt_sched_policy_name(c->policy));
 	cJSON_AddStringToObject(o, "features", feats);
 	cJSON_AddStringToObject(o, "io", kvt_copy_method_name(c->sched.method));
@@ -666,6 +734,368 @@ static void print_sweep(const kvt_sim_config *c, const kvt_sweep *w)
 		printf("  no rate met TTFT <= %g ms\n", w->target_ms);
 }
 
+
+/* ---- throughput at equal TTFT ------------------------------------------- */
+
+/* Default targets: 8 log-spaced between the lowest TTFT every curve
+ * reaches and the highest TTFT every curve reaches. 0 or -1. */
+static int default_targets(const struct opts *o, kvt_sweep **sw, double *t,
+			   int *n)
+{
+	double bot = 0, top = INFINITY;
+
+	for (int i = 0; i < o->npol; i++) {
+		double mn = INFINITY, mx = 0;
+
+		for (uint32_t k = 0; k < sw[i]->n; k++) {
+			mn = MIN(mn, sw[i]->pt[k].r.ttft_ms.mean);
+			mx = MAX(mx, sw[i]->pt[k].r.ttft_ms.mean);
+		}
+		bot = MAX(bot, mn);
+		top = MIN(top, mx);
+	}
+	if (!(top > bot * 1.01))
+		return -1;
+	for (int k = 0; k < 8; k++)
+		t[k] = bot * pow(top / bot, (k + 0.5) / 8);
+	*n = 8;
+	return 0;
+}
+
+/* Throughput of each policy at each target, and each policy's ratio to
+ * the first; the largest ratio per policy. Text, or @f as CSV when
+ * @csv; returns the number of targets or -1. */
+static int ratio_table(const struct opts *o, kvt_sim_config *cfg,
+		       kvt_sweep **sw, const double *t, int nt, FILE *f,
+		       int csv, double *best, double *best_at)
+{
+	for (int i = 0; i < o->npol; i++)
+		best[i] = best_at[i] = 0;
+	if (csv) {
+		fprintf(f, "ttft_ms");
+		for (int i = 0; i < o->npol; i++)
+			fprintf(f, ",%s_tok_s", kvt_sched_policy_name(cfg[i].policy));
+		for (int i = 1; i < o->npol; i++)
+			fprintf(f, ",%s_over_%s", kvt_sched_policy_name(cfg[i].policy),
+				kvt_sched_policy_name(cfg[0].policy));
+		fprintf(f, "\n");
+	} else {
+		fprintf(f, "throughput at equal mean TTFT (tok/s; ratio to %s; "
+			"'>' = the curve still meets it at its top rate)\n",
+			kvt_sched_policy_name(cfg[0].policy));
+		fprintf(f, "  %10s", "TTFT ms");
+		for (int i = 0; i < o->npol; i++)
+			fprintf(f, " %15s", kvt_sched_policy_name(cfg[i].policy));
+		for (int i = 1; i < o->npol; i++)
+			fprintf(f, " %10s", "ratio");
+		fprintf(f, "\n");
+	}
+	for (int k = 0; k < nt; k++) {
+		double thr[KVT_POLICY_COUNT];
+		int rc[KVT_POLICY_COUNT];
+
+		for (int i = 0; i < o->npol; i++)
+			rc[i] = kvt_sweep_throughput_at(sw[i], t[k], &thr[i]);
+		fprintf(f, csv ? "%g" : "  %10.0f", t[k]);
+		for (int i = 0; i < o->npol; i++) {
+			if (rc[i] < 0)
+				fprintf(f, csv ? "," : " %15s", "-");
+			else if (csv)
+				fprintf(f, ",%.1f", thr[i]);
+			else
+				fprintf(f, " %c%14.0f", rc[i] ? '>' : ' ',
+					thr[i]);
+		}
+		for (int i = 1; i < o->npol; i++) {
+			double r;
+
+			if (rc[i] < 0 || rc[0] < 0 || !(thr[0] > 0) ||
+			    rc[0] == 1 || rc[i] == 1) {
+				/* a bound, not a ratio */
+				fprintf(f, csv ? "," : " %10s", "-");
+				continue;
+			}
+			r = thr[i] / thr[0];
+			fprintf(f, csv ? ",%.4f" : " %10.2f", r);
+			if (r > best[i]) {
+				best[i] = r;
+				best_at[i] = t[k];
+			}
+		}
+		fprintf(f, "\n");
+	}
+	return nt;
+}
+
+static int ratio_plot(const char *png, const struct opts *o,
+		      kvt_sim_config *cfg, kvt_sweep **sw, const double *t,
+		      int nt)
+{
+	char dir[] = "/tmp/kvtier-ratio-XXXXXX", path[256], cmd[4096];
+	double best[KVT_POLICY_COUNT], at[KVT_POLICY_COUNT];
+	FILE *f, *g;
+	int rc;
+
+	if (!mkdtemp(dir))
+		return cli_fail(WHAT, -errno);
+	snprintf(path, sizeof(path), "%s/ratio.csv", dir);
+	if (!(f = fopen(path, "w")))
+		return cli_fail(WHAT, -errno);
+	ratio_table(o, cfg, sw, t, nt, f, 1, best, at);
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/plot.gp", dir);
+	if (!(g = fopen(path, "w")))
+		return cli_fail(WHAT, -errno);
+	fprintf(g, "set terminal pngcairo size 900,600 noenhanced\n"
+		   "set output '%s'\nset datafile separator ','\n"
+		   "set datafile missing '-'\n"
+		   "set title '%s, %s TP %u, %s: throughput at equal mean TTFT, "
+		   "relative to %s'\n"
+		   "set xlabel 'mean TTFT target (ms)'\nset logscale x\n"
+		   "set ylabel 'throughput ratio'\nset grid\nset key top right\n"
+		   "plot ", png, cfg[0].hw.name, cfg[0].model, cfg[0].tp,
+		kvt_workload_name(cfg[0].workload),
+		kvt_sched_policy_name(cfg[0].policy));
+	for (int i = 1; i < o->npol; i++)
+		fprintf(g, "%s'%s/ratio.csv' using 1:%d skip 1 with linespoints "
+			"lw 2 title '%s / %s'", i > 1 ? ", " : "", dir,
+			1 + o->npol + i, kvt_sched_policy_name(cfg[i].policy),
+			kvt_sched_policy_name(cfg[0].policy));
+	fprintf(g, ", 1 with lines dt 2 lc rgb 'gray' notitle\n");
+	fclose(g);
+	snprintf(cmd, sizeof(cmd), "gnuplot '%s/plot.gp' 2>&1", dir);
+	rc = system(cmd);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd)) {
+		/* a leftover temp dir is harmless */
+	}
+	if (rc) {
+		fprintf(stderr, "kvtier %s: gnuplot failed (is gnuplot-nox "
+			"installed? scripts/bootstrap installs it)\n", WHAT);
+		return CLI_EXIT_FAIL;
+	}
+	return 0;
+}
+
+/* The ratio section of a sweep with several policies. */
+static int ratios(const struct opts *o, kvt_sim_config *cfg, kvt_sweep **sw,
+		  cJSON *root)
+{
+	double t[MAX_RATES], best[KVT_POLICY_COUNT], at[KVT_POLICY_COUNT];
+	int nt = o->ntargets;
+
+	if (o->npol < 2)
+		return 0;
+	if (nt)
+		memcpy(t, o->targets, sizeof(double) * (size_t)nt);
+	else if (default_targets(o, sw, t, &nt))
+		return 0; /* the curves share no TTFT range */
+	if (root) {
+		cJSON *a = cJSON_AddArrayToObject(root, "equal_ttft");
+
+		for (int k = 0; k < nt; k++) {
+			cJSON *x = cJSON_CreateObject();
+
+			cJSON_AddNumberToObject(x, "ttft_ms", t[k]);
+			for (int i = 0; i < o->npol; i++) {
+				double thr;
+				int rc = kvt_sweep_throughput_at(sw[i], t[k],
+								 &thr);
+				char key[64];
+
+				snprintf(key, sizeof(key), "%s_tok_s",
+					 kvt_sched_policy_name(cfg[i].policy));
+				if (rc == 0)
+					cJSON_AddNumberToObject(x, key, thr);
+				else
+					cJSON_AddNullToObject(x, key);
+			}
+			cJSON_AddItemToArray(a, x);
+		}
+	} else if (!o->csv) {
+		ratio_table(o, cfg, sw, t, nt, stdout, 0, best, at);
+		for (int i = 1; i < o->npol; i++)
+			if (best[i] > 0)
+				printf("  %s / %s: up to %.2fx (at %.0f ms)\n",
+				       kvt_sched_policy_name(cfg[i].policy),
+				       kvt_sched_policy_name(cfg[0].policy),
+				       best[i], at[i]);
+	}
+	if (o->ratio_plot)
+		return ratio_plot(o->ratio_plot, o, cfg, sw, t, nt);
+	return 0;
+}
+
+/* ---- --explain: one-at-a-time sensitivity -------------------------------- */
+
+struct sens {
+	char name[48];
+	int assumed;
+	char from[24];
+	double m[2], thr[2];   /* at the two perturbations */
+	char lo[24], hi[24];   /* the perturbed values */
+	double moved;          /* largest |change| of the headline, share */
+};
+
+static double headline(const kvt_sim_result *r)
+{
+	return r->warm_ttft_ms.n ? r->warm_ttft_ms.mean : r->ttft_ms.mean;
+}
+
+static int by_moved(const void *a, const void *b)
+{
+	double x = ((const struct sens *)a)->moved;
+	double y = ((const struct sens *)b)->moved;
+
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Run the two perturbed configurations @x[0..1] and fill @e. */
+static int sens_runs(double m0, struct sens *e, kvt_sim_config *x,
+		     kvt_sim_result *r)
+{
+	int err;
+
+	for (int k = 0; k < 2; k++) {
+		if ((err = kvt_sim_run(&x[k], r)))
+			return err;
+		e->m[k] = headline(r);
+		e->thr[k] = r->throughput_tok_s;
+		e->moved = MAX(e->moved, fabs(e->m[k] - m0) / m0);
+	}
+	return 0;
+}
+
+static void fmt(char *b, size_t n, double v)
+{
+	snprintf(b, n, "%.4g", v);
+}
+
+/* A workload knob: halve and double a u32 or double field. */
+#define KNOB(label, field)                                                    \
+	do {                                                                  \
+		struct sens *e = &tab[ntab];                                  \
+		double v = (double)c.field;                                   \
+		if (v > 0 && ntab < cap) {                                    \
+			memset(e, 0, sizeof(*e));                             \
+			snprintf(e->name, sizeof(e->name), "%s", label);      \
+			e->assumed = 1;                                       \
+			fmt(e->from, sizeof(e->from), v);                     \
+			x[0] = x[1] = c;                                      \
+			x[0].field = (__typeof__(c.field))(v / 2);           \
+			x[1].field = (__typeof__(c.field))(v * 2);           \
+			fmt(e->lo, sizeof(e->lo), (double)x[0].field);        \
+			fmt(e->hi, sizeof(e->hi), (double)x[1].field);        \
+			if ((err = sens_runs(m0, e, x, &r)))              \
+				goto out;                                     \
+			ntab++;                                               \
+		}                                                             \
+	} while (0)
+
+static int explain(struct opts *o)
+{
+	enum { cap = 80 };
+	kvt_sim_config c, *x = calloc(2, sizeof(*x));
+	kvt_sim_result r, r0;
+	struct sens *tab = calloc(cap, sizeof(*tab));
+	double m0;
+	int ntab = 0, err = 0, shown = 0;
+
+	if (!x || !tab) {
+		err = -ENOMEM;
+		goto out;
+	}
+	if ((err = policy_cfg(o, o->pol[0], &c)))
+		goto out;
+	if (c.workload == KVT_WL_AGENTIC && !c.output)
+		c.output = 256; /* the default, made explicit to vary it */
+	if ((err = kvt_sim_run(&c, &r0)))
+		goto out;
+	m0 = headline(&r0);
+	if (!(m0 > 0)) {
+		fprintf(stderr, "kvtier %s: --explain: the run measured no "
+			"TTFT to explain\n", WHAT);
+		free(x);
+		free(tab);
+		return CLI_EXIT_FAIL;
+	}
+	for (size_t i = 0; kvt_hw_key_name(i) && ntab < cap; i++) {
+		struct sens *e = &tab[ntab];
+		double from, to;
+
+		memset(e, 0, sizeof(*e));
+		x[0] = x[1] = c;
+		if (kvt_hw_key_scale(&x[0].hw, i, 0.5, &from, &to))
+			continue;
+		fmt(e->lo, sizeof(e->lo), to);
+		if (kvt_hw_key_scale(&x[1].hw, i, 2.0, &from, &to))
+			x[1] = x[0]; /* at its top already: one side only */
+		fmt(e->hi, sizeof(e->hi), to);
+		snprintf(e->name, sizeof(e->name), "%s", kvt_hw_key_name(i));
+		e->assumed = kvt_hw_key_assumed(&c.hw, i);
+		fmt(e->from, sizeof(e->from), from);
+		if ((err = sens_runs(m0, e, x, &r)))
+			goto out;
+		ntab++;
+	}
+	if (c.hw.gpus_per_uplink && ntab < cap) { /* topology: on / off */
+		struct sens *e = &tab[ntab];
+
+		memset(e, 0, sizeof(*e));
+		snprintf(e->name, sizeof(e->name), "link.gpus_per_uplink");
+		for (size_t i = 0; kvt_hw_key_name(i); i++)
+			if (!strcmp(kvt_hw_key_name(i), e->name))
+				e->assumed = kvt_hw_key_assumed(&c.hw, i);
+		fmt(e->from, sizeof(e->from), c.hw.gpus_per_uplink);
+		x[0] = x[1] = c;
+		x[0].hw.gpus_per_uplink = 0;
+		x[1].hw.gpus_per_uplink = c.hw.gpus_per_uplink > 1 ?
+					  c.hw.gpus_per_uplink / 2 : 0;
+		fmt(e->lo, sizeof(e->lo), 0);
+		fmt(e->hi, sizeof(e->hi), x[1].hw.gpus_per_uplink);
+		if ((err = sens_runs(m0, e, x, &r)))
+			goto out;
+		ntab++;
+	}
+	if (c.workload == KVT_WL_AGENTIC) {
+		KNOB("workload: --append", append);
+		KNOB("workload: --think", think_s);
+		KNOB("workload: --output", output);
+		KNOB("workload: --sessions", sessions);
+	} else if (c.workload != KVT_WL_TRACE) {
+		KNOB("workload: --cache-distance", cache_distance);
+		KNOB("workload: --rate", rate);
+	}
+	qsort(tab, (size_t)ntab, sizeof(tab[0]), by_moved);
+	printf("%s: %s, %s TP %u, offload %s, stress %u, %s\n",
+	       kvt_sched_policy_name(c.policy), c.hw.name, c.model, c.tp,
+	       kvt_tier_kind_name(c.offload[0]), c.stress,
+	       kvt_workload_name(c.workload));
+	printf("%s mean %.1f ms, throughput %.0f tok/s; each input halved and "
+	       "doubled alone (%d inputs, %d runs):\n",
+	       r0.warm_ttft_ms.n ? "warm TTFT" : "TTFT", m0,
+	       r0.throughput_tok_s, ntab, 2 * ntab + 1);
+	printf("  %-30s %-8s %10s %10s %9s %10s %9s\n", "input", "source",
+	       "value", "halved", "TTFT", "doubled", "TTFT");
+	for (int i = 0; i < ntab && i < 15; i++)
+		printf("  %-30s %-8s %10s %10s %+8.1f%% %10s %+8.1f%%\n",
+		       tab[i].name, tab[i].assumed ? "ASSUMED" : "sourced",
+		       tab[i].from, tab[i].lo, 100 * (tab[i].m[0] / m0 - 1),
+		       tab[i].hi, 100 * (tab[i].m[1] / m0 - 1));
+	printf("assumptions that moved the result most:\n");
+	for (int i = 0; i < ntab && shown < 5; i++)
+		if (tab[i].assumed && tab[i].moved > 0.001) {
+			printf("  %d. %s (%s): %.1f%%\n", ++shown, tab[i].name,
+			       tab[i].from, 100 * tab[i].moved);
+		}
+	if (!shown)
+		printf("  none moved it by more than 0.1%%\n");
+out:
+	free(x);
+	free(tab);
+	return err ? cli_fail(WHAT, err) : 0;
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 static int run_all(struct opts *o)
@@ -719,6 +1149,8 @@ static int run_all(struct opts *o)
 				cJSON_AddItemToArray(arr, x);
 			}
 		}
+		if (o->sweep && o->npol > 1)
+			ratios(o, cfg, sw, root);
 		cli_json_print(root);
 	} else if (o->csv) {
 		csv_header();
@@ -740,6 +1172,8 @@ static int run_all(struct opts *o)
 	}
 	if (o->plot)
 		rc = plot(o->plot, cfg, sw, o->npol, o->target);
+	if (!rc && o->sweep && (rc = ratios(o, cfg, sw, NULL)))
+		goto out;
 out:
 	for (int i = 0; i < KVT_POLICY_COUNT; i++)
 		free(sw[i]);
@@ -783,6 +1217,22 @@ static int apply_xfer(struct opts *o)
 	return err ? cli_fail(WHAT, err) : 0;
 }
 
+/* --set KEY=VALUE, after --hardware and --xfer. */
+static int apply_sets(struct opts *o)
+{
+	for (int i = 0; i < o->nsets; i++) {
+		char key[128], *eq;
+		int err;
+
+		snprintf(key, sizeof(key), "%s", o->sets[i]);
+		eq = strchr(key, '=');
+		*eq = '\0';
+		if ((err = kvt_hw_set(&o->cfg.hw, key, eq + 1)))
+			return cli_fail(WHAT, err);
+	}
+	return 0;
+}
+
 int cmd_sim(int argc, char **argv)
 {
 	struct opts *o = calloc(1, sizeof(*o));
@@ -794,6 +1244,7 @@ int cmd_sim(int argc, char **argv)
 	o->npol = 1;
 	o->pol[0] = KVT_POLICY_KVTIER;
 	o->io = -1;
+	o->page_contig = -1;
 	o->delay_hit = o->max_skips = UINT32_MAX;
 	if ((err = kvt_hw_load(&o->cfg.hw, "testbed-a"))) {
 		free(o);
@@ -809,6 +1260,18 @@ int cmd_sim(int argc, char **argv)
 	}
 	if (o->xfer && (rc = apply_xfer(o)))
 		; /* message printed */
+	else if ((rc = apply_sets(o)))
+		; /* message printed */
+	else if (o->explain && (o->sweep || o->json || o->csv || o->npol > 1))
+		rc = cli_usage(WHAT, "--explain explains one run: one policy, "
+			       "no --sweep, --json or --csv");
+	else if (o->explain)
+		rc = optind < argc ? cli_usage(WHAT, "unexpected argument "
+					      "'%s'", argv[optind]) :
+				     explain(o);
+	else if (o->ratio_plot && !(o->sweep && o->npol > 1))
+		rc = cli_usage(WHAT, "--ratio-plot needs --sweep and two or "
+			       "more policies");
 	else if (optind < argc)
 		rc = cli_usage(WHAT, "unexpected argument '%s'", argv[optind]);
 	else if (o->plot && !o->sweep)

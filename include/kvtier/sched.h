@@ -49,7 +49,9 @@
  *              bytes are home before the request's turn.
  *   DELAYHIT   a request whose prefix overlaps a transient span by more
  *              than `delay_hit_tokens` (100) is deferred and kept at the
- *              head instead of computing the same context twice; two
+ *              head instead of computing the same context twice, as long
+ *              as that context is expected (transient_ready) sooner than
+ *              the request could compute it itself; two
  *              requests of one step that share an uncached context are
  *              bundled: the first computes it, the others wait for it.
  *   BALANCE    a batch's remaining load time must fit under
@@ -64,14 +66,25 @@
  *              the head, and a request passed over `max_skips` times runs
  *              next whatever the other policies say.
  *
- * The three presets (kvt_sched_config_preset()):
+ * The presets (kvt_sched_config_preset(); docs/SIMULATOR.md gives the
+ * source of each):
  *
  *   policy   loads                                  order       features
  *   lmcache  whole matched prefix (256-token         FCFS        none
  *            objects), then compute; stores finish
  *            before the step ends
  *   hicache  layer-wise, one cudaMemcpyAsync per     FCFS        OVERLAP
- *            chunk; not cache-aware
+ *            chunk (the hierarchical-cache baseline
+ *            as SPEC.md's study describes it)
+ *   hicache-kernel  layer-wise, SGLang's GPU I/O     FCFS        OVERLAP
+ *            kernel (method GATHER); the simulator
+ *            adds its 64-token pages and page-first
+ *            host layout (SGLang's best practices)
+ *   vllm     vLLM's offloading connector: one        FCFS        PREFETCH,
+ *            cudaMemcpyAsync per block, loads run    (requests   BALANCE
+ *            ahead and a request is scheduled when   wait for    (ratio
+ *            they are home; the simulator adds the   their       0.01)
+ *            page-contiguous GPU layout (>= 0.12)    loads)
  *   kvtier   layer-wise, GPU gather kernel           cache-aware all
  *
  * CAPACITY: a request is admitted only when its whole prompt fits — no
@@ -279,6 +292,9 @@ typedef enum kvt_sched_policy {
 	KVT_POLICY_LMCACHE = 0,
 	KVT_POLICY_HICACHE = 1,
 	KVT_POLICY_KVTIER = 2,
+	KVT_POLICY_HICACHE_KERNEL = 3, /* SGLang HiCache as its docs
+				   * recommend today */
+	KVT_POLICY_VLLM = 4,      /* vLLM's native offloading connector */
 	KVT_POLICY_COUNT
 } kvt_sched_policy;
 
@@ -338,7 +354,9 @@ typedef struct kvt_sched_req {
 	double loading_ready;      /* when those are all home (0: now) */
 	uint32_t transient;        /* tokens right after the loadable span
 				    * that another request is computing */
-	double transient_ready;    /* when they are expected in hbm */
+	double transient_ready;    /* when they are expected in hbm; DELAYHIT
+				    * waits for them only while waiting is
+				    * shorter than computing them (0: now) */
 	uint32_t reserved;         /* hbm pages the caller already holds for
 				    * this request (see "capacity" above) */
 	uint64_t group;            /* requests with one uncached shared

@@ -84,6 +84,9 @@ typedef struct kvt_hw {
 	double mem_util;       /* [gpu.mem_util] share of HBM the engine takes */
 	double reserve_bytes;  /* [gpu.reserve_bytes] activations, graphs */
 	double step_us;        /* [engine.step_us] fixed cost per step */
+	double step_mem_frac;  /* [engine.step_mem_frac] share of step_us that
+				* stalls on host DRAM: that part grows with
+				* the socket's loaded DRAM latency (0: none) */
 	double ar_gbps;        /* [tp.ar_gbps] all-reduce bus bandwidth */
 	double ar_us;          /* [tp.ar_us] all-reduce latency */
 
@@ -116,6 +119,9 @@ typedef struct kvt_hw {
 	double ssd_bytes;      /* [ssd.bytes]; 0: no ssd tier */
 	double ssd_read_gbps;  /* [ssd.read_gbps] */
 	double ssd_write_gbps; /* [ssd.write_gbps] */
+
+	uint64_t assumed;      /* bit i: key i (kvt_hw_key_name(i)) was read
+				* with a source comment starting "assumed" */
 } kvt_hw;
 
 /**
@@ -131,6 +137,31 @@ KVT_API int kvt_hw_load(kvt_hw *hw, const char *name);
 KVT_API int kvt_hw_parse(kvt_hw *hw, const char *text, const char *label);
 /** The i-th built-in profile name, NULL past the end. */
 KVT_API const char *kvt_hw_builtin_name(size_t i);
+
+/** The i-th profile key ("gpu.flops", ...), NULL past the end. */
+KVT_API const char *kvt_hw_key_name(size_t i);
+/** 1 if key i of @hw came from the file marked as an assumption. */
+KVT_API int kvt_hw_key_assumed(const kvt_hw *hw, size_t i);
+
+/**
+ * kvt_hw_set() - override one key of @hw with @value written as in a
+ * profile file ("link.gpus_per_uplink", "0"; "copy.gather", "64K:48").
+ * The key then no longer counts as assumed. Returns 0, or KVT_ECONFIG
+ * naming an unknown key, a bad value or a broken cross-field rule; @hw is
+ * untouched on failure.
+ */
+KVT_API int kvt_hw_set(kvt_hw *hw, const char *key, const char *value);
+
+/**
+ * kvt_hw_key_scale() - multiply numeric key i of @hw by @f (clamped to the
+ * key's range; a copy curve's rates scale as a whole, reported as factor
+ * 1 -> @f). *@from and *@to get the old and new value. Returns 0, or
+ * -EINVAL for a key that cannot be scaled (a name, a count, a zero that
+ * means "off", a curve the profile lacks, no change after clamping). For
+ * one-at-a-time sensitivity (kvtier sim --explain).
+ */
+KVT_API int kvt_hw_key_scale(kvt_hw *hw, size_t i, double f, double *from,
+			     double *to);
 
 /**
  * kvt_hw_apply_xfer() - replace @hw's host -> GPU copy curves by figures
@@ -189,13 +220,19 @@ typedef struct kvt_sim_config {
 	kvt_hw hw;
 	char model[4096];         /* preset name or config.json path */
 	uint32_t tp;              /* tensor-parallel degree (1) */
-	uint32_t page_tokens;     /* P (16) */
+	uint32_t page_tokens;     /* P (16; the hicache-kernel preset: 64) */
 	uint32_t engines;         /* engine instances, each tp GPUs (1) */
 
 	kvt_sched_policy policy;  /* lmcache, hicache, kvtier */
 	kvt_sched_config sched;   /* preset of the policy (set by init and by
 				   * kvt_sim_config_policy()); edit to ablate */
 	kvt_copy_method store_method; /* how GPU -> host copies move */
+	int page_contig;          /* the GPU pool keeps a page's layers
+				   * contiguous (vLLM >= 0.12): a copy chunk
+				   * is the whole page, not one layer's K|V */
+	int cpu_mem_latency;      /* engine CPU time per step grows with the
+				   * socket's loaded DRAM latency
+				   * (hw.step_mem_frac); 1 by default */
 	int write_policy;         /* enum kvt_write_policy (write-through) */
 	int evict_policy;         /* enum kvt_evict_policy (lru) */
 
@@ -232,7 +269,9 @@ typedef struct kvt_sim_config {
 /** Fill @c with every default (testbed-a is NOT loaded: @c->hw is zero;
  *  load a profile into it). */
 KVT_API void kvt_sim_config_init(kvt_sim_config *c);
-/** Set the policy and its scheduler preset and store method. 0/-EINVAL. */
+/** Set the policy and its scheduler preset, store method, page size and
+ *  GPU layout (page_tokens, page_contig: set them again afterwards to
+ *  override). 0/-EINVAL. */
 KVT_API int kvt_sim_config_policy(kvt_sim_config *c, kvt_sched_policy p);
 
 /** Mean, percentiles and count of one measure. */
@@ -331,6 +370,19 @@ typedef struct kvt_sweep {
  */
 KVT_API int kvt_sim_sweep(const kvt_sim_config *c, const double *rates,
 			  uint32_t nrates, double target_ms, kvt_sweep *out);
+
+/**
+ * kvt_sweep_throughput_at() - the throughput @w reaches at mean TTFT
+ * @ttft_ms: along the curve by increasing rate, up to its first crossing
+ * of @ttft_ms, interpolated linearly in throughput against log TTFT
+ * between the two points around it. Two policies compared at one target
+ * give "the throughput ratio at equal TTFT" papers report.
+ * Returns 0 and *@thr; 1 when every point meets @ttft_ms (*@thr is the
+ * top point's throughput: a lower bound); -ERANGE when even the lowest
+ * rate misses it; -EINVAL for bad arguments.
+ */
+KVT_API int kvt_sweep_throughput_at(const kvt_sweep *w, double ttft_ms,
+				    double *thr);
 
 #ifdef __cplusplus
 }

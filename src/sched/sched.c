@@ -93,7 +93,7 @@ int kvt_sched_features_parse(const char *s, uint32_t *features)
 }
 
 static const char *const policy_names[KVT_POLICY_COUNT] = {
-	"lmcache", "hicache", "kvtier",
+	"lmcache", "hicache", "kvtier", "hicache-kernel", "vllm",
 };
 
 const char *kvt_sched_policy_name(kvt_sched_policy p)
@@ -109,7 +109,7 @@ int kvt_sched_policy_parse(const char *s, kvt_sched_policy *out)
 			return 0;
 		}
 	return kvti_fail(-EINVAL, "unknown policy '%s' (lmcache, hicache, "
-			 "kvtier)", s ? s : "(null)");
+			 "hicache-kernel, vllm, kvtier)", s ? s : "(null)");
 }
 
 int kvt_sched_config_preset(kvt_sched_config *c, kvt_sched_policy p)
@@ -133,6 +133,18 @@ int kvt_sched_config_preset(kvt_sched_config *c, kvt_sched_policy p)
 	case KVT_POLICY_HICACHE:
 		c->method = KVT_COPY_MEMCPY;
 		c->features = KVT_SCHED_OVERLAP;
+		break;
+	case KVT_POLICY_HICACHE_KERNEL:
+		c->method = KVT_COPY_GATHER;
+		c->features = KVT_SCHED_OVERLAP;
+		break;
+	case KVT_POLICY_VLLM:
+		/* loads start as soon as the request is seen and it is not
+		 * scheduled until they are (nearly) home: vLLM's async
+		 * connector API */
+		c->method = KVT_COPY_MEMCPY;
+		c->features = KVT_SCHED_PREFETCH | KVT_SCHED_BALANCE;
+		c->balance_ratio = 0.01;
 		break;
 	default:
 		c->method = KVT_COPY_GATHER;
@@ -362,8 +374,13 @@ static int waits_for_context(const struct build *b, size_t i)
 
 	if (r->state != KVT_SREQ_WAITING)
 		return 0;
-	if (b->v[i].transient > thr)
-		return 1;
+	if (b->v[i].transient > thr) {
+		/* wait only while waiting is cheaper than computing it */
+		double wait = r->transient_ready - b->st->now;
+
+		return wait <= 0 || wait < kvt_cost_prefill_s(&b->s->cost,
+				b->v[i].transient, b->v[i].reuse);
+	}
 	/* a context a request earlier in this very step is computing */
 	return r->group && r->group_tokens > b->v[i].reuse &&
 	       r->group_tokens - b->v[i].reuse > thr && in_groups(b, r->group);

@@ -261,7 +261,10 @@ static int issue_loads(struct engine *e, struct sreq *r, uint32_t tokens)
 	/* others see these pages in flight until the load is expected done */
 	if ((err = kvt_index_start(e->index, PX(r, upto), r->id,
 				   ns(s->now + kvt_cost_copy_s(&e->cost,
-					c->sched.method, e->cost.chunk_bytes,
+					c->sched.method,
+					kvt_cost_method_chunk(&e->cost,
+						c->sched.method,
+						c->sched.object_tokens),
 					(uint64_t)tokens * e->cost.token_bytes)),
 				   ns(s->now), NULL)))
 		return fail(e, err);
@@ -543,6 +546,28 @@ static uint32_t release_claims(struct engine *e)
 	return n;
 }
 
+/* The engine's per-step CPU work (scheduling, input preparation, kernel
+ * launches) shares the host's memory channels: the part of it that waits
+ * on DRAM (step_mem_frac) stretches with the socket's loaded latency. */
+static double cpu_slowdown_s(const struct engine *e)
+{
+	const struct sim *s = e->sim;
+	const kvt_hw *hw = &s->cfg->hw;
+	const struct net_socket *k;
+
+	if (!s->cfg->cpu_mem_latency || !(hw->step_mem_frac > 0))
+		return 0;
+	k = &s->net.sock[s->gpu[e->gpu0].socket];
+	if (!(k->lat > k->lat0))
+		return 0;
+	/* DMA streams that are not latency-bound can ask more of a socket
+	 * than it has; the queue model then has no fixed point and the
+	 * latency runs away. A core's misses see at most what a 99%-busy
+	 * M/D/1 queue gives: lat0 * (1 + 0.99 / 0.02) ~ 50 lat0. */
+	return hw->step_us * 1e-6 * hw->step_mem_frac *
+	       (KVT_MIN(k->lat / k->lat0, 50.5) - 1);
+}
+
 int kvti_engine_kick(struct engine *e)
 {
 	struct sim *s = e->sim;
@@ -637,7 +662,8 @@ int kvti_engine_kick(struct engine *e)
 	e->steps++;
 	e->decode_only += !npf;
 	e->t0 = s->now;
-	e->compute_s = kvt_cost_step_s(&e->cost, pf, npf, ndec, dctx);
+	e->compute_s = kvt_cost_step_s(&e->cost, pf, npf, ndec, dctx) +
+		       cpu_slowdown_s(e);
 	if (npf)
 		kvti_debug("sim %.6f: engine %u step: %u prefills (%u tokens), "
 			   "%u decodes, compute %.2f ms, %u waiting on loads",
@@ -860,6 +886,8 @@ int kvti_engine_init(struct engine *e, struct sim *s, uint32_t idx)
 	if ((err = kvti_sim_geom(c, &e->geom)) ||
 	    (err = kvt_hw_cost(&c->hw, &e->geom, &e->cost)))
 		return err;
+	if (c->page_contig) /* one copy per page, all layers */
+		e->cost.chunk_bytes = e->cost.token_bytes * e->geom.page_tokens;
 	e->page_bytes = kvt_geom_page_bytes(&e->geom);
 	kv = c->hw.hbm_bytes * c->hw.mem_util - (double)e->cost.weight_bytes -
 	     c->hw.reserve_bytes;

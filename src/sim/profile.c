@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 enum ktype { K_STR, K_U32, K_DBL, K_CURVE, K_CALL };
 
@@ -49,6 +50,7 @@ static const struct key {
 	{ "gpu.mem_util", K_DBL, F(mem_util), 1, 0.05, 1 },
 	{ "gpu.reserve_bytes", K_DBL, F(reserve_bytes), 1, 0, 1e14 },
 	{ "engine.step_us", K_DBL, F(step_us), 1, 0, 1e6 },
+	{ "engine.step_mem_frac", K_DBL, F(step_mem_frac), 0, 0, 1 },
 	{ "tp.ar_gbps", K_DBL, F(ar_gbps), 1, 0.001, 1e6 },
 	{ "tp.ar_us", K_DBL, F(ar_us), 1, 0, 1e6 },
 	{ "link.gbps", K_DBL, F(link_gbps), 1, 0.001, 1e5 },
@@ -82,8 +84,10 @@ static const struct key {
 #undef F
 };
 #define NKEYS KVT_ARRAY_SIZE(keys)
+_Static_assert(KVT_ARRAY_SIZE(keys) <= 64, "kvt_hw.assumed has 64 bits");
 
-static const char *const builtins[] = { "testbed-a", "testbed-b", "gh200" };
+static const char *const builtins[] = { "testbed-a", "testbed-b", "gh200",
+					 "h100" };
 
 const char *kvt_hw_builtin_name(size_t i)
 {
@@ -212,12 +216,20 @@ static int check_hw(const kvt_hw *hw, const char *label)
 	return 0;
 }
 
+/* A source comment that starts with "assumed" marks an assumption. */
+static int comment_assumed(const char *c)
+{
+	while (isspace((unsigned char)*c))
+		c++;
+	return !strncasecmp(c, "assumed", 7);
+}
+
 int kvt_hw_parse(kvt_hw *out, const char *text, const char *label)
 {
 	char seen[NKEYS] = { 0 }, line[1024], where[320];
 	const char *p = text;
 	kvt_hw hw;
-	int lineno = 0, err;
+	int lineno = 0, err, assumed;
 
 	kvti_errclear();
 	if (!out || !text)
@@ -237,8 +249,11 @@ int kvt_hw_parse(kvt_hw *out, const char *text, const char *label)
 		memcpy(line, p, len);
 		line[len] = '\0';
 		p += len + (nl ? 1 : 0);
-		if ((hash = strchr(line, '#')))
+		assumed = 0;
+		if ((hash = strchr(line, '#'))) {
+			assumed = comment_assumed(hash + 1);
 			*hash = '\0';
+		}
 		s = kvti_trim(line);
 		if (!*s)
 			continue;
@@ -259,6 +274,8 @@ int kvt_hw_parse(kvt_hw *out, const char *text, const char *label)
 			return kvti_fail(KVT_ECONFIG, "%s: given twice", where);
 		if ((err = set_key(&hw, &keys[i], val, where)))
 			return err;
+		if (assumed)
+			hw.assumed |= 1ull << i;
 	}
 	for (size_t i = 0; i < NKEYS; i++)
 		if (keys[i].required && !seen[i])
@@ -311,7 +328,7 @@ int kvt_hw_load(kvt_hw *hw, const char *name)
 		return err;
 	}
 	return kvti_fail(KVT_ENOTFOUND, "unknown hardware profile '%s' "
-			 "(built in: testbed-a, testbed-b, gh200; looked in "
+			 "(built in: testbed-a, testbed-b, gh200, h100; looked in "
 			 "%s%s%s/profiles and %s/profiles; or give a path to "
 			 "a .prof file)", name, env ? env : "",
 			 env ? ", " : "", KVT_SOURCE_DIR, KVT_BUILD_DATADIR);
@@ -445,6 +462,98 @@ int kvt_hw_apply_xfer(kvt_hw *out, const char *json, const char *label)
 		hw.copy[KVT_COPY_CONTIG].chunk_bytes[0] = 64.0 * 1024 * 1024;
 		hw.copy[KVT_COPY_CONTIG].gbps[0] = limit;
 	}
+	*out = hw;
+	return 0;
+}
+
+/* ---- keys by name: overrides (--set) and perturbations (--explain) ---- */
+
+const char *kvt_hw_key_name(size_t i)
+{
+	return i < NKEYS ? keys[i].name : NULL;
+}
+
+int kvt_hw_key_assumed(const kvt_hw *hw, size_t i)
+{
+	return i < NKEYS && (hw->assumed >> i & 1);
+}
+
+static int key_index(const char *name)
+{
+	for (size_t i = 0; name && i < NKEYS; i++)
+		if (!strcmp(keys[i].name, name))
+			return (int)i;
+	return -1;
+}
+
+int kvt_hw_set(kvt_hw *out, const char *key, const char *value)
+{
+	char where[160], val[512];
+	kvt_hw hw;
+	int i, err;
+
+	kvti_errclear();
+	if (!out || !key || !value)
+		return kvti_fail(-EINVAL, "kvt_hw_set: NULL argument");
+	if ((i = key_index(key)) < 0)
+		return kvti_fail(KVT_ECONFIG, "unknown profile key '%s' "
+				 "(docs/FORMATS.md lists them)", key);
+	if (kvti_strlcpy(val, value, sizeof(val)))
+		return kvti_fail(KVT_ECONFIG, "%s: value too long", key);
+	snprintf(where, sizeof(where), "%s (override)", key);
+	hw = *out;
+	if (keys[i].type == K_CURVE)
+		memset(&hw.copy[keys[i].off].chunk_bytes, 0,
+		       sizeof(hw.copy[0].chunk_bytes));
+	if ((err = set_key(&hw, &keys[i], kvti_trim(val), where)) ||
+	    (err = check_hw(&hw, where)))
+		return err;
+	hw.assumed &= ~(1ull << i); /* the caller's value, not the file's */
+	*out = hw;
+	return 0;
+}
+
+int kvt_hw_key_scale(kvt_hw *out, size_t i, double f, double *from,
+		     double *to)
+{
+	const struct key *k;
+	kvt_hw hw;
+	double v;
+
+	if (i >= NKEYS || !(f > 0))
+		return -EINVAL;
+	k = &keys[i];
+	hw = *out;
+	switch (k->type) {
+	case K_DBL:
+		v = *(double *)((char *)&hw + k->off);
+		if (v == 0)
+			return -EINVAL; /* a zero (off) stays off */
+		*from = v;
+		*to = KVT_MIN(KVT_MAX(v * f, k->lo), k->hi);
+		if (*to == v)
+			return -EINVAL;
+		*(double *)((char *)&hw + k->off) = *to;
+		break;
+	case K_CALL:
+		if (!hw.copy[k->off].n || hw.copy[k->off].call_us == 0)
+			return -EINVAL;
+		*from = hw.copy[k->off].call_us;
+		*to = hw.copy[k->off].call_us *= f;
+		break;
+	case K_CURVE: /* the whole curve up or down, rates as a factor */
+		if (!hw.copy[k->off].n)
+			return -EINVAL;
+		*from = 1;
+		*to = f;
+		for (uint32_t j = 0; j < hw.copy[k->off].n; j++)
+			hw.copy[k->off].gbps[j] *= f;
+		break;
+	default:
+		return -EINVAL; /* names and counts are not perturbed */
+	}
+	if (check_hw(&hw, "perturbation"))
+		return -EINVAL;
 	*out = hw;
 	return 0;
 }

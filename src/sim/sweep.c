@@ -39,6 +39,7 @@ void kvt_sim_config_init(kvt_sim_config *c)
 	c->append = 1024;
 	c->think_s = 5.0;
 	c->cache_distance = 64;
+	c->cpu_mem_latency = 1;
 }
 
 int kvt_sim_config_policy(kvt_sim_config *c, kvt_sched_policy p)
@@ -47,6 +48,8 @@ int kvt_sim_config_policy(kvt_sim_config *c, kvt_sched_policy p)
 		[KVT_POLICY_LMCACHE] = KVT_COPY_OBJECT,
 		[KVT_POLICY_HICACHE] = KVT_COPY_MEMCPY,
 		[KVT_POLICY_KVTIER] = KVT_COPY_BATCH,
+		[KVT_POLICY_HICACHE_KERNEL] = KVT_COPY_GATHER,
+		[KVT_POLICY_VLLM] = KVT_COPY_MEMCPY,
 	};
 	int err;
 
@@ -54,6 +57,10 @@ int kvt_sim_config_policy(kvt_sim_config *c, kvt_sched_policy p)
 		return err;
 	c->policy = p;
 	c->store_method = store[p];
+	/* the engines' own layouts: SGLang's best practices run HiCache with
+	 * 64-token pages; vLLM >= 0.12 keeps a block's layers contiguous */
+	c->page_tokens = p == KVT_POLICY_HICACHE_KERNEL ? 64 : 16;
+	c->page_contig = p == KVT_POLICY_VLLM;
 	return 0;
 }
 
@@ -231,5 +238,31 @@ int kvt_sim_sweep(const kvt_sim_config *c, const double *rates,
 			out->at_ttft_ms = out->pt[i].r.ttft_ms.mean;
 			out->at_top = i == out->n - 1;
 		}
+	return 0;
+}
+
+int kvt_sweep_throughput_at(const kvt_sweep *w, double ttft_ms, double *thr)
+{
+	uint32_t i;
+
+	if (!w || !thr || !w->n || !(ttft_ms > 0))
+		return -EINVAL;
+	if (!meets(&w->pt[0], ttft_ms))
+		return -ERANGE;
+	for (i = 1; i < w->n && meets(&w->pt[i], ttft_ms); i++)
+		;
+	if (i == w->n) {
+		*thr = w->pt[w->n - 1].r.throughput_tok_s;
+		return 1;
+	}
+	{
+		const kvt_sim_result *a = &w->pt[i - 1].r, *b = &w->pt[i].r;
+		double la = log(KVT_MAX(a->ttft_ms.mean, 1e-9));
+		double lb = log(b->ttft_ms.mean);
+		double t = lb > la ? (log(ttft_ms) - la) / (lb - la) : 0;
+
+		*thr = a->throughput_tok_s +
+		       t * (b->throughput_tok_s - a->throughput_tok_s);
+	}
 	return 0;
 }
