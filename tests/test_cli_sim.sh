@@ -45,6 +45,42 @@ if command -v gnuplot >/dev/null; then
 	head -c 8 "$TMP/p.png" | grep -q PNG || fail "--plot output is not a PNG"
 fi
 
+# throughput at equal TTFT between two policies: table, ratio, plot
+"$KVT" sim --hardware testbed-b --model llama-3.1-8b --workload loogle \
+	--requests 150 --cache-distance 8 --context 4000 --policy lmcache,kvtier \
+	--sweep --rates 0.5,2,8 --ttft-targets 300,1000 >"$TMP/r.txt" ||
+	fail "sim --ttft-targets"
+grep -q "throughput at equal mean TTFT" "$TMP/r.txt" || fail "no equal-TTFT table"
+grep -qE "^ +300 " "$TMP/r.txt" || fail "equal-TTFT table lacks the 300 ms row"
+if command -v gnuplot >/dev/null; then
+	"$KVT" sim --hardware testbed-b --model llama-3.1-8b --workload loogle \
+		--requests 150 --cache-distance 8 --context 4000 \
+		--policy lmcache,kvtier --sweep --rates 0.5,2,8 \
+		--ratio-plot "$TMP/r.png" >/dev/null || fail "sim --ratio-plot"
+	head -c 8 "$TMP/r.png" | grep -q PNG || fail "--ratio-plot wrote no PNG"
+fi
+
+# --set changes the profile; --explain ranks the inputs, assumptions named
+a=$("$KVT" sim --hardware testbed-a --model qwen2.5-32b --tp 4 $small --csv | tail -1)
+b=$("$KVT" sim --hardware testbed-a --model qwen2.5-32b --tp 4 $small --csv \
+	--set link.gpus_per_uplink=0 | tail -1)
+[ "$a" != "$b" ] || fail "--set link.gpus_per_uplink=0 changed nothing"
+"$KVT" sim --hardware testbed-a --model qwen2.5-32b --tp 4 --sessions 2 \
+	--turns 2 --context 4096 --append 256 --output 8 --explain >"$TMP/e.txt" ||
+	fail "sim --explain"
+grep -q "assumptions that moved the result most" "$TMP/e.txt" || fail "--explain summary"
+grep -q "ASSUMED" "$TMP/e.txt" || fail "--explain names no assumption"
+grep -q "link.gpus_per_uplink" "$TMP/e.txt" || fail "--explain lacks the uplink"
+# the two named HiCache presets and vLLM's connector run
+for p in hicache hicache-kernel vllm; do
+	"$KVT" sim --hardware testbed-a --model qwen2.5-32b --tp 4 $small \
+		--policy $p --json | grep -qF "\"policy\":	\"$p\"" ||
+		fail "sim --policy $p"
+done
+"$KVT" sim --hardware testbed-a --model qwen2.5-32b --tp 4 $small \
+	--policy hicache-kernel --json | grep -qF '"page_tokens":	64' ||
+	fail "hicache-kernel does not use 64-token pages"
+
 # help and the text table
 "$KVT" sim --help | grep -qF -- "--ttft-target" || fail "sim --help"
 "$KVT" sim --hardware testbed-a --model qwen2.5-32b --tp 4 $small |
@@ -67,6 +103,13 @@ expect 2 "does not fit" -- sim --hardware testbed-b --model llama-3.1-70b
 expect 2 "unexpected argument 'extra'" -- sim extra
 expect 1 "trace" -- sim --workload trace:/nonexistent/t.jsonl
 expect 1 "--xfer /nonexistent/x.json" -- sim --xfer /nonexistent/x.json
+expect 2 "unknown profile key 'gpu.warp'" -- sim --set gpu.warp=9
+expect 2 "--set: KEY=VALUE" -- sim --set gpu.flops
+expect 2 "gpu.gemm_eff (override): 7 is outside" -- sim --set gpu.gemm_eff=7
+expect 2 "--cpu-latency: on or off" -- sim --cpu-latency maybe
+expect 2 "--explain explains one run" -- sim --explain --policy all
+expect 2 "--ratio-plot needs --sweep" -- sim --ratio-plot x.png
+expect 2 "--ttft-targets: 'x' is not" -- sim --ttft-targets x
 
 [ "$fails" = 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "ok"

@@ -1,6 +1,6 @@
 /*
  * test_cost — the scheduler's cost model: copy-rate curves and per-call
- * costs (checked against SPEC.md's measured 22% for per-chunk copies),
+ * costs (against rates worked by hand from the fixture's figures),
  * the forward-pass roofline against a plain per-token reference, the
  * overlap formula, and the checks on bad figures.
  */
@@ -12,6 +12,17 @@
 static int near(double a, double b, double rel)
 {
 	return fabs(a - b) <= rel * fabs(b);
+}
+
+/* The curve's own rate (no call cost): a per-job method's rate on a
+ * copy of many chunks, recovered from kvt_cost_copy_s. */
+static double curve_rate(const kvt_cost *c, kvt_copy_method m, uint64_t ch)
+{
+	kvt_cost x = *c;
+
+	x.copy[m].call_us = 0;
+	x.copy[KVT_COPY_BATCH] = x.copy[m]; /* priced as a batched method */
+	return kvt_cost_copy_gbps(&x, KVT_COPY_BATCH, ch);
 }
 
 static void test_curves(void)
@@ -40,10 +51,34 @@ static void test_curves(void)
 	CHECK(near(kvt_cost_copy_gbps(&c, KVT_COPY_BATCH, 1ull << 40), 54,
 		   1e-9));
 
-	/* SPEC.md: 32-token pages of llama-3.1-8b (64 KiB chunks) moved one
-	 * cudaMemcpyAsync per chunk reach about 22% of PCIe 5.0's 64 GB/s */
-	r64 = kvt_cost_copy_gbps(&c, KVT_COPY_MEMCPY, 65536);
-	CHECK(near(r64 / 64, 0.22, 0.03));
+	/* per-chunk calls: rate = chunk / (call + chunk / curve(chunk)),
+	 * worked by hand from the fixture (memcpy 4K:4 16K:7 64K:50 1M:54,
+	 * 3.34 us per call) at points on and between the curve's, so a
+	 * wrong formula, interpolation or unit fails here. (The 22% of
+	 * SPEC.md that profiles derive the call cost from is not checked:
+	 * a figure a parameter was solved from cannot test the model.) */
+	CHECK(near(kvt_cost_copy_gbps(&c, KVT_COPY_MEMCPY, 4096),
+		   4096.0 / (3340 + 4096.0 / 4), 1e-9));
+	CHECK(near(kvt_cost_copy_gbps(&c, KVT_COPY_MEMCPY, 16384),
+		   16384.0 / (3340 + 16384.0 / 7), 1e-9));
+	CHECK(near(kvt_cost_copy_gbps(&c, KVT_COPY_MEMCPY, 32768),
+		   32768.0 / (3340 + 32768.0 / sqrt(7.0 * 50)), 1e-9));
+	/* ... and that penalty makes it slower than one batched call over
+	 * the same engines at every chunk size below the link's limit */
+	for (uint64_t ch = 4096; ch <= 1 << 20; ch *= 2) {
+		CHECK(kvt_cost_copy_gbps(&c, KVT_COPY_MEMCPY, ch) <
+		      kvt_cost_copy_gbps(&c, KVT_COPY_MEMCPY, ch * 2));
+		if (ch < 1 << 20)
+			CHECK(kvt_cost_copy_gbps(&c, KVT_COPY_MEMCPY, ch) <
+			      curve_rate(&c, KVT_COPY_MEMCPY, ch));
+	}
+	/* the gather kernel: a curve by chunk size, its launch paid once
+	 * per job like the other batched method (fixture 4K:30, 64K:48) */
+	CHECK(near(kvt_cost_copy_gbps(&c, KVT_COPY_GATHER, 4096), 30, 1e-9));
+	CHECK(near(kvt_cost_copy_gbps(&c, KVT_COPY_GATHER, 16384),
+		   30 * pow(48.0 / 30, 0.5), 1e-9));
+	CHECK(near(kvt_cost_copy_s(&c, KVT_COPY_GATHER, 4096, 3000000000ull),
+		   5e-6 + 0.1, 1e-9));
 	/* per-job call cost is paid once for batched methods */
 	CHECK(near(kvt_cost_copy_s(&c, KVT_COPY_BATCH, 65536, 38000000000ull),
 		   1.0 + 10e-6, 1e-9));

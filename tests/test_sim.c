@@ -449,6 +449,69 @@ static void test_alloc_faults(void)
 	CHECK(ok);
 }
 
+/* Throughput at equal TTFT: interpolation along a hand-made curve. */
+static void test_equal_ttft(void)
+{
+	kvt_sweep *w = calloc(1, sizeof(*w));
+	static const double thr[] = { 100, 200, 300, 400 };
+	static const double ttft[] = { 10, 20, 80, 640 };
+	double x;
+
+	CHECK(w != NULL);
+	if (!w)
+		return;
+	w->n = 4;
+	for (int i = 0; i < 4; i++) {
+		w->pt[i].rate = i + 1;
+		w->pt[i].r.throughput_tok_s = thr[i];
+		w->pt[i].r.ttft_ms.mean = ttft[i];
+	}
+	CHECK_EQ(kvt_sweep_throughput_at(w, 20, &x), 0);
+	CHECK(fabs(x - 200) < 1e-9);
+	CHECK_EQ(kvt_sweep_throughput_at(w, 40, &x), 0); /* half-way in log */
+	CHECK(fabs(x - 250) < 1e-9);
+	CHECK_EQ(kvt_sweep_throughput_at(w, 1000, &x), 1); /* a lower bound */
+	CHECK(x == 400);
+	CHECK_EQ(kvt_sweep_throughput_at(w, 5, &x), -ERANGE);
+	CHECK_EQ(kvt_sweep_throughput_at(w, 0, &x), -EINVAL);
+	/* TTFT is not monotone in the rate: the first crossing counts */
+	w->pt[3].r.ttft_ms.mean = 15;
+	CHECK_EQ(kvt_sweep_throughput_at(w, 40, &x), 0);
+	CHECK(fabs(x - 250) < 1e-9);
+	free(w);
+}
+
+/* The presets: each named baseline carries its engine's layout. */
+static void test_presets(void)
+{
+	kvt_sim_config c;
+
+	kvt_sim_config_init(&c);
+	CHECK_OK(kvt_sim_config_policy(&c, KVT_POLICY_HICACHE_KERNEL));
+	CHECK_EQ(c.page_tokens, 64);
+	CHECK_EQ(c.sched.method, KVT_COPY_GATHER);
+	CHECK(c.sched.features == KVT_SCHED_OVERLAP);
+	CHECK_OK(kvt_sim_config_policy(&c, KVT_POLICY_HICACHE));
+	CHECK_EQ(c.page_tokens, 16);
+	CHECK_EQ(c.sched.method, KVT_COPY_MEMCPY);
+	CHECK_OK(kvt_sim_config_policy(&c, KVT_POLICY_VLLM));
+	CHECK_EQ(c.page_contig, 1);
+	CHECK(!(c.sched.features & KVT_SCHED_OVERLAP));
+	CHECK(!strcmp(kvt_sched_policy_name(KVT_POLICY_VLLM), "vllm"));
+	/* page-contiguous chunks move a vLLM block far faster than one
+	 * layer's slice of it: the same restore, both layouts */
+	{
+		kvt_sim_result r[2];
+
+		for (int k = 0; k < 2; k++) {
+			small_agentic(&c, KVT_POLICY_VLLM);
+			c.page_contig = k;
+			CHECK_OK(kvt_sim_run(&c, &r[k]));
+		}
+		CHECK(r[1].warm_ttft_ms.mean < r[0].warm_ttft_ms.mean / 2);
+	}
+}
+
 int main(void)
 {
 	/* the profiles ship in the source tree: failing to read them is a
@@ -463,6 +526,8 @@ int main(void)
 	test_monotonic();
 	test_orderings();
 	test_cpu_latency();
+	test_equal_ttft();
+	test_presets();
 	test_delay_hit();
 	test_trace();
 	test_ssd();

@@ -5,6 +5,43 @@
  */
 #include "harness.h"
 #include "kvt_build.h"
+#include "core/core.h"
+
+#include <strings.h>
+
+/* A source comment passes when it says "assumed" first, or names
+ * something a reader can look up. */
+static int source_ok(const char *c, int *assumed)
+{
+	static const char *const marks[] = {
+		"http", "SPEC.md", "datasheet", "et al", "paper",
+		"kvtier bench", ".prof",
+	};
+
+	while (*c == ' ' || *c == '\t')
+		c++;
+	*assumed = !strncasecmp(c, "assumed", 7);
+	if (*assumed)
+		return 1;
+	for (size_t i = 0; i < sizeof(marks) / sizeof(marks[0]); i++)
+		if (strcasestr(c, marks[i]))
+			return 1;
+	return 0;
+}
+
+/* The rule itself rejects what it must. */
+static void test_source_rule(void)
+{
+	int a;
+
+	CHECK(!source_ok(" a comment", &a));
+	CHECK(!source_ok("", &a));
+	CHECK(!source_ok(" streaming kernels reach ~80%", &a));
+	CHECK(source_ok(" assumed: one launch per job", &a) && a);
+	CHECK(source_ok(" SPEC.md: 53-55 GB/s", &a) && !a);
+	CHECK(source_ok(" NVIDIA H200 datasheet", &a) && !a);
+	CHECK(source_ok(" see https://example.org/x", &a) && !a);
+}
 
 static void test_builtins(void)
 {
@@ -25,12 +62,14 @@ static void test_builtins(void)
 		CHECK_OK(kvt_geom_preset(&g, "llama-3.1-8b", 16, 1, 0));
 		CHECK_OK(kvt_hw_cost(&hw, &g, &c));
 		CHECK_OK(kvt_cost_check(&c));
-		/* every line holding a value carries a '#' naming a source */
+		/* every line holding a value carries a source a reader can
+		 * follow, or says it is an assumption */
 		snprintf(path, sizeof(path), "%s/profiles/%s.prof",
 			 KVT_SOURCE_DIR, name);
 		CHECK((f = fopen(path, "r")) != NULL);
 		while (f && fgets(line, sizeof(line), f)) {
 			char *eq = strchr(line, '='), *hash = strchr(line, '#');
+			int assumed;
 
 			lineno++;
 			if (!eq || (hash && hash < eq))
@@ -38,11 +77,19 @@ static void test_builtins(void)
 			if (!strncmp(line, "name", 4) ||
 			    !strncmp(line, "gpu.name", 8))
 				continue;
-			if (!hash || strlen(hash) < 8) {
-				fprintf(stderr, "%s:%d: value without a source\n",
-					path, lineno);
+			if (!source_ok(hash ? hash + 1 : "", &assumed)) {
+				fprintf(stderr, "%s:%d: value without a source "
+					"(a URL, SPEC.md, a datasheet, a paper, a "
+					"kvtier bench run, another .prof) or "
+					"'assumed'\n", path, lineno);
 				CHECK(0);
 			}
+			/* the reader records exactly those as assumptions */
+			*eq = '\0';
+			for (size_t k = 0; kvt_hw_key_name(k); k++)
+				if (!strcmp(kvt_hw_key_name(k), kvti_trim(line)))
+					CHECK_EQ(kvt_hw_key_assumed(&hw, k),
+						 assumed);
 		}
 		if (f)
 			fclose(f);
@@ -220,8 +267,65 @@ static void test_alloc_fault(void)
 	CHECK_EQ(kvt_alloc_live(), live);
 }
 
+/* --set and --explain's perturbations, by key name. */
+static void test_overrides(void)
+{
+	kvt_hw a, b;
+	double from, to;
+	size_t up = 0, eff = 0, nm = 0, flops = 0, fab = 0, gat = 0;
+
+	CHECK_OK(kvt_hw_load(&a, "testbed-a"));
+	for (size_t i = 0; kvt_hw_key_name(i); i++) {
+		const char *k = kvt_hw_key_name(i);
+
+		up = strcmp(k, "link.gpus_per_uplink") ? up : i;
+		eff = strcmp(k, "gpu.gemm_eff") ? eff : i;
+		nm = strcmp(k, "gpu.name") ? nm : i;
+		flops = strcmp(k, "gpu.flops") ? flops : i;
+		fab = strcmp(k, "ssd.bytes") ? fab : i;
+		gat = strcmp(k, "copy.gather") ? gat : i;
+	}
+	CHECK(up && eff && nm && flops && fab && gat);
+	/* the shared uplink is an assumption (fitted) in testbed-a */
+	CHECK(kvt_hw_key_assumed(&a, up));
+	CHECK(!kvt_hw_key_assumed(&a, flops));
+	b = a;
+	CHECK_OK(kvt_hw_set(&b, "link.gpus_per_uplink", "0"));
+	CHECK_EQ(b.gpus_per_uplink, 0);
+	CHECK(!kvt_hw_key_assumed(&b, up));
+	CHECK_OK(kvt_hw_set(&b, "copy.gather", "4K:10, 64K:40"));
+	CHECK_EQ(b.copy[KVT_COPY_GATHER].n, 2);
+	CHECK(b.copy[KVT_COPY_GATHER].gbps[1] == 40);
+	CHECK(b.copy[KVT_COPY_GATHER].chunk_bytes[2] == 0);
+	b = a;
+	CHECK_ERR(kvt_hw_set(&b, "gpu.teleport", "1"), KVT_ECONFIG);
+	CHECK(strstr(kvt_errdetail(), "gpu.teleport") != NULL);
+	CHECK_ERR(kvt_hw_set(&b, "gpu.gemm_eff", "2"), KVT_ECONFIG);
+	CHECK_ERR(kvt_hw_set(&b, "gpu.flops", "fast"), KVT_ECONFIG);
+	CHECK(!memcmp(&a, &b, sizeof(a))); /* untouched on failure */
+	/* an uplink needs its rate: testbed-b has none */
+	CHECK_OK(kvt_hw_load(&b, "testbed-b"));
+	CHECK_ERR(kvt_hw_set(&b, "link.gpus_per_uplink", "2"), KVT_ECONFIG);
+
+	b = a;
+	CHECK_OK(kvt_hw_key_scale(&b, flops, 2, &from, &to));
+	CHECK(from == a.gpu_flops && to == 2 * a.gpu_flops);
+	CHECK(b.gpu_flops == to);
+	CHECK_OK(kvt_hw_key_scale(&b, eff, 2, &from, &to));
+	CHECK(to == 1); /* clamped to the key's range */
+	CHECK_OK(kvt_hw_key_scale(&b, gat, 0.5, &from, &to));
+	CHECK(b.copy[KVT_COPY_GATHER].gbps[4] ==
+	      a.copy[KVT_COPY_GATHER].gbps[4] / 2);
+	CHECK_ERR(kvt_hw_key_scale(&b, nm, 2, &from, &to), -EINVAL);
+	CHECK_ERR(kvt_hw_key_scale(&b, fab, 2, &from, &to), -EINVAL);
+	CHECK_ERR(kvt_hw_key_scale(&b, flops, 0, &from, &to), -EINVAL);
+	CHECK(kvt_hw_key_name(1000) == NULL);
+}
+
 int main(void)
 {
+	test_source_rule();
+	test_overrides();
 	test_alloc_fault();
 	test_builtins();
 	test_errors();
