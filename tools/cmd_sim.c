@@ -94,6 +94,8 @@ static void usage(FILE *f)
 "  --json                one JSON object (docs/FORMATS.md)\n"
 "  --csv                 CSV rows, one per policy (and rate)\n"
 "  --plot FILE.png       sweep: TTFT vs throughput per policy (gnuplot)\n"
+"  --copy-rates          print the cost model's host->GPU rate of every copy\n"
+"                        method by chunk size (4 KiB .. 16 MiB) and exit\n"
 "  --explain             one run, then again with each profile figure and\n"
 "                        workload assumption halved and doubled; lists what\n"
 "                        moved the result most, assumptions first\n"
@@ -126,6 +128,7 @@ struct opts {
 	int ntargets;
 	const char *ratio_plot;
 	int explain;
+	int copy_rates;
 };
 
 static int dbl(const char *flag, const char *s, double lo, double hi,
@@ -264,7 +267,7 @@ enum {
 	O_RATIO, O_SKIPS, O_WL, O_SESS, O_TURNS, O_CTX, O_APPEND, O_OUT,
 	O_THINK, O_REQ, O_RATE, O_DIST, O_QS, O_SPEED, O_SEED, O_MAXSIM,
 	O_SWEEP, O_RATES, O_TARGET, O_JSON, O_CSV, O_PLOT, O_HELP, O_XFER,
-	O_SET, O_CPULAT, O_CONTIG, O_TARGETS, O_RPLOT, O_EXPLAIN,
+	O_SET, O_CPULAT, O_CONTIG, O_TARGETS, O_RPLOT, O_EXPLAIN, O_RATESCOPY,
 };
 
 static const struct option lo[] = {
@@ -314,6 +317,7 @@ static const struct option lo[] = {
 	{ "ttft-targets", required_argument, 0, O_TARGETS },
 	{ "ratio-plot", required_argument, 0, O_RPLOT },
 	{ "explain", no_argument, 0, O_EXPLAIN },
+	{ "copy-rates", no_argument, 0, O_RATESCOPY },
 	{ 0, 0, 0, 0 }
 };
 
@@ -432,6 +436,7 @@ static int option(struct opts *o, int c, const char *a)
 		return dbl_list("--ttft-targets", a, o->targets, &o->ntargets);
 	case O_RPLOT: o->ratio_plot = a; return 0;
 	case O_EXPLAIN: o->explain = 1; return 0;
+	case O_RATESCOPY: o->copy_rates = 1; return 0;
 	case O_HELP: usage(stdout); return 1;
 	default: return -1;
 	}
@@ -1217,6 +1222,46 @@ static int apply_xfer(struct opts *o)
 	return err ? cli_fail(WHAT, err) : 0;
 }
 
+/* --copy-rates: the cost model's uncontended rate per method and chunk
+ * size (per-chunk call costs included), as a table or CSV. */
+static int copy_rates(const struct opts *o)
+{
+	kvt_sim_config c;
+	kvt_cost cost;
+	kvt_geom g;
+	int err;
+
+	if ((err = policy_cfg(o, o->pol[0], &c)) ||
+	    (err = kvt_geom_preset(&g, "llama-3.1-8b", 16, 1, 0)) ||
+	    (err = kvt_hw_cost(&c.hw, &g, &cost)))
+		return cli_fail(WHAT, err);
+	printf(o->csv ? "method,chunk_bytes,gbps\n" : "%s: host->GPU GB/s by "
+	       "chunk size (call costs included)\n  %-8s", c.hw.name, "chunk");
+	if (!o->csv)
+		for (int m = 0; m < KVT_COPY_COUNT; m++)
+			printf(" %8s", kvt_copy_method_name((kvt_copy_method)m));
+	if (!o->csv)
+		printf("\n");
+	for (uint64_t ch = 4096; ch <= 16u << 20; ch *= 2) {
+		if (!o->csv)
+			printf("  %6lluK", (unsigned long long)(ch >> 10));
+		for (int m = 0; m < KVT_COPY_COUNT; m++) {
+			double r = kvt_cost_copy_gbps(&cost, (kvt_copy_method)m,
+						      ch);
+
+			if (o->csv)
+				printf("%s,%llu,%.3f\n",
+				       kvt_copy_method_name((kvt_copy_method)m),
+				       (unsigned long long)ch, r);
+			else
+				printf(" %8.2f", r);
+		}
+		if (!o->csv)
+			printf("\n");
+	}
+	return 0;
+}
+
 /* --set KEY=VALUE, after --hardware and --xfer. */
 static int apply_sets(struct opts *o)
 {
@@ -1262,6 +1307,8 @@ int cmd_sim(int argc, char **argv)
 		; /* message printed */
 	else if ((rc = apply_sets(o)))
 		; /* message printed */
+	else if (o->copy_rates)
+		rc = copy_rates(o);
 	else if (o->explain && (o->sweep || o->json || o->csv || o->npol > 1))
 		rc = cli_usage(WHAT, "--explain explains one run: one policy, "
 			       "no --sweep, --json or --csv");

@@ -82,9 +82,10 @@
  *            host layout (SGLang's best practices)
  *   vllm     vLLM's offloading connector: one        FCFS        PREFETCH,
  *            cudaMemcpyAsync per block, loads run    (requests   BALANCE
- *            ahead and a request is scheduled when   wait for    (ratio
- *            they are home; the simulator adds the   their       0.01)
- *            page-contiguous GPU layout (>= 0.12)    loads)
+ *            ahead and a request joins a step when   wait for
+ *            they are home by its end; the simulator their
+ *            adds the page-contiguous GPU layout     loads)
+ *            (vLLM >= 0.12)
  *   kvtier   layer-wise, GPU gather kernel           cache-aware all
  *
  * CAPACITY: a request is admitted only when its whole prompt fits — no

@@ -139,12 +139,11 @@ int kvt_sched_config_preset(kvt_sched_config *c, kvt_sched_policy p)
 		c->features = KVT_SCHED_OVERLAP;
 		break;
 	case KVT_POLICY_VLLM:
-		/* loads start as soon as the request is seen and it is not
-		 * scheduled until they are (nearly) home: vLLM's async
-		 * connector API */
+		/* loads start as soon as the request is seen, and it joins a
+		 * step only when they are home by the step's end: vLLM's
+		 * asynchronous connector API */
 		c->method = KVT_COPY_MEMCPY;
 		c->features = KVT_SCHED_PREFETCH | KVT_SCHED_BALANCE;
-		c->balance_ratio = 0.01;
 		break;
 	default:
 		c->method = KVT_COPY_GATHER;

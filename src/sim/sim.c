@@ -105,11 +105,31 @@ static int add(struct sim *s, int *out, const char *fmt, uint32_t i,
 	return 0;
 }
 
+/* A per-chunk copy method (one call per chunk) is issued by one CPU
+ * thread per GPU: its call costs bound the GPU's total rate with that
+ * method, however many requests load at once. The rate, 0 if @m pays per
+ * job instead. */
+static double issue_gbps(const kvt_sim_config *c, kvt_copy_method m)
+{
+	kvt_cost cost;
+	kvt_geom g;
+
+	if ((m != KVT_COPY_MEMCPY && m != KVT_COPY_OBJECT) ||
+	    kvti_sim_geom(c, &g) || kvt_hw_cost(&c->hw, &g, &cost))
+		return 0; /* (a bad model fails later, with its message) */
+	if (c->page_contig)
+		cost.chunk_bytes = cost.token_bytes * g.page_tokens;
+	return kvt_cost_copy_gbps(&cost, m, kvt_cost_method_chunk(&cost, m,
+					c->sched.object_tokens));
+}
+
 static int build_topology(struct sim *s)
 {
 	const kvt_hw *hw = &s->cfg->hw;
 	uint32_t per_sock = hw->gpus / hw->sockets;
 	int up_h2d = -1, up_d2h = -1, err;
+	double ld = issue_gbps(s->cfg, s->cfg->sched.method);
+	double st = issue_gbps(s->cfg, s->cfg->store_method);
 
 	kvti_net_init(&s->net, hw->dma_window, hw->stress_gbps * 1e9);
 	for (uint32_t k = 0; k < hw->sockets; k++) {
@@ -131,6 +151,12 @@ static int build_topology(struct sim *s)
 
 		x->socket = (int)(g / per_sock);
 		x->fab_out = x->fab_in = x->fab_dev = -1;
+		x->issue_ld = x->issue_st = -1;
+		if ((ld > 0 && (err = add(s, &x->issue_ld, "gpu%u.calls_load",
+					  g, ld, 0, 0))) ||
+		    (st > 0 && (err = add(s, &x->issue_st, "gpu%u.calls_store",
+					  g, st, 0, 0))))
+			return err;
 		if ((err = add(s, &x->h2d, "gpu%u.h2d", g, hw->link_gbps, 0, 0)) ||
 		    (err = add(s, &x->d2h, "gpu%u.d2h", g, hw->link_gbps, 0, 0)))
 			return err;
@@ -238,6 +264,10 @@ int kvti_sim_flow(struct sim *s, uint32_t gpu, kvt_tier_kind src,
 	probe.amp = 1;
 	if ((err = path(s, &s->gpu[gpu], src, dst, &probe)))
 		return err;
+	if (dst == KVT_TIER_HBM)
+		hop(&probe, s->gpu[gpu].issue_ld);
+	else if (src == KVT_TIER_HBM)
+		hop(&probe, s->gpu[gpu].issue_st);
 	if (!(f = kvti_net_flow_new(&s->net)))
 		return -ENOMEM;
 	memcpy(f->res, probe.res, sizeof(f->res));

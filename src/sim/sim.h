@@ -23,6 +23,8 @@ struct gpu_res {
 	int up_h2d, up_d2h;    /* the shared switch port, -1 if none */
 	int fab_out, fab_in;   /* link to its fabric controller, -1 if none */
 	int fab_dev;           /* the controller's memory */
+	int issue_ld, issue_st;/* the CPU thread issuing one copy call per
+				* chunk (per-chunk methods), -1 if none */
 	int socket;
 };
 
