@@ -493,6 +493,30 @@ static void test_alloc_faults(void)
 	CHECK(ok);
 }
 
+/* A page copied down holds hbm until its copy is done: with prefill-only
+ * requests under hbm pressure the switch changes the run; the pages it
+ * held all come free (the run finishes, nothing stalls). */
+static void test_store_holds_hbm(void)
+{
+	kvt_sim_result r[2];
+
+	for (int h = 0; h < 2; h++) {
+		kvt_sim_config c;
+
+		small_docs(&c, KVT_POLICY_HICACHE, KVT_WL_LOOGLE);
+		c.output = 1;
+		c.context = 8000;
+		c.rate = 6;
+		c.requests = 600;
+		c.cache_distance = 64;
+		c.hw.hbm_bytes = 30e9;
+		c.store_holds_hbm = h;
+		CHECK_OK(kvt_sim_run(&c, &r[h]));
+		CHECK_EQ(r[h].finished, r[h].requests);
+	}
+	CHECK(r[0].ttft_ms.mean != r[1].ttft_ms.mean);
+}
+
 /* Throughput at equal TTFT: interpolation along a hand-made curve. */
 static void test_equal_ttft(void)
 {
@@ -571,6 +595,7 @@ int main(void)
 	test_orderings();
 	test_cpu_latency();
 	test_equal_ttft();
+	test_store_holds_hbm();
 	test_presets();
 	test_delay_hit();
 	test_trace();

@@ -40,6 +40,8 @@ static void usage(FILE *f)
 "mechanisms (each switchable, to show its effect alone)\n"
 "  --cpu-latency on|off  engine CPU time per step grows with loaded DRAM\n"
 "                        latency (engine.step_mem_frac; default on)\n"
+"  --store-holds-hbm on|off  an hbm page copied down stays taken until its\n"
+"                        copy is done (default on)\n"
 "  --page-contig on|off  GPU pool keeps a page's layers contiguous, so a\n"
 "                        copy chunk is a whole page (default: the policy's;\n"
 "                        on for vllm)\n"
@@ -267,7 +269,7 @@ enum {
 	O_RATIO, O_SKIPS, O_WL, O_SESS, O_TURNS, O_CTX, O_APPEND, O_OUT,
 	O_THINK, O_REQ, O_RATE, O_DIST, O_QS, O_SPEED, O_SEED, O_MAXSIM,
 	O_SWEEP, O_RATES, O_TARGET, O_JSON, O_CSV, O_PLOT, O_HELP, O_XFER,
-	O_SET, O_CPULAT, O_CONTIG, O_TARGETS, O_RPLOT, O_EXPLAIN, O_RATESCOPY,
+	O_SET, O_CPULAT, O_HOLD, O_CONTIG, O_TARGETS, O_RPLOT, O_EXPLAIN, O_RATESCOPY,
 };
 
 static const struct option lo[] = {
@@ -313,6 +315,7 @@ static const struct option lo[] = {
 	{ "xfer", required_argument, 0, O_XFER },
 	{ "set", required_argument, 0, O_SET },
 	{ "cpu-latency", required_argument, 0, O_CPULAT },
+	{ "store-holds-hbm", required_argument, 0, O_HOLD },
 	{ "page-contig", required_argument, 0, O_CONTIG },
 	{ "ttft-targets", required_argument, 0, O_TARGETS },
 	{ "ratio-plot", required_argument, 0, O_RPLOT },
@@ -430,6 +433,8 @@ static int option(struct opts *o, int c, const char *a)
 		if (on_off("--cpu-latency", a, &k->cpu_mem_latency))
 			return -1;
 		return 0;
+	case O_HOLD:
+		return on_off("--store-holds-hbm", a, &k->store_holds_hbm);
 	case O_CONTIG:
 		return on_off("--page-contig", a, &o->page_contig);
 	case O_TARGETS:
@@ -564,6 +569,7 @@ static cJSON *config_json(const kvt_sim_config *c)
 	cJSON_AddNumberToObject(o, "page_tokens", c->page_tokens);
 	cJSON_AddBoolToObject(o, "page_contig", c->page_contig);
 	cJSON_AddBoolToObject(o, "cpu_latency", c->cpu_mem_latency);
+	cJSON_AddBoolToObject(o, "store_holds_hbm", c->store_holds_hbm);
 	cJSON_AddStringToObject(o, "policy", kvt_sched_policy_name(c->policy));
 	cJSON_AddStringToObject(o, "features", feats);
 	cJSON_AddStringToObject(o, "io", kvt_copy_method_name(c->sched.method));

@@ -230,6 +230,9 @@ typedef struct kvt_sim_config {
 	int page_contig;          /* the GPU pool keeps a page's layers
 				   * contiguous (vLLM >= 0.12): a copy chunk
 				   * is the whole page, not one layer's K|V */
+	int store_holds_hbm;      /* an hbm page copied down stays taken until
+				   * its copy is done, so a slow offload path
+				   * frees hbm later; 1 by default */
 	int cpu_mem_latency;      /* engine CPU time per step grows with the
 				   * socket's loaded DRAM latency
 				   * (hw.step_mem_frac); 1 by default */

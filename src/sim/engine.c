@@ -137,6 +137,14 @@ static int flush_moves(struct engine *e)
 						c->store_method,
 						c->sched.object_tokens)) * 1e9;
 			s->store_bytes[b] += bytes * e->tp;
+			if (a == KVT_TIER_HBM) { /* hbm held until copied */
+				if (e->flush_owner)
+					e->flush_owner->storing += pages;
+				else
+					e->storing += pages;
+			}
+			s->flow_owner = a == KVT_TIER_HBM && e->flush_owner ?
+					e->flush_owner->id : 0;
 			for (uint32_t g = 0; g < e->tp; g++) {
 				/* the tag ties a store to the step that waits
 				 * for it (sync_store) */
@@ -146,13 +154,16 @@ static int flush_moves(struct engine *e)
 						    store_done, e,
 						    a == KVT_TIER_HBM && e->busy ?
 							    e->step_gen : 0);
-				if (err)
+				if (err) {
+					s->flow_owner = 0;
 					return fail(e, err);
+				}
 				if (a == KVT_TIER_HBM && e->busy) {
 					e->store_flows++;
 					e->step_stored = 1;
 				}
 			}
+			s->flow_owner = 0;
 		}
 	return 0;
 }
@@ -430,7 +441,8 @@ static int scratch(struct engine *e, uint32_t n)
 
 static uint64_t free_pages(struct engine *e)
 {
-	uint64_t used = e->claimed + e->priv_pages;
+	uint64_t used = e->claimed + e->priv_pages +
+			(e->sim->cfg->store_holds_hbm ? e->storing : 0);
 
 	return used >= e->hbm_pages ? 0 : e->hbm_pages - used;
 }
@@ -694,6 +706,12 @@ static int finish(struct engine *e, struct sreq *r)
 	r->priv = 0;
 	e->claimed -= r->claim;
 	r->claim = 0;
+	kvti_debug("sim %.6f: req %llu done, %llu pages still being copied "
+		   "down (engine: %llu)", s->now, (unsigned long long)r->id,
+		   (unsigned long long)r->storing,
+		   (unsigned long long)e->storing);
+	e->storing += r->storing; /* its copies still moving hold hbm */
+	r->storing = 0;
 	kvt_free(r->tok);
 	r->tok = NULL;
 	if (!e->hbm_reuse) {
@@ -745,11 +763,31 @@ static int unblock(struct engine *e)
 	return kvti_engine_kick(e);
 }
 
+/* A copy out of hbm is done: its pages are free to reuse (counted once,
+ * on the engine's first rank). */
+static void store_freed(struct engine *e, const struct net_flow *f)
+{
+	const struct sim *s = e->sim;
+	uint64_t pages, *from = &e->storing;
+
+	if (!f->nres || f->res[0] != (uint32_t)s->gpu[e->gpu0].d2h)
+		return; /* not from hbm, or another rank's copy */
+	pages = (uint64_t)(f->total / (double)e->page_bytes + 0.5);
+	for (uint32_t i = 0; f->owner && i < e->nrun; i++)
+		if (e->run[i]->id == f->owner)
+			from = &e->run[i]->storing;
+	*from -= KVT_MIN(*from, pages);
+	if (from == &e->storing && s->cfg->store_holds_hbm && !e->busy &&
+	    e->nwait)
+		kvti_engine_kick(e); /* pages came free for a waiting request */
+}
+
 static void store_done(void *arg, struct net_flow *f, double now)
 {
 	struct engine *e = arg;
 
 	(void)now;
+	store_freed(e, f);
 	if (!f->tag || f->tag != e->step_gen || !e->store_flows)
 		return;
 	if (--e->store_flows == 0 && e->blocked)
@@ -774,7 +812,10 @@ static int prefill_progress(struct engine *e, struct sreq *r, int hold)
 				       NULL, 0);
 		if (err && err != KVT_EFULL)
 			return fail(e, err);
-		if ((err = flush_moves(e)))
+		e->flush_owner = r;
+		err = flush_moves(e);
+		e->flush_owner = NULL;
+		if (err)
 			return err;
 		if ((err = repin(e, r, (uint32_t)(res.pages * P_of(e)))))
 			return err;

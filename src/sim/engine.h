@@ -37,6 +37,8 @@ struct sreq {
 	uint32_t loaded[KVT_TIER_COUNT]; /* tokens it loaded, by source */
 	uint32_t reused;          /* prefix tokens it did not compute */
 	uint32_t priv;            /* private hbm pages (partial page, decode) */
+	uint64_t storing;         /* its hbm pages whose copies down are still
+				   * moving (counted on the first rank) */
 };
 
 struct engine {
@@ -79,6 +81,10 @@ struct engine {
 
 	uint64_t priv_pages;      /* pages outside the index (decode) */
 	uint64_t claimed;         /* sum of the requests' claims */
+	uint64_t storing;         /* hbm pages of finished requests (or of
+				   * none) whose copies down still move: not
+				   * free until they are (store_holds_hbm) */
+	struct sreq *flush_owner; /* whose pages the next flush stores */
 
 	/* accounting */
 	double busy_s, stall_s;

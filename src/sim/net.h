@@ -67,6 +67,7 @@ struct net_flow {
 	net_done_fn done;
 	void *arg;
 	uint64_t tag;        /* the caller's */
+	uint64_t owner;      /* the caller's too (sim: request of a store) */
 	/* private */
 	uint32_t slot;       /* index in net->act */
 	int frozen;

@@ -279,6 +279,7 @@ int kvti_sim_flow(struct sim *s, uint32_t gpu, kvt_tier_kind src,
 	f->done = done;
 	f->arg = arg;
 	f->tag = tag;
+	f->owner = s->flow_owner;
 	s->net_dirty = 1;
 	return kvti_net_flow_start(&s->net, f);
 }

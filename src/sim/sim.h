@@ -51,6 +51,7 @@ struct sim {
 	uint64_t next_id;
 	int hbm_reuse;
 	int error;             /* first error inside a callback */
+	uint64_t flow_owner;   /* owner of the flows kvti_sim_flow starts */
 	/* finished requests, for the statistics */
 	struct dvec ttft, warm_ttft, tpot, e2e;
 	double first_arrival, last_finish;  /* measured requests */

@@ -40,6 +40,7 @@ void kvt_sim_config_init(kvt_sim_config *c)
 	c->think_s = 5.0;
 	c->cache_distance = 64;
 	c->cpu_mem_latency = 1;
+	c->store_holds_hbm = 1;
 }
 
 int kvt_sim_config_policy(kvt_sim_config *c, kvt_sched_policy p)
