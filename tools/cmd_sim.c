@@ -647,13 +647,32 @@ static void csv_row(const kvt_sim_config *c, double rate,
 	       r->request_s, r->gpu_busy, r->stall_s);
 }
 
+/* Run @dir/plot.gp with gnuplot and remove @dir; 0 or CLI_EXIT_FAIL. */
+static int run_gnuplot(const char *dir)
+{
+	char cmd[4200];
+	int rc;
+
+	snprintf(cmd, sizeof(cmd), "gnuplot '%s/plot.gp' 2>&1", dir);
+	rc = system(cmd);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd)) {
+		/* a leftover temp dir is harmless */
+	}
+	if (rc) {
+		fprintf(stderr, "kvtier %s: gnuplot failed (is gnuplot-nox "
+			"installed? scripts/bootstrap installs it)\n", WHAT);
+		return CLI_EXIT_FAIL;
+	}
+	return 0;
+}
+
 /* Write the sweep curves as data files and plot them with gnuplot. */
 static int plot(const char *png, kvt_sim_config *cfg, kvt_sweep **sw,
 		int n, double target)
 {
-	char dir[] = "/tmp/kvtier-plot-XXXXXX", path[256], cmd[4096];
+	char dir[] = "/tmp/kvtier-plot-XXXXXX", path[256];
 	FILE *f, *g;
-	int rc;
 
 	if (!mkdtemp(dir))
 		return cli_fail(WHAT, -errno);
@@ -688,18 +707,7 @@ static int plot(const char *png, kvt_sim_config *cfg, kvt_sweep **sw,
 	}
 	fprintf(g, "\n");
 	fclose(g);
-	snprintf(cmd, sizeof(cmd), "gnuplot '%s/plot.gp' 2>&1", dir);
-	rc = system(cmd);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd)) {
-		/* a leftover temp dir is harmless */
-	}
-	if (rc) {
-		fprintf(stderr, "kvtier %s: gnuplot failed (is gnuplot-nox "
-			"installed? scripts/bootstrap installs it)\n", WHAT);
-		return CLI_EXIT_FAIL;
-	}
-	return 0;
+	return run_gnuplot(dir);
 }
 
 static cJSON *sweep_json(const kvt_sweep *w)
@@ -791,14 +799,15 @@ static int ratio_table(const struct opts *o, kvt_sim_config *cfg,
 				kvt_sched_policy_name(cfg[0].policy));
 		fprintf(f, "\n");
 	} else {
-		fprintf(f, "throughput at equal mean TTFT (tok/s; ratio to %s; "
-			"'>' = the curve still meets it at its top rate)\n",
+		fprintf(f, "throughput at equal mean TTFT, tok/s, then each "
+			"policy's ratio to %s ('>': the curve still meets the "
+			"TTFT at its top rate)\n",
 			kvt_sched_policy_name(cfg[0].policy));
 		fprintf(f, "  %10s", "TTFT ms");
 		for (int i = 0; i < o->npol; i++)
 			fprintf(f, " %15s", kvt_sched_policy_name(cfg[i].policy));
 		for (int i = 1; i < o->npol; i++)
-			fprintf(f, " %10s", "ratio");
+			fprintf(f, " %15s", kvt_sched_policy_name(cfg[i].policy));
 		fprintf(f, "\n");
 	}
 	for (int k = 0; k < nt; k++) {
@@ -823,11 +832,11 @@ static int ratio_table(const struct opts *o, kvt_sim_config *cfg,
 			if (rc[i] < 0 || rc[0] < 0 || !(thr[0] > 0) ||
 			    rc[0] == 1 || rc[i] == 1) {
 				/* a bound, not a ratio */
-				fprintf(f, csv ? "," : " %10s", "-");
+				fprintf(f, csv ? "," : " %15s", "-");
 				continue;
 			}
 			r = thr[i] / thr[0];
-			fprintf(f, csv ? ",%.4f" : " %10.2f", r);
+			fprintf(f, csv ? ",%.4f" : " %15.2f", r);
 			if (r > best[i]) {
 				best[i] = r;
 				best_at[i] = t[k];
@@ -842,10 +851,9 @@ static int ratio_plot(const char *png, const struct opts *o,
 		      kvt_sim_config *cfg, kvt_sweep **sw, const double *t,
 		      int nt)
 {
-	char dir[] = "/tmp/kvtier-ratio-XXXXXX", path[256], cmd[4096];
+	char dir[] = "/tmp/kvtier-ratio-XXXXXX", path[256];
 	double best[KVT_POLICY_COUNT], at[KVT_POLICY_COUNT];
 	FILE *f, *g;
-	int rc;
 
 	if (!mkdtemp(dir))
 		return cli_fail(WHAT, -errno);
@@ -863,7 +871,8 @@ static int ratio_plot(const char *png, const struct opts *o,
 		   "set title '%s, %s TP %u, %s: throughput at equal mean TTFT, "
 		   "relative to %s'\n"
 		   "set xlabel 'mean TTFT target (ms)'\nset logscale x\n"
-		   "set ylabel 'throughput ratio'\nset grid\nset key top right\n"
+		   "set ylabel 'throughput ratio'\nset grid\n"
+		   "set key outside bottom center horizontal\n"
 		   "plot ", png, cfg[0].hw.name, cfg[0].model, cfg[0].tp,
 		kvt_workload_name(cfg[0].workload),
 		kvt_sched_policy_name(cfg[0].policy));
@@ -874,18 +883,7 @@ static int ratio_plot(const char *png, const struct opts *o,
 			kvt_sched_policy_name(cfg[0].policy));
 	fprintf(g, ", 1 with lines dt 2 lc rgb 'gray' notitle\n");
 	fclose(g);
-	snprintf(cmd, sizeof(cmd), "gnuplot '%s/plot.gp' 2>&1", dir);
-	rc = system(cmd);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd)) {
-		/* a leftover temp dir is harmless */
-	}
-	if (rc) {
-		fprintf(stderr, "kvtier %s: gnuplot failed (is gnuplot-nox "
-			"installed? scripts/bootstrap installs it)\n", WHAT);
-		return CLI_EXIT_FAIL;
-	}
-	return 0;
+	return run_gnuplot(dir);
 }
 
 /* The ratio section of a sweep with several policies. */
@@ -983,14 +981,14 @@ static void fmt(char *b, size_t n, double v)
 }
 
 /* A workload knob: halve and double a u32 or double field. */
-#define KNOB(label, field)                                                    \
+#define KNOB(label, field, assumption)                                        \
 	do {                                                                  \
 		struct sens *e = &tab[ntab];                                  \
 		double v = (double)c.field;                                   \
 		if (v > 0 && ntab < cap) {                                    \
 			memset(e, 0, sizeof(*e));                             \
 			snprintf(e->name, sizeof(e->name), "%s", label);      \
-			e->assumed = 1;                                       \
+			e->assumed = assumption;                              \
 			fmt(e->from, sizeof(e->from), v);                     \
 			x[0] = x[1] = c;                                      \
 			x[0].field = (__typeof__(c.field))(v / 2);           \
@@ -1069,13 +1067,14 @@ static int explain(struct opts *o)
 		ntab++;
 	}
 	if (c.workload == KVT_WL_AGENTIC) {
-		KNOB("workload: --append", append);
-		KNOB("workload: --think", think_s);
-		KNOB("workload: --output", output);
-		KNOB("workload: --sessions", sessions);
+		/* SPEC.md gives the sessions; the turns' shape is assumed */
+		KNOB("workload: --append", append, 1);
+		KNOB("workload: --think", think_s, 1);
+		KNOB("workload: --output", output, 1);
+		KNOB("workload: --sessions", sessions, 0);
 	} else if (c.workload != KVT_WL_TRACE) {
-		KNOB("workload: --cache-distance", cache_distance);
-		KNOB("workload: --rate", rate);
+		KNOB("workload: --cache-distance", cache_distance, 1);
+		KNOB("workload: --rate", rate, 0);
 	}
 	qsort(tab, (size_t)ntab, sizeof(tab[0]), by_moved);
 	printf("%s: %s, %s TP %u, offload %s, stress %u, %s\n",
@@ -1090,7 +1089,8 @@ static int explain(struct opts *o)
 	       "value", "halved", "TTFT", "doubled", "TTFT");
 	for (int i = 0; i < ntab && i < 15; i++)
 		printf("  %-30s %-8s %10s %10s %+8.1f%% %10s %+8.1f%%\n",
-		       tab[i].name, tab[i].assumed ? "ASSUMED" : "sourced",
+		       tab[i].name, tab[i].assumed ? "ASSUMED" :
+		       !strncmp(tab[i].name, "workload", 8) ? "given" : "sourced",
 		       tab[i].from, tab[i].lo, 100 * (tab[i].m[0] / m0 - 1),
 		       tab[i].hi, 100 * (tab[i].m[1] / m0 - 1));
 	printf("assumptions that moved the result most:\n");
