@@ -667,6 +667,15 @@ static int run_gnuplot(const char *dir)
 	return 0;
 }
 
+/* Open @dir/@name for writing; NULL with errno set. */
+static FILE *plot_file(const char *dir, const char *name)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return fopen(path, "w");
+}
+
 /* Write the sweep curves as data files and plot them with gnuplot. */
 static int plot(const char *png, kvt_sim_config *cfg, kvt_sweep **sw,
 		int n, double target)
@@ -674,10 +683,7 @@ static int plot(const char *png, kvt_sim_config *cfg, kvt_sweep **sw,
 	char dir[] = "/tmp/kvtier-plot-XXXXXX", path[256];
 	FILE *f, *g;
 
-	if (!mkdtemp(dir))
-		return cli_fail(WHAT, -errno);
-	snprintf(path, sizeof(path), "%s/plot.gp", dir);
-	if (!(g = fopen(path, "w")))
+	if (!mkdtemp(dir) || !(g = plot_file(dir, "plot.gp")))
 		return cli_fail(WHAT, -errno);
 	fprintf(g, "set terminal pngcairo size 900,600 noenhanced\n"
 		   "set output '%s'\n"
@@ -851,19 +857,15 @@ static int ratio_plot(const char *png, const struct opts *o,
 		      kvt_sim_config *cfg, kvt_sweep **sw, const double *t,
 		      int nt)
 {
-	char dir[] = "/tmp/kvtier-ratio-XXXXXX", path[256];
+	char dir[] = "/tmp/kvtier-ratio-XXXXXX";
 	double best[KVT_POLICY_COUNT], at[KVT_POLICY_COUNT];
 	FILE *f, *g;
 
-	if (!mkdtemp(dir))
-		return cli_fail(WHAT, -errno);
-	snprintf(path, sizeof(path), "%s/ratio.csv", dir);
-	if (!(f = fopen(path, "w")))
+	if (!mkdtemp(dir) || !(f = plot_file(dir, "ratio.csv")))
 		return cli_fail(WHAT, -errno);
 	ratio_table(o, cfg, sw, t, nt, f, 1, best, at);
 	fclose(f);
-	snprintf(path, sizeof(path), "%s/plot.gp", dir);
-	if (!(g = fopen(path, "w")))
+	if (!(g = plot_file(dir, "plot.gp")))
 		return cli_fail(WHAT, -errno);
 	fprintf(g, "set terminal pngcairo size 900,600 noenhanced\n"
 		   "set output '%s'\nset datafile separator ','\n"
