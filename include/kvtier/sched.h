@@ -37,7 +37,9 @@
  * to stream the weights and KV from HBM (a roofline), plus the
  * tensor-parallel all-reduces and a fixed per-step cost. Every figure comes
  * from a hardware profile (the simulator's files under profiles/) or from
- * `kvtier bench` measurements; nothing is fitted to end-to-end results.
+ * `kvtier bench` measurements. One topology choice of one profile was
+ * fitted to a published end-to-end result; docs/SIMULATOR.md says which,
+ * and how the model fares against results it was not fitted to.
  *
  * POLICIES, each a bit in kvt_sched_config.features, switchable alone:
  *

@@ -11,15 +11,17 @@
  *     rate = chunk / (call + chunk / curve(chunk))
  *
  * and batched methods (one cudaMemcpyBatchAsync, one kernel launch) pay it
- * once per job. No method beats the link's contiguous-copy rate.
+ * once per job. No method beats the link's contiguous-copy rate. (In the
+ * simulator one CPU thread per GPU issues the per-chunk calls, so their
+ * rate bounds the GPU's total, not each stream's: src/sim/sim.c.)
  *
- *     curve (GB/s)
- *      54 |                      ______________ contig / object
- *      48 |            ______----   gather
- *      38 |        _--                batch
- *         |      /
- *       7 |  __-
- *       4 |_-
+ *     curve (GB/s), testbed profiles
+ *      54 |                  ___________________ contig / object
+ *      48 |      ___------                gather (a curve too)
+ *      38 |   /         _--                batch
+ *      14 |  /        /
+ *       7 | /    __--
+ *       4 |/__--
  *         +--------------------------------- chunk bytes (log)
  *          4K  16K  64K  256K   16M
  *
