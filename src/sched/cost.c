@@ -31,8 +31,9 @@
  * (4 * L * heads * D per (query, key) pair, half the square for the new
  * tokens themselves) and bandwidth-bound in decode (every context token's
  * KV read once); tensor parallelism adds two all-reduces per layer. The
- * efficiencies are the fractions of peak those kernels reach, from public
- * measurements cited in the hardware profile.
+ * efficiencies are the fractions of peak those kernels reach; the hardware
+ * profiles give them as assumptions (docs/SIMULATOR.md section 3: the vLLM
+ * blog's H100 prefill times imply higher ones).
  *
  * Everything here is a pure function of its arguments.
  */
