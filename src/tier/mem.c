@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -328,6 +329,15 @@ static int fabric_devdax(kvt_tier *t, uint64_t page)
 		err = kvti_fail(-errno, "%s: %s", t->spec.path, strerror(errno));
 		goto fail;
 	}
+	/* one owner per device: a second tier over the same bytes would
+	 * silently overwrite the first one's pages */
+	if (flock(t->fd, LOCK_EX | LOCK_NB) < 0) {
+		err = kvti_fail(errno == EWOULDBLOCK ? KVT_EBUSY : -errno,
+				"%s is already in use by another fabric tier "
+				"(one tier per device; engines share it through "
+				"one process)", t->spec.path);
+		goto fail;
+	}
 	p = kvti_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd, 0);
 	if (p == MAP_FAILED) {
 		err = kvti_fail(-errno, "mmap of %s: %s", t->spec.path,
@@ -365,6 +375,9 @@ static int fabric_numa(kvt_tier *t, uint64_t page)
 				 "allow-cpus to use it anyway (it will be "
 				 "labelled emulated)", t->spec.text,
 				 t->spec.numa_node, cpus);
+	if ((err = kvti_numa_node_fits(t->spec.text, t->spec.numa_node,
+				       nslots * page)))
+		return err;
 	if (cpus > 0) {
 		t->desc.emulated = 1;
 		note_add(t, "NUMA node %d has %d CPUs: emulation on ordinary "
