@@ -243,11 +243,19 @@ typedef struct kvt_tier_desc {
  *
  * Returns 0 and *@out, or: KVT_ESPEC for a spec that cannot be built here
  * (a size holding no page, a NUMA node with CPUs without allow-cpus, a
- * devdax path that is not one, more memory than the machine has),
- * KVT_ENODEV (no such NUMA node, no GPU), KVT_ENOTBUILT (CUDA features in a
- * build without CUDA, remote), -ENOSPC (disk full), -ENOMEM, -errno from
- * the system. On failure nothing is left behind: no mapping, no file this
- * call created.
+ * fabric size larger than its node has free, a devdax path that is not
+ * one, more memory than the machine has), KVT_ENODEV (no such NUMA node,
+ * no GPU), KVT_EBUSY (the devdax device is already another tier's: one
+ * tier per device, held with flock(2) until kvt_tier_close()),
+ * KVT_ENOTBUILT (CUDA features in a build without CUDA, remote), -ENOSPC
+ * (disk full), -ENOMEM, -errno from the system. On failure nothing is left
+ * behind: no mapping, no file this call created.
+ *
+ * fabric:numa=N binds anonymous memory to the node (MPOL_BIND): its pages
+ * are never taken from another node. fabric:/dev/daxX.Y maps the device
+ * MAP_SHARED from offset 0, its length rounded up to the device's alignment
+ * (2 MiB or 1 GiB), and overwrites what was there. docs/FABRIC.md says how
+ * both are set up on a CXL machine and what was tested where.
  */
 KVT_API int kvt_tier_open(kvt_tier **out, const kvt_tier_spec *spec,
 			  const kvt_geom *g);
