@@ -35,7 +35,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define P 16
+#define P 8
 
 static kvt_geom geom;
 static uint64_t page_bytes;
@@ -58,13 +58,15 @@ static void verdict(const char *name)
 	fflush(stdout);
 }
 
-/* 2 layers, 2 KV heads of 64, bf16, 16 tokens: 16 KiB pages. */
-static void tiny_geom(void)
+/* 4 layers, 2 KV heads of 64, bf16, 8 tokens a page: 16 KiB pages, each
+ * 8 chunks of 2 KiB in the layer-first pool. */
+static void fabric_geom(void)
 {
-	CHECK_OK(kvt_geom_from_json(&geom, "{\"num_hidden_layers\":2,"
-		"\"num_attention_heads\":2,\"hidden_size\":128,"
-		"\"num_key_value_heads\":2,\"torch_dtype\":\"bfloat16\"}",
-		"tiny", P, 1, 0));
+	static const char cfg[] = "{\"num_hidden_layers\": 4, "
+		"\"num_attention_heads\": 2, \"num_key_value_heads\": 2, "
+		"\"hidden_size\": 128, \"torch_dtype\": \"bfloat16\"}";
+
+	CHECK_OK(kvt_geom_from_json(&geom, cfg, "fabric-test", P, 1, 0));
 	page_bytes = kvt_geom_page_bytes(&geom);
 	CHECK_EQ(page_bytes, 16384);
 }
@@ -702,7 +704,7 @@ int main(void)
 		       "no devdax device");
 		return 1;
 	}
-	tiny_geom();
+	fabric_geom();
 	dram_node = cpu_node();
 	if (dram_node < 0)
 		dram_node = 0;
