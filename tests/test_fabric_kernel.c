@@ -31,6 +31,8 @@
 #include "harness.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <numaif.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -294,6 +296,128 @@ static void numa_refusals(int node)
 	/* no such node */
 	CHECK_ERR(open_spec(&t, "fabric:numa=63,8M"), KVT_ENODEV);
 	verdict("numa-refusals");
+}
+
+/* Reserve @n default-size hugepages on node @node (root only); -1 if the
+ * kernel has no such file or refuses. */
+static int node_hugepages(int node, unsigned n)
+{
+	char p[160];
+	FILE *f;
+	kvt_machine m;
+	unsigned got = 0;
+
+	kvt_probe(&m);
+	if (!m.hugepage_bytes) {
+		fprintf(stderr, "no hugepages on this kernel\n");
+		return -1;
+	}
+	snprintf(p, sizeof(p), "/sys/devices/system/node/node%d/hugepages/"
+		 "hugepages-%llukB/nr_hugepages", node,
+		 (unsigned long long)(m.hugepage_bytes >> 10));
+	f = fopen(p, "w");
+	if (!f || fprintf(f, "%u\n", n) < 0 || fclose(f)) {
+		fprintf(stderr, "%s: %s\n", p, strerror(errno));
+		return -1;
+	}
+	f = fopen(p, "r");
+	if (!f || fscanf(f, "%u", &got) != 1)
+		got = 0;
+	if (f)
+		fclose(f);
+	if (got != n)
+		fprintf(stderr, "%s: %u, not %u\n", p, got, n);
+	return got == n ? 0 : -1;
+}
+
+/* In a child: open @spec, write every slot, check the pages are on @node.
+ * Returns the child's exit status, or 128 + the signal that killed it (a
+ * SIGBUS here is a hugepage the node did not have). */
+static int open_and_touch(const char *spec, int node, int *huge)
+{
+	int st, fd[2];
+	pid_t pid;
+
+	if (pipe(fd))
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		kvt_tier *t = NULL;
+		kvt_tier_desc d;
+		unsigned char *page = malloc(page_bytes);
+		int err = open_spec(&t, spec);
+
+		close(fd[0]);
+		if (err) {
+			fprintf(stderr, "%s: %s\n", spec, kvt_errdetail());
+			_exit(err == KVT_ESPEC ? 3 : 2);
+		}
+		kvt_tier_info(t, &d);
+		if (write(fd[1], &d.huge, sizeof(d.huge)) != sizeof(d.huge))
+			_exit(2);
+		for (uint32_t i = 0; i < d.nslots && page; i++) {
+			fill(page, page_bytes, i);
+			kvt_tier_write(t, i, page);
+		}
+		tier_on_node(t, node, 1, spec);
+		kvt_tier_close(t);
+		_exit(kvt_test_failures ? 1 : 0);
+	}
+	close(fd[1]);
+	*huge = -1;
+	if (read(fd[0], huge, sizeof(*huge)) != sizeof(*huge))
+		*huge = -1;
+	close(fd[0]);
+	if (pid < 0 || waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Explicit hugepages reserved on another node than the tier's: the tier
+ * must not take them for its own (a fault would find none on its node). */
+static void numa_hugepages(int node, int cnode)
+{
+	char s[128];
+	int rc, huge;
+
+	begin();
+	if (cnode < 0 || node_hugepages(cnode, 2) || node_hugepages(node, 0)) {
+		snprintf(detail, sizeof(detail), "cannot reserve hugepages here");
+		CHECK(0);
+		goto out;
+	}
+	/* default (auto): 2 reserved machine-wide, none on the node */
+	snprintf(s, sizeof(s), "fabric:numa=%d,4M", node);
+	rc = open_and_touch(s, node, &huge);
+	CHECK_EQ(rc, 0);
+	CHECK(huge != KVT_HUGE_EXPLICIT);
+	snprintf(detail, sizeof(detail), "hugepages on node %d only: %s -> %s "
+		 "(%s); ", cnode, s, rc == 0 ? "ok" : rc >= 128 ? "KILLED" :
+		 "failed", rc >= 128 ? strsignal(rc - 128) :
+		 huge >= 0 ? kvt_huge_name(huge) : "-");
+	/* asked for explicitly: refused at open */
+	snprintf(s, sizeof(s), "fabric:numa=%d,4M,hugepages", node);
+	rc = open_and_touch(s, node, &huge);
+	CHECK_EQ(rc, 3);
+	snprintf(detail + strlen(detail), sizeof(detail) - strlen(detail),
+		 "%s -> %s; ", s, rc == 3 ? "refused" : rc >= 128 ?
+		 strsignal(rc - 128) : "not refused");
+	/* reserved on the node: used */
+	if (node_hugepages(node, 2)) {
+		CHECK(0);
+		goto out;
+	}
+	rc = open_and_touch(s, node, &huge);
+	CHECK_EQ(rc, 0);
+	CHECK_EQ(huge, KVT_HUGE_EXPLICIT);
+	snprintf(detail + strlen(detail), sizeof(detail) - strlen(detail),
+		 "with 2 on node %d: %s", node, rc == 0 && huge ==
+		 KVT_HUGE_EXPLICIT ? "explicit, on the node" : "FAILED");
+out:
+	node_hugepages(node, 0);
+	if (cnode >= 0)
+		node_hugepages(cnode, 0);
+	verdict("numa-hugepages");
 }
 
 /* ---- fabric:/dev/daxX.Y ----------------------------------------------- */
@@ -709,6 +833,9 @@ int main(void)
 	if (dram_node < 0)
 		dram_node = 0;
 	if (node >= 0) {
+		/* first, while memory is not yet fragmented */
+		if (getuid() == 0)
+			numa_hugepages(node, dram_node);
 		numa_placement(node, 0);
 		numa_placement(node, 1);
 		numa_refusals(node);

@@ -42,6 +42,7 @@
  *   SIZE            all               bytes (K/M/G/T suffixes, powers of 1024)
  *   numa=N          dram, fabric      bind to NUMA node N
  *   hugepages       dram, fabric      explicit hugepages, error if unavailable
+ *                                     (on node N with numa=N)
  *   thp / nohuge    dram, fabric      only transparent-hugepage advice / none
  *                                     (default: explicit if reserved, else thp)
  *   mlock           dram, fabric,     lock the pages in memory

@@ -39,7 +39,10 @@
 
 /* ---- hugepages ------------------------------------------------------ */
 
-static void hugepage_state(uint64_t *size, uint64_t *nfree)
+/* Default hugepage size and how many are free: on NUMA node @node when
+ * the memory will be bound there (a bound fault takes only that node's
+ * pages: SIGBUS if it has none), else machine-wide. */
+static void hugepage_state(int node, uint64_t *size, uint64_t *nfree)
 {
 	char path[128];
 	char *text, *p;
@@ -54,9 +57,14 @@ static void hugepage_state(uint64_t *size, uint64_t *nfree)
 	kvt_free(text);
 	if (!*size)
 		return;
-	snprintf(path, sizeof(path),
-		 "/sys/kernel/mm/hugepages/hugepages-%llukB/free_hugepages",
-		 (unsigned long long)(*size / 1024));
+	if (node >= 0)
+		snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/"
+			 "hugepages/hugepages-%llukB/free_hugepages", node,
+			 (unsigned long long)(*size / 1024));
+	else
+		snprintf(path, sizeof(path),
+			 "/sys/kernel/mm/hugepages/hugepages-%llukB/free_hugepages",
+			 (unsigned long long)(*size / 1024));
 	if (kvti_read_u64(path, nfree))
 		*nfree = 0;
 }
@@ -148,7 +156,7 @@ static int mem_map_anon(kvt_tier *t, size_t len)
 	int huge = s->huge;
 	void *p;
 
-	hugepage_state(&hp, &hfree);
+	hugepage_state(s->numa_node, &hp, &hfree);
 	hlen = hp ? KVT_ALIGN_UP(len, hp) : len;
 	if (huge == KVT_HUGE_AUTO)
 		huge = hp && hfree * hp >= hlen ? KVT_HUGE_EXPLICIT : KVT_HUGE_THP;
@@ -158,12 +166,15 @@ static int mem_map_anon(kvt_tier *t, size_t len)
 				return kvti_fail(KVT_ESPEC, "tier spec '%s': "
 						 "explicit hugepages asked for, "
 						 "but %llu of %llu needed %llu kB "
-						 "pages are free (vm.nr_hugepages);"
+						 "pages are free%s (vm.nr_hugepages%s);"
 						 " drop 'hugepages' to use "
 						 "transparent hugepages", s->text,
 						 (unsigned long long)hfree,
 						 (unsigned long long)(hp ? hlen / hp : 0),
-						 (unsigned long long)(hp / 1024));
+						 (unsigned long long)(hp / 1024),
+						 s->numa_node >= 0 ? " on the node" : "",
+						 s->numa_node >= 0 ? ", per node under "
+						 "/sys/devices/system/node" : "");
 			huge = KVT_HUGE_THP;
 		} else {
 			p = kvti_mmap(NULL, hlen, PROT_READ | PROT_WRITE,
