@@ -298,9 +298,25 @@ static void numa_refusals(int node)
 	verdict("numa-refusals");
 }
 
-/* Reserve @n default-size hugepages on node @node (root only); -1 if the
- * kernel has no such file or refuses. */
+static int node_hugepages_once(int node, unsigned n);
+
+/* Reserve @n default-size hugepages on node @node (root only), compacting
+ * memory once if it is too fragmented; -1 if the kernel cannot. */
 static int node_hugepages(int node, unsigned n)
+{
+	FILE *f;
+
+	if (!node_hugepages_once(node, n))
+		return 0;
+	f = fopen("/proc/sys/vm/compact_memory", "w");
+	if (f) {
+		fputs("1\n", f);
+		fclose(f);
+	}
+	return node_hugepages_once(node, n);
+}
+
+static int node_hugepages_once(int node, unsigned n)
 {
 	char p[160];
 	FILE *f;
