@@ -326,6 +326,11 @@ typedef struct kvt_machine {
 		char path[64];
 		uint64_t size;
 		uint64_t align;
+		int target_node;           /* the node its memory belongs to */
+		char mode[16];             /* "devdax" (device_dax: usable as
+					      fabric:/dev/daxX.Y), "system-ram"
+					      (kmem: onlined into target_node,
+					      use fabric:numa=N), "" unbound */
 	} dax[KVT_MAX_DAX];
 	uint64_t hugepage_bytes;       /* default hugepage size, 0 if none */
 	uint64_t hugepages_total, hugepages_free;

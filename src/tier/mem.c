@@ -337,7 +337,9 @@ static int fabric_devdax(kvt_tier *t, uint64_t page)
 		len = size / align * align; /* whole slots fit below it */
 	t->fd = open(t->spec.path, O_RDWR | O_CLOEXEC);
 	if (t->fd < 0) {
-		err = kvti_fail(-errno, "%s: %s", t->spec.path, strerror(errno));
+		err = kvti_fail(-errno, "%s: %s%s", t->spec.path, strerror(errno),
+				errno == ENXIO ? " (no device behind it: onlined "
+				"as system-ram? see kvtier info)" : "");
 		goto fail;
 	}
 	/* one owner per device: a second tier over the same bytes would
