@@ -426,7 +426,10 @@ static int reserve_space(kvt_tier *t, int fd, uint64_t len, const char *what)
 							 vfs.f_frsize, b,
 							 sizeof(b)));
 	}
-	e = kvti_fault() ? ENOSPC : posix_fallocate(fd, 0, (off_t)len);
+	/* a signal (a timer, a profiler) stops a long fallocate: go on */
+	do
+		e = kvti_fault() ? ENOSPC : posix_fallocate(fd, 0, (off_t)len);
+	while (e == EINTR);
 	if (e)
 		return kvti_fail(-e, "tier spec '%s': reserving %s for %s: %s",
 				 t->spec.text, kvt_size_format(len, a, sizeof(a)),
