@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_vm_fabric — the fabric tier on a CPU-less NUMA node and on a devdax
 # device, with the kernel's own drivers, in a qemu VM (scripts/vm-fabric;
-# about 40-60 s under -accel tcg on 2 cores). Skipped (77) where qemu, a
+# 20-60 s under -accel tcg on 2 shared cores). Skipped (77) where qemu, a
 # kernel image or busybox is missing (scripts/bootstrap installs them), or
 # with KVT_VM_FABRIC=0.
 set -u
