@@ -54,6 +54,8 @@ static cJSON *machine_json(const kvt_machine *m)
 		cJSON_AddStringToObject(x, "path", m->dax[i].path);
 		cJSON_AddNumberToObject(x, "size", (double)m->dax[i].size);
 		cJSON_AddNumberToObject(x, "align", (double)m->dax[i].align);
+		cJSON_AddNumberToObject(x, "target_node", m->dax[i].target_node);
+		cJSON_AddStringToObject(x, "mode", m->dax[i].mode);
 		cJSON_AddItemToArray(a, x);
 	}
 	x = cJSON_AddObjectToObject(o, "hugepages");
@@ -108,10 +110,20 @@ static void machine_text(const kvt_machine *m)
 	}
 	if (!m->ndax)
 		printf("dax:       no devdax device\n");
-	for (int i = 0; i < m->ndax; i++)
-		printf("dax:       %s %s (align %llu)\n", m->dax[i].path,
+	for (int i = 0; i < m->ndax; i++) {
+		const char *mode = m->dax[i].mode;
+
+		printf("dax:       %s %s (align %llu, node %d)  ", m->dax[i].path,
 		       kvt_size_format(m->dax[i].size, a, sizeof(a)),
-		       (unsigned long long)m->dax[i].align);
+		       (unsigned long long)m->dax[i].align, m->dax[i].target_node);
+		if (!strcmp(mode, "devdax"))
+			printf("devdax: fabric candidate\n");
+		else if (!strcmp(mode, "system-ram"))
+			printf("system-ram: onlined into node %d, not a device now\n",
+			       m->dax[i].target_node);
+		else
+			printf("%s%s\n", *mode ? "driver " : "no driver", mode);
+	}
 	printf("hugepages: %s pages, %llu reserved, %llu free; transparent: %s\n",
 	       kvt_size_format(m->hugepage_bytes, a, sizeof(a)),
 	       (unsigned long long)m->hugepages_total,

@@ -42,6 +42,7 @@
  *   SIZE            all               bytes (K/M/G/T suffixes, powers of 1024)
  *   numa=N          dram, fabric      bind to NUMA node N
  *   hugepages       dram, fabric      explicit hugepages, error if unavailable
+ *                                     (on node N with numa=N)
  *   thp / nohuge    dram, fabric      only transparent-hugepage advice / none
  *                                     (default: explicit if reserved, else thp)
  *   mlock           dram, fabric,     lock the pages in memory
@@ -243,11 +244,19 @@ typedef struct kvt_tier_desc {
  *
  * Returns 0 and *@out, or: KVT_ESPEC for a spec that cannot be built here
  * (a size holding no page, a NUMA node with CPUs without allow-cpus, a
- * devdax path that is not one, more memory than the machine has),
- * KVT_ENODEV (no such NUMA node, no GPU), KVT_ENOTBUILT (CUDA features in a
- * build without CUDA, remote), -ENOSPC (disk full), -ENOMEM, -errno from
- * the system. On failure nothing is left behind: no mapping, no file this
- * call created.
+ * fabric size larger than its node has free, a devdax path that is not
+ * one, more memory than the machine has), KVT_ENODEV (no such NUMA node,
+ * no GPU), KVT_EBUSY (the devdax device is already another tier's: one
+ * tier per device, held with flock(2) until kvt_tier_close()),
+ * KVT_ENOTBUILT (CUDA features in a build without CUDA, remote), -ENOSPC
+ * (disk full), -ENOMEM, -errno from the system. On failure nothing is left
+ * behind: no mapping, no file this call created.
+ *
+ * fabric:numa=N binds anonymous memory to the node (MPOL_BIND): its pages
+ * are never taken from another node. fabric:/dev/daxX.Y maps the device
+ * MAP_SHARED from offset 0, its length rounded up to the device's alignment
+ * (2 MiB or 1 GiB), and overwrites what was there. docs/FABRIC.md says how
+ * both are set up on a CXL machine and what was tested where.
  */
 KVT_API int kvt_tier_open(kvt_tier **out, const kvt_tier_spec *spec,
 			  const kvt_geom *g);
@@ -317,6 +326,11 @@ typedef struct kvt_machine {
 		char path[64];
 		uint64_t size;
 		uint64_t align;
+		int target_node;           /* the node its memory belongs to */
+		char mode[16];             /* "devdax" (device_dax: usable as
+					      fabric:/dev/daxX.Y), "system-ram"
+					      (kmem: onlined into target_node,
+					      use fabric:numa=N), "" unbound */
 	} dax[KVT_MAX_DAX];
 	uint64_t hugepage_bytes;       /* default hugepage size, 0 if none */
 	uint64_t hugepages_total, hugepages_free;

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -38,7 +39,10 @@
 
 /* ---- hugepages ------------------------------------------------------ */
 
-static void hugepage_state(uint64_t *size, uint64_t *nfree)
+/* Default hugepage size and how many are free: on NUMA node @node when
+ * the memory will be bound there (a bound fault takes only that node's
+ * pages: SIGBUS if it has none), else machine-wide. */
+static void hugepage_state(int node, uint64_t *size, uint64_t *nfree)
 {
 	char path[128];
 	char *text, *p;
@@ -53,9 +57,14 @@ static void hugepage_state(uint64_t *size, uint64_t *nfree)
 	kvt_free(text);
 	if (!*size)
 		return;
-	snprintf(path, sizeof(path),
-		 "/sys/kernel/mm/hugepages/hugepages-%llukB/free_hugepages",
-		 (unsigned long long)(*size / 1024));
+	if (node >= 0)
+		snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/"
+			 "hugepages/hugepages-%llukB/free_hugepages", node,
+			 (unsigned long long)(*size / 1024));
+	else
+		snprintf(path, sizeof(path),
+			 "/sys/kernel/mm/hugepages/hugepages-%llukB/free_hugepages",
+			 (unsigned long long)(*size / 1024));
 	if (kvti_read_u64(path, nfree))
 		*nfree = 0;
 }
@@ -147,7 +156,7 @@ static int mem_map_anon(kvt_tier *t, size_t len)
 	int huge = s->huge;
 	void *p;
 
-	hugepage_state(&hp, &hfree);
+	hugepage_state(s->numa_node, &hp, &hfree);
 	hlen = hp ? KVT_ALIGN_UP(len, hp) : len;
 	if (huge == KVT_HUGE_AUTO)
 		huge = hp && hfree * hp >= hlen ? KVT_HUGE_EXPLICIT : KVT_HUGE_THP;
@@ -157,12 +166,15 @@ static int mem_map_anon(kvt_tier *t, size_t len)
 				return kvti_fail(KVT_ESPEC, "tier spec '%s': "
 						 "explicit hugepages asked for, "
 						 "but %llu of %llu needed %llu kB "
-						 "pages are free (vm.nr_hugepages);"
+						 "pages are free%s (vm.nr_hugepages%s);"
 						 " drop 'hugepages' to use "
 						 "transparent hugepages", s->text,
 						 (unsigned long long)hfree,
 						 (unsigned long long)(hp ? hlen / hp : 0),
-						 (unsigned long long)(hp / 1024));
+						 (unsigned long long)(hp / 1024),
+						 s->numa_node >= 0 ? " on the node" : "",
+						 s->numa_node >= 0 ? ", per node under "
+						 "/sys/devices/system/node" : "");
 			huge = KVT_HUGE_THP;
 		} else {
 			p = kvti_mmap(NULL, hlen, PROT_READ | PROT_WRITE,
@@ -325,7 +337,18 @@ static int fabric_devdax(kvt_tier *t, uint64_t page)
 		len = size / align * align; /* whole slots fit below it */
 	t->fd = open(t->spec.path, O_RDWR | O_CLOEXEC);
 	if (t->fd < 0) {
-		err = kvti_fail(-errno, "%s: %s", t->spec.path, strerror(errno));
+		err = kvti_fail(-errno, "%s: %s%s", t->spec.path, strerror(errno),
+				errno == ENXIO ? " (no device behind it: onlined "
+				"as system-ram? see kvtier info)" : "");
+		goto fail;
+	}
+	/* one owner per device: a second tier over the same bytes would
+	 * silently overwrite the first one's pages */
+	if (flock(t->fd, LOCK_EX | LOCK_NB) < 0) {
+		err = kvti_fail(errno == EWOULDBLOCK ? KVT_EBUSY : -errno,
+				"%s is already in use by another fabric tier "
+				"(one tier per device; engines share it through "
+				"one process)", t->spec.path);
 		goto fail;
 	}
 	p = kvti_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd, 0);
@@ -365,6 +388,9 @@ static int fabric_numa(kvt_tier *t, uint64_t page)
 				 "allow-cpus to use it anyway (it will be "
 				 "labelled emulated)", t->spec.text,
 				 t->spec.numa_node, cpus);
+	if ((err = kvti_numa_node_fits(t->spec.text, t->spec.numa_node,
+				       nslots * page)))
+		return err;
 	if (cpus > 0) {
 		t->desc.emulated = 1;
 		note_add(t, "NUMA node %d has %d CPUs: emulation on ordinary "
@@ -400,7 +426,10 @@ static int reserve_space(kvt_tier *t, int fd, uint64_t len, const char *what)
 							 vfs.f_frsize, b,
 							 sizeof(b)));
 	}
-	e = kvti_fault() ? ENOSPC : posix_fallocate(fd, 0, (off_t)len);
+	/* a signal (a timer, a profiler) stops a long fallocate: go on */
+	do
+		e = kvti_fault() ? ENOSPC : posix_fallocate(fd, 0, (off_t)len);
+	while (e == EINTR);
 	if (e)
 		return kvti_fail(-e, "tier spec '%s': reserving %s for %s: %s",
 				 t->spec.text, kvt_size_format(len, a, sizeof(a)),

@@ -54,7 +54,10 @@ static void probe_dax(kvt_machine *m)
 	if (!d)
 		return;
 	while ((e = readdir(d)) && m->ndax < KVT_MAX_DAX) {
-		char p[300];
+		char p[300], drv[256];
+		const char *base;
+		uint64_t node;
+		ssize_t n;
 		int i = m->ndax;
 
 		if (strncmp(e->d_name, "dax", 3))
@@ -65,6 +68,16 @@ static void probe_dax(kvt_machine *m)
 		kvti_read_u64(p, &m->dax[i].size);
 		snprintf(p, sizeof(p), "/sys/bus/dax/devices/%s/align", e->d_name);
 		kvti_read_u64(p, &m->dax[i].align);
+		snprintf(p, sizeof(p), "/sys/bus/dax/devices/%s/target_node",
+			 e->d_name);
+		m->dax[i].target_node = kvti_read_u64(p, &node) ? -1 : (int)node;
+		snprintf(p, sizeof(p), "/sys/bus/dax/devices/%s/driver", e->d_name);
+		n = readlink(p, drv, sizeof(drv) - 1);
+		drv[n > 0 ? n : 0] = '\0';
+		base = strrchr(drv, '/') ? strrchr(drv, '/') + 1 : drv;
+		snprintf(m->dax[i].mode, sizeof(m->dax[i].mode), "%s",
+			 !strcmp(base, "device_dax") ? "devdax" :
+			 !strcmp(base, "kmem") ? "system-ram" : base);
 		m->ndax++;
 	}
 	closedir(d);

@@ -171,8 +171,12 @@ static int ssd_open_file(kvt_tier *t, uint32_t f, uint64_t len)
 	if (err < 0)
 		return err;
 	if (err == 1) { /* new file: reserve the space, then the header */
-		int e = kvti_fault() ? ENOSPC : posix_fallocate(sf->fd, 0,
-								(off_t)len);
+		int e;
+
+		do /* a signal stops a long fallocate: go on */
+			e = kvti_fault() ? ENOSPC :
+					   posix_fallocate(sf->fd, 0, (off_t)len);
+		while (e == EINTR);
 		if (e) {
 			char a[32];
 			return kvti_fail(-e, "%s: reserving %s: %s", sf->path,

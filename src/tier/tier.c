@@ -59,6 +59,23 @@ int kvti_numa_node_check(int node, int *cpus)
 	return 0;
 }
 
+int kvti_numa_node_fits(const char *what, int node, uint64_t bytes)
+{
+	long long avail = 0, total = numa_node_size64(node, &avail);
+	char a[32], b[32], c[32];
+
+	if (total > 0 && bytes > (uint64_t)avail)
+		return kvti_fail(KVT_ESPEC, "tier spec '%s': NUMA node %d has "
+				 "%s free of %s, less than the %s asked "
+				 "(memory bound to a node is not taken from "
+				 "others)", what, node,
+				 kvt_size_format(avail > 0 ? (uint64_t)avail : 0,
+						 a, sizeof(a)),
+				 kvt_size_format((uint64_t)total, b, sizeof(b)),
+				 kvt_size_format(bytes, c, sizeof(c)));
+	return 0;
+}
+
 int kvti_tier_slots(kvt_tier *t, uint64_t bytes, uint64_t slot_bytes,
 		    uint64_t *nslots)
 {

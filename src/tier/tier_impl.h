@@ -71,5 +71,10 @@ int kvti_tier_slots(kvt_tier *t, uint64_t bytes, uint64_t slot_bytes,
 uint64_t kvti_mem_total(void);
 /* Check a NUMA node exists; *cpus gets its CPU count. */
 int kvti_numa_node_check(int node, int *cpus);
+/* KVT_ESPEC (naming tier spec @what) unless NUMA node @node has @bytes
+ * free: memory bound there with MPOL_BIND is never taken from another node,
+ * and a fault past the node's end is an OOM kill, so the tier refuses at
+ * open instead. */
+int kvti_numa_node_fits(const char *what, int node, uint64_t bytes);
 
 #endif
