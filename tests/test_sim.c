@@ -280,6 +280,50 @@ static void test_trace(void)
 	CHECK_ERR(kvt_sim_run(&c, &r), -ENOENT);
 }
 
+/* Regression (issue 10): a request whose output is one token finishes at
+ * its first token and is freed there; the engine step went on reading it
+ * (heap use-after-free, caught by the ASan build). Every request must still
+ * be accounted once, with and without sync stores (the held first token). */
+static void test_short_output(void)
+{
+	const char *dir = test_dir("sim-short");
+	char path[600];
+	FILE *f;
+	kvt_sim_config c;
+	kvt_sim_result r;
+
+	for (int sync = 0; sync < 2; sync++) {
+		small_agentic(&c, KVT_POLICY_KVTIER);
+		c.output = 1;
+		c.sched.sync_store = sync;
+		CHECK_OK(kvt_sim_run(&c, &r));
+		CHECK_EQ(r.finished, r.requests);
+		CHECK_EQ(r.requests, 4 * 3);
+	}
+	/* a trace mixing one-token outputs with longer ones */
+	snprintf(path, sizeof(path), "%s/trace.jsonl", dir);
+	f = fopen(path, "w");
+	CHECK(f != NULL);
+	for (int i = 0; f && i < 20; i++)
+		fprintf(f, "{\"timestamp\": %d, \"input_length\": %d, "
+			   "\"output_length\": %d, \"hash_ids\": [%d, %d]}\n",
+			i * 50, 2 * 512 + 5, i % 3 ? 1 : 8, i % 2, 100 + i);
+	if (f)
+		fclose(f);
+	for (int sync = 0; sync < 2; sync++) {
+		kvt_sim_config_init(&c);
+		c.hw = testbed_b;
+		c.workload = KVT_WL_TRACE;
+		c.sched.sync_store = sync;
+		snprintf(c.trace_path, sizeof(c.trace_path), "%s", path);
+		small_pools(&c);
+		CHECK_OK(kvt_sim_run(&c, &r));
+		CHECK_EQ(r.requests, 20);
+		CHECK_EQ(r.finished, 20);
+		CHECK_EQ(r.tpot_ms.n, 7); /* only the 8-token outputs */
+	}
+}
+
 /* Three tiers: a dram too small for the rotation demotes to ssd, and
  * later questions load from there. */
 static void test_ssd(void)
@@ -429,6 +473,7 @@ int main(void)
 	test_orderings();
 	test_delay_hit();
 	test_trace();
+	test_short_output();
 	test_ssd();
 	test_bad_config();
 	test_sweep();

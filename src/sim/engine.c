@@ -680,15 +680,22 @@ static int finish(struct engine *e, struct sreq *r)
 	return kvti_sim_finished(s, r);
 }
 
+/* Emit a request's first token. Returns 1 when that was its last token: the
+ * request is then finished and freed (kvti_sim_finished), and the caller must
+ * not touch it again; 0 when it goes on decoding; a negative error. */
 static int first_token(struct engine *e, struct sreq *r)
 {
+	int err;
+
 	r->first_token = e->sim->now;
 	kvti_debug("sim %.6f: req %llu first token (TTFT %.1f ms)",
 		   e->sim->now, (unsigned long long)r->id,
 		   (r->first_token - r->it.arrival) * 1e3);
-	if (r->generated >= r->it.output)
-		return finish(e, r);
-	return 0;
+	if (r->generated < r->it.output)
+		return 0;
+	if ((err = finish(e, r)))
+		return err;
+	return 1;
 }
 
 /* Emit the first tokens a sync_store step held back. */
@@ -702,9 +709,9 @@ static int unblock(struct engine *e)
 		struct sreq *r = e->run[i];
 
 		if (r->state == R_DECODE && r->first_token < 0) {
-			if ((err = first_token(e, r)))
+			if ((err = first_token(e, r)) < 0)
 				return err;
-			if (r->state == R_DONE)
+			if (err) /* finished and freed: the list moved up */
 				continue;
 		}
 		i++;
@@ -723,6 +730,8 @@ static void store_done(void *arg, struct net_flow *f, double now)
 		unblock(e);
 }
 
+/* Account a step's prefill work. Returns what first_token() returns: 1 when
+ * the request finished and was freed, 0 otherwise, or a negative error. */
 static int prefill_progress(struct engine *e, struct sreq *r, int hold)
 {
 	struct sim *s = e->sim;
@@ -795,13 +804,13 @@ int kvti_engine_step_end(struct engine *e, uint64_t gen)
 				changed = 1;
 				continue;
 			}
-		} else if ((err = prefill_progress(e, r, hold))) {
+		} else if ((err = prefill_progress(e, r, hold)) < 0) {
 			return err;
 		} else {
 			changed = 1;
+			if (err) /* finished and freed: the list moved up */
+				continue;
 		}
-		if (r->state == R_DONE)
-			continue;
 		i++;
 	}
 	/* decode-only steps change nothing in the index */
