@@ -46,6 +46,15 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+		if (argc == 3 && (!strcmp(argv[2], "-h") ||
+				  !strcmp(argv[2], "--help"))) {
+			printf("usage: kvtier version\n\nPrints the version "
+			       "of this kvtier.\n");
+			return 0;
+		}
+		if (argc > 2)
+			return cli_usage("version", "unexpected argument '%s'",
+					 argv[2]);
 		printf("kvtier %s\n", kvt_version());
 		return 0;
 	}

@@ -101,6 +101,18 @@ static int ssd_header_write(kvt_tier *t, struct ssd_file *sf, uint32_t f)
 	return err;
 }
 
+/* The geometry name of a header read from disk, printable: it may be
+ * anything (another program's file, a torn write). */
+static void header_name(const struct ssd_header *h, char *out, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i + 1 < len && i < sizeof(h->geom) && h->geom[i]; i++)
+		out[i] = h->geom[i] >= 0x20 && h->geom[i] < 0x7f ? h->geom[i] :
+								   '?';
+	out[i] = '\0';
+}
+
 /* 0: header matches; 1: file empty (new); KVT_ECORRUPT: another set. */
 static int ssd_header_check(kvt_tier *t, struct ssd_file *sf, uint32_t f)
 {
@@ -123,11 +135,14 @@ static int ssd_header_check(kvt_tier *t, struct ssd_file *sf, uint32_t f)
 		   h->slot_bytes != t->desc.slot_bytes ||
 		   h->slots != file_slots(t, f) ||
 		   h->page_bytes != kvt_geom_page_bytes(&t->geom)) {
+		char name[sizeof(h->geom) + 1];
+
+		header_name(h, name, sizeof(name));
 		err = kvti_fail(KVT_ECORRUPT, "%s holds another set (file %u of "
-				"%u, %llu slots of %llu bytes, geometry %.64s); "
+				"%u, %llu slots of %llu bytes, geometry '%s'); "
 				"add 'fresh' to the spec to replace it", sf->path,
 				h->index, h->count, (unsigned long long)h->slots,
-				(unsigned long long)h->slot_bytes, h->geom);
+				(unsigned long long)h->slot_bytes, name);
 	}
 	kvt_free(h);
 	return err;
@@ -180,6 +195,19 @@ static int ssd_open_file(kvt_tier *t, uint32_t f, uint64_t len)
 					 strerror(e));
 		}
 		return ssd_header_write(t, sf, f);
+	}
+	/* a matching header on a file cut short (truncated, a copy that
+	 * stopped): its slots past the end would read as nothing and write
+	 * into space never reserved */
+	if ((uint64_t)st.st_size < len) {
+		char a[32], b[32];
+
+		return kvti_fail(KVT_ECORRUPT, "%s is %s, shorter than the %s its "
+				 "header says (truncated?); add 'fresh' to the "
+				 "spec to replace it", sf->path,
+				 kvt_size_format((uint64_t)st.st_size, a,
+						 sizeof(a)),
+				 kvt_size_format(len, b, sizeof(b)));
 	}
 	return 0;
 }
