@@ -102,6 +102,12 @@ static void test_opts(void)
 	fclose(f);
 	CHECK_ERR(kvt_opts_load_file(o, path), KVT_ECONFIG);
 	CHECK(strstr(kvt_errdetail(), ":2"));
+	/* blank lines count: the error names the file's own line number */
+	f = fopen(path, "w");
+	fprintf(f, "page_tokens = 32\n\n\nthis line is wrong\n");
+	fclose(f);
+	CHECK_ERR(kvt_opts_load_file(o, path), KVT_ECONFIG);
+	CHECK(strstr(kvt_errdetail(), ".conf:4: expected"));
 	setenv("KVT_TP", "two", 1);
 	CHECK_ERR(kvt_opts_load_env(o), KVT_ECONFIG);
 	CHECK(strstr(kvt_errdetail(), "KVT_TP"));

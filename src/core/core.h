@@ -88,6 +88,10 @@ int kvti_strlcpy(char *dst, const char *src, size_t n);
 /* Cut leading and trailing blanks: returns the first non-blank character
  * of @s and writes a NUL after its last one. */
 char *kvti_trim(char *s);
+/* Read "name = value" lines (# comments, blank lines) from @text, which is
+ * modified, into @o as file-sourced values; errors name @name:LINE. */
+struct kvt_opts;
+int kvti_opts_parse(struct kvt_opts *o, char *text, const char *name);
 /* Case-insensitive equality. */
 bool kvti_streq_ci(const char *a, const char *b);
 
