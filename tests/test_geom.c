@@ -167,6 +167,11 @@ static void test_config(void)
 		"\"num_attention_heads\":4,\"hidden_size\":64,"
 		"\"vocab_size\":1e300}", "bad", 1, 1, 0), KVT_ECONFIG);
 	CHECK(strstr(kvt_errdetail(), "vocab_size"));
+	CHECK_ERR(kvt_geom_from_json(&g, "{\"num_hidden_layers\":2,"
+		"\"num_attention_heads\":4,\"hidden_size\":64,"
+		"\"num_experts\":4,\"num_experts_per_tok\":8}", "bad", 1, 1, 0),
+		KVT_ECONFIG);
+	CHECK(strstr(kvt_errdetail(), "more than the 4 experts"));
 	/* a failed parse leaves the output alone */
 	memset(&p, 0x5a, sizeof(p));
 	g = p;

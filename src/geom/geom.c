@@ -247,6 +247,9 @@ static int estimate_params(const cJSON *c, kvt_geom *g)
 		r = json_u32(c, "num_experts", &experts, 0);
 	if (r < 0)
 		return r;
+	if (experts && topk > experts)
+		return kvti_fail(KVT_ECONFIG, "num_experts_per_tok %u is more "
+				 "than the %u experts", topk, experts);
 	if (!moe_inter)
 		moe_inter = inter;
 
