@@ -4,6 +4,7 @@
  * a table, JSON, CSV, or a gnuplot PNG of the sweep curves.
  */
 #include "cli.h"
+#include "core/core.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -752,34 +753,15 @@ out:
 static int apply_xfer(struct opts *o)
 {
 	char *text;
-	long n;
-	FILE *f = fopen(o->xfer, "r");
 	int err;
 
-	if (!f) {
+	if ((err = kvti_read_file(o->xfer, 64 << 20, &text, NULL))) {
 		fprintf(stderr, "kvtier %s: --xfer %s: %s\n", WHAT, o->xfer,
-			strerror(errno));
+			kvti_file_strerror(err));
 		return CLI_EXIT_FAIL;
 	}
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	if (n < 0 || n > (64 << 20) || !(text = calloc(1, (size_t)n + 1))) {
-		fclose(f);
-		fprintf(stderr, "kvtier %s: --xfer %s: unreadable or over 64 "
-			"MiB\n", WHAT, o->xfer);
-		return CLI_EXIT_FAIL;
-	}
-	if (fread(text, 1, (size_t)n, f) != (size_t)n) {
-		fclose(f);
-		free(text);
-		fprintf(stderr, "kvtier %s: --xfer %s: short read\n", WHAT,
-			o->xfer);
-		return CLI_EXIT_FAIL;
-	}
-	fclose(f);
 	err = kvt_hw_apply_xfer(&o->cfg.hw, text, o->xfer);
-	free(text);
+	kvt_free(text);
 	return err ? cli_fail(WHAT, err) : 0;
 }
 

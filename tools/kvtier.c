@@ -110,6 +110,23 @@ int cli_u64(const char *flag, const char *s, uint64_t lo, uint64_t hi,
 	return 0;
 }
 
+int cli_double(const char *flag, const char *s, double lo, double hi,
+	       double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (!*s || *end || errno || !(v >= lo && v <= hi)) {
+		fprintf(stderr, "kvtier: %s: '%s' is not a number in %g..%g\n",
+			flag, s, lo, hi);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
 int cli_u64_list(const char *flag, const char *s, uint64_t lo, uint64_t hi,
 		 uint64_t *out, int max)
 {

@@ -79,8 +79,11 @@ static inline void kvti_spin_unlock(kvti_spin *l)
 /* ---- files and strings ------------------------------------------------- */
 
 /* Read a whole (small) file into a NUL-terminated kvt_malloc'ed buffer.
- * 0 or -errno; *len may be NULL. Refuses files over @max bytes (-EFBIG). */
+ * 0 or -errno; *len may be NULL. Refuses files over @max bytes (-EFBIG),
+ * directories (-EISDIR) and devices or sockets (-ENODEV); a pipe is read. */
 int kvti_read_file(const char *path, size_t max, char **out, size_t *len);
+/* kvt_strerror() for kvti_read_file()'s errors, in words for a user. */
+const char *kvti_file_strerror(int err);
 /* Read a sysfs-style file holding one integer: 0 or -errno/-EINVAL. */
 int kvti_read_u64(const char *path, uint64_t *out);
 /* Copy at most n-1 bytes and terminate; returns 1 if truncated. */

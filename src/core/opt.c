@@ -204,7 +204,7 @@ int kvt_opts_load_file(kvt_opts *o, const char *path)
 	err = kvti_read_file(path, 1 << 20, &text, NULL);
 	if (err)
 		return kvti_fail(err, "config file %s: %s", path,
-				 kvt_strerror(err));
+				 kvti_file_strerror(err));
 	err = kvti_opts_parse(o, text, path);
 	kvt_free(text);
 	return err;

@@ -223,7 +223,7 @@ int kvt_trace_open(kvt_trace **out, const char *path)
 	if (err)
 		return kvti_fail(err, "trace %s: %s", path,
 				 err == -EFBIG ? "larger than 1 GiB" :
-				 kvt_strerror(err));
+				 kvti_file_strerror(err));
 	err = kvt_trace_parse(out, buf, len, path);
 	kvt_free(buf);
 	return err;

@@ -400,7 +400,8 @@ int kvt_geom_from_config(kvt_geom *g, const char *path, uint32_t page_tokens,
 
 	err = kvti_read_file(path, 16u << 20, &text, NULL);
 	if (err)
-		return kvti_fail(err, "config %s: %s", path, kvt_strerror(err));
+		return kvti_fail(err, "config %s: %s", path,
+				 kvti_file_strerror(err));
 	/* Label: the directory holding config.json, else the file name. */
 	end = strrchr(path, '/');
 	base = path;

@@ -301,7 +301,7 @@ int kvt_hw_load(kvt_hw *hw, const char *name)
 	if (is_path(name)) {
 		if ((err = kvti_read_file(name, 1 << 20, &text, NULL)))
 			return kvti_fail(err, "profile '%s': %s", name,
-					 kvt_strerror(err));
+					 kvti_file_strerror(err));
 		err = kvt_hw_parse(hw, text, name);
 		kvt_free(text);
 		return err;
