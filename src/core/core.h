@@ -82,6 +82,10 @@ static inline void kvti_spin_unlock(kvti_spin *l)
  * 0 or -errno; *len may be NULL. Refuses files over @max bytes (-EFBIG),
  * directories (-EISDIR) and devices or sockets (-ENODEV); a pipe is read. */
 int kvti_read_file(const char *path, size_t max, char **out, size_t *len);
+/* Copy at most @srclen bytes of @src (less at a NUL) into @dst (room for
+ * @len, always terminated), each byte outside printable ASCII as '?': for
+ * messages that quote bytes read from outside. Returns @dst. */
+char *kvti_printable(char *dst, size_t len, const char *src, size_t srclen);
 /* kvt_strerror() for kvti_read_file()'s errors, in words for a user. */
 const char *kvti_file_strerror(int err);
 /* Read a sysfs-style file holding one integer: 0 or -errno/-EINVAL. */

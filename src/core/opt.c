@@ -117,8 +117,12 @@ static int opts_set_src(kvt_opts *o, const char *name, const char *value,
 	int i = opt_find(name), err;
 	char *v;
 
-	if (i < 0)
-		return kvti_fail(KVT_ENOTFOUND, "unknown option '%s'", name);
+	if (i < 0) {
+		char q[64];
+
+		return kvti_fail(KVT_ENOTFOUND, "unknown option '%s'",
+				 kvti_printable(q, sizeof(q), name, SIZE_MAX));
+	}
 	err = opt_check(&opt_defs[i], value);
 	if (err)
 		return err;

@@ -154,6 +154,17 @@ void kvti_spin_lock_slow(kvti_spin *l)
 
 /* ---- files and strings -------------------------------------------------- */
 
+char *kvti_printable(char *dst, size_t len, const char *src, size_t srclen)
+{
+	size_t i;
+
+	for (i = 0; i + 1 < len && i < srclen && src[i]; i++)
+		dst[i] = src[i] >= 0x20 && src[i] < 0x7f ? src[i] : '?';
+	if (len)
+		dst[i] = '\0';
+	return dst;
+}
+
 const char *kvti_file_strerror(int err)
 {
 	if (err == -ENODEV)

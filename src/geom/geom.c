@@ -299,8 +299,11 @@ int kvt_geom_from_json(kvt_geom *g, const char *json, const char *name,
 	root = cJSON_Parse(json);
 	if (!root) {
 		const char *at = cJSON_GetErrorPtr();
-		return kvti_fail(KVT_ECONFIG, "%s: not valid JSON near '%.20s'",
-				 name, at ? at : "?");
+		char near[24];
+
+		kvti_printable(near, sizeof(near), at ? at : "?", 20);
+		return kvti_fail(KVT_ECONFIG, "%s: not valid JSON near '%s'",
+				 name, near);
 	}
 	c = root;
 	if (!cJSON_IsObject(c)) {
@@ -402,17 +405,18 @@ int kvt_geom_from_config(kvt_geom *g, const char *path, uint32_t page_tokens,
 	if (err)
 		return kvti_fail(err, "config %s: %s", path,
 				 kvti_file_strerror(err));
-	/* Label: the directory holding config.json, else the file name. */
+	/* Label: the directory holding a config.json (a model's folder),
+	 * else the file's own name. */
 	end = strrchr(path, '/');
-	base = path;
-	if (end) {
+	base = end ? end + 1 : path;
+	if (end && !strcmp(base, "config.json")) {
 		const char *p = end;
 		while (p > path && p[-1] != '/')
 			p--;
-		base = p;
+		snprintf(name, sizeof(name), "%.*s", (int)(end - p), p);
+	} else {
+		kvti_strlcpy(name, base, sizeof(name));
 	}
-	snprintf(name, sizeof(name), "%.*s", (int)(end ? end - base :
-						   (long)strlen(base)), base);
 	if (!name[0])
 		kvti_strlcpy(name, path, sizeof(name));
 	err = kvt_geom_from_json(g, text, name, page_tokens, tp_size, tp_rank);

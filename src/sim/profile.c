@@ -261,9 +261,13 @@ int kvt_hw_parse(kvt_hw *out, const char *text, const char *label)
 		for (i = 0; i < NKEYS; i++)
 			if (!strcmp(keys[i].name, key))
 				break;
-		if (i == NKEYS)
+		if (i == NKEYS) {
+			char q[64];
+
 			return kvti_fail(KVT_ECONFIG, "%s:%d: unknown key '%s'",
-					 label, lineno, key);
+					 label, lineno, kvti_printable(q,
+					 sizeof(q), key, SIZE_MAX));
+		}
 		snprintf(where, sizeof(where), "%s:%d: %s", label, lineno, key);
 		if (seen[i]++)
 			return kvti_fail(KVT_ECONFIG, "%s: given twice", where);

@@ -101,18 +101,6 @@ static int ssd_header_write(kvt_tier *t, struct ssd_file *sf, uint32_t f)
 	return err;
 }
 
-/* The geometry name of a header read from disk, printable: it may be
- * anything (another program's file, a torn write). */
-static void header_name(const struct ssd_header *h, char *out, size_t len)
-{
-	size_t i;
-
-	for (i = 0; i + 1 < len && i < sizeof(h->geom) && h->geom[i]; i++)
-		out[i] = h->geom[i] >= 0x20 && h->geom[i] < 0x7f ? h->geom[i] :
-								   '?';
-	out[i] = '\0';
-}
-
 /* 0: header matches; 1: file empty (new); KVT_ECORRUPT: another set. */
 static int ssd_header_check(kvt_tier *t, struct ssd_file *sf, uint32_t f)
 {
@@ -137,7 +125,8 @@ static int ssd_header_check(kvt_tier *t, struct ssd_file *sf, uint32_t f)
 		   h->page_bytes != kvt_geom_page_bytes(&t->geom)) {
 		char name[sizeof(h->geom) + 1];
 
-		header_name(h, name, sizeof(name));
+		/* it may be anything: another program's file, a torn write */
+		kvti_printable(name, sizeof(name), h->geom, sizeof(h->geom));
 		err = kvti_fail(KVT_ECORRUPT, "%s holds another set (file %u of "
 				"%u, %llu slots of %llu bytes, geometry '%s'); "
 				"add 'fresh' to the spec to replace it", sf->path,
