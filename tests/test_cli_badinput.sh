@@ -85,12 +85,12 @@ row 2 "kvtier sim: $TMP/binary: not valid JSON"       sim --model "$TMP/binary"
 row 2 "kvtier: --output: '-1' is not an integer"      sim --output -1
 row 2 "kvtier: --output: 'nan' is not an integer"     sim --output nan
 row 2 "kvtier: --output: '99999999999999999999' is not an integer" sim --output 99999999999999999999
-row 2 "kvtier sim: --rate: 'nan' is not a number"     sim --rate nan
-row 2 "kvtier sim: --rate: 'inf' is not a number"     sim --rate inf
-row 2 "kvtier sim: --rate: '-1' is not a number"      sim --rate -1
-row 2 "kvtier sim: --think: 'nan' is not a number"    sim --think nan
-row 2 "kvtier sim: --balance-ratio: 'nan' is not a number" sim --balance-ratio nan
-row 2 "kvtier sim: --rates: 'nan' is not a number"    sim --rates nan --sweep --workload loogle
+row 2 "kvtier: --rate: 'nan' is not a number"     sim --rate nan
+row 2 "kvtier: --rate: 'inf' is not a number"     sim --rate inf
+row 2 "kvtier: --rate: '-1' is not a number"      sim --rate -1
+row 2 "kvtier: --think: 'nan' is not a number"    sim --think nan
+row 2 "kvtier: --balance-ratio: 'nan' is not a number" sim --balance-ratio nan
+row 2 "kvtier: --rates: 'nan' is not a number"    sim --rates nan --sweep --workload loogle
 row 2 "kvtier: --seed: '-5' is not an integer"        sim --seed -5
 row 2 "kvtier: --requests: '0' is not an integer"     sim --requests 0 --workload loogle
 row 2 "kvtier: --stress: '999999' is not an integer"  sim --stress 999999

@@ -71,18 +71,6 @@ static int mount_image(void)
 	return 0;
 }
 
-static int submit_wait(kvt_xfer *x, kvt_xfer_desc *d)
-{
-	kvt_xfer_job *j;
-	int err = kvt_xfer_submit(x, d, &j);
-
-	if (err)
-		return err;
-	err = kvt_xfer_wait(j, -1);
-	kvt_xfer_job_free(j);
-	return err;
-}
-
 /* Fill the file system up with a file of its own; returns its fd. */
 static int fill_disk(const char *path)
 {
@@ -164,8 +152,8 @@ int main(void)
 				     .dst_slots = all, .npages = N,
 				     .flags = KVT_XFER_VERIFY, .sums = sums };
 
-		CHECK_OK(submit_wait(x, &out));
-		CHECK_OK(submit_wait(x, &in));
+		CHECK_OK(run_job(x, &out));
+		CHECK_OK(run_job(x, &in));
 		CHECK(same_pages(src, all, back, all, N));
 	}
 
@@ -189,7 +177,7 @@ int main(void)
 		kvt_xfer_desc in = { .src = ssd, .dst = back, .src_slots = last,
 				     .dst_slots = last, .npages = N / 2,
 				     .flags = KVT_XFER_VERIFY, .sums = lsums };
-		int err = submit_wait(x, &out);
+		int err = run_job(x, &out);
 
 		fprintf(stderr, "store into the cut file: %s\n", kvt_errdetail());
 		CHECK(err == -ENOSPC || err == -EIO);
@@ -198,14 +186,14 @@ int main(void)
 		if (err == -ENOSPC)
 			CHECK(strstr(kvt_errdetail(), "No space left"));
 		/* what did land there is not what was stored: no success */
-		err = submit_wait(x, &in);
+		err = run_job(x, &in);
 		fprintf(stderr, "load from the cut file: %s\n", kvt_errdetail());
 		CHECK(err == -EIO || err == KVT_ECORRUPT);
 		/* the first half, before the cut, still loads exact */
 		in.src_slots = in.dst_slots = first;
 		in.sums = sums;
 		tier_fill(back, 1);
-		CHECK_OK(submit_wait(x, &in));
+		CHECK_OK(run_job(x, &in));
 		CHECK(page_xxh3(back, first[0]) != 0);
 	}
 	tier_fill(src, 5); /* the contents of the first store again */
@@ -222,13 +210,13 @@ int main(void)
 		CHECK_EQ(pwrite(fd, junk, sizeof(junk),
 				(off_t)(4096 + 2 * slot + 8192)), 4096);
 		fsync(fd);
-		CHECK_ERR(submit_wait(x, &in), KVT_ECORRUPT);
+		CHECK_ERR(run_job(x, &in), KVT_ECORRUPT);
 		fprintf(stderr, "load of an overwritten slot: %s\n",
 			kvt_errdetail());
 		CHECK(strstr(kvt_errdetail(), "failed its checksum"));
 		CHECK(strstr(kvt_errdetail(), "slot 2"));
 		in.npages = 2; /* the pages before it are fine */
-		CHECK_OK(submit_wait(x, &in));
+		CHECK_OK(run_job(x, &in));
 	}
 	close(fd);
 

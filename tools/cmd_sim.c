@@ -103,23 +103,6 @@ struct opts {
 	const char *xfer;
 };
 
-static int dbl(const char *flag, const char *s, double lo, double hi,
-	       double *out)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (!*s || *end || errno || !(v >= lo && v <= hi)) {
-		fprintf(stderr, "kvtier %s: %s: '%s' is not a number in %g..%g\n",
-			WHAT, flag, s, lo, hi);
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
 static int u32(const char *flag, const char *s, uint64_t lo, uint64_t hi,
 	       uint32_t *out)
 {
@@ -321,7 +304,7 @@ static int option(struct opts *o, int c, const char *a)
 	case O_BUDGET: return u32("--token-budget", a, 1, 1 << 24, &o->budget);
 	case O_MAXB: return u32("--max-batch", a, 1, 4096, &o->max_batch);
 	case O_DH: return u32("--delay-hit", a, 0, 1 << 24, &o->delay_hit);
-	case O_RATIO: return dbl("--balance-ratio", a, 0.01, 1000, &o->ratio);
+	case O_RATIO: return cli_double("--balance-ratio", a, 0.01, 1000, &o->ratio);
 	case O_SKIPS: return u32("--max-skips", a, 0, 1 << 20, &o->max_skips);
 	case O_WL:
 		if ((err = kvt_workload_parse(a, &k->workload, k->trace_path,
@@ -333,20 +316,20 @@ static int option(struct opts *o, int c, const char *a)
 	case O_CTX: return u32("--context", a, 1, 1 << 24, &k->context);
 	case O_APPEND: return u32("--append", a, 0, 1 << 24, &k->append);
 	case O_OUT: return u32("--output", a, 1, 1 << 20, &k->output);
-	case O_THINK: return dbl("--think", a, 0, 1e6, &k->think_s);
+	case O_THINK: return cli_double("--think", a, 0, 1e6, &k->think_s);
 	case O_REQ: return u32("--requests", a, 1, 1 << 24, &k->requests);
-	case O_RATE: return dbl("--rate", a, 1e-6, 1e6, &k->rate);
+	case O_RATE: return cli_double("--rate", a, 1e-6, 1e6, &k->rate);
 	case O_DIST:
 		return u32("--cache-distance", a, 0, 1 << 20,
 			   &k->cache_distance);
 	case O_QS: return u32("--questions", a, 1, 1 << 20, &k->questions);
-	case O_SPEED: return dbl("--trace-speed", a, 1e-6, 1e6, &k->trace_speed);
+	case O_SPEED: return cli_double("--trace-speed", a, 1e-6, 1e6, &k->trace_speed);
 	case O_SEED:
 		if (cli_u64("--seed", a, 0, UINT64_MAX, &v))
 			return -1;
 		k->seed = v;
 		return 0;
-	case O_MAXSIM: return dbl("--max-sim", a, 1e-6, 1e9, &k->max_sim_s);
+	case O_MAXSIM: return cli_double("--max-sim", a, 1e-6, 1e9, &k->max_sim_s);
 	case O_SWEEP: o->sweep = 1; return 0;
 	case O_RATES:
 		{
@@ -359,14 +342,14 @@ static int option(struct opts *o, int c, const char *a)
 				if (o->nrates == MAX_RATES)
 					return cli_usage(WHAT, "--rates: at most "
 							 "%d", MAX_RATES), -1;
-				if (dbl("--rates", tok, 1e-6, 1e6,
+				if (cli_double("--rates", tok, 1e-6, 1e6,
 					&o->rates[o->nrates++]))
 					return -1;
 			}
 			o->sweep = 1;
 		}
 		return 0;
-	case O_TARGET: return dbl("--ttft-target", a, 1e-3, 1e9, &o->target);
+	case O_TARGET: return cli_double("--ttft-target", a, 1e-3, 1e9, &o->target);
 	case O_JSON: o->json = 1; return 0;
 	case O_CSV: o->csv = 1; return 0;
 	case O_PLOT: o->plot = a; return 0;

@@ -14,6 +14,7 @@
 
 #include <kvtier.h>
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,25 @@ static inline char *fuzz_str(const uint8_t *data, size_t size)
 	memcpy(s, data, size);
 	s[size] = '\0';
 	return s;
+}
+
+/* A profile that was accepted must give sane costs for a small model
+ * (kvt_hw_cost may still refuse it, e.g. a TP degree the node cannot
+ * hold): finite step times, copy rates neither negative nor NaN. */
+static inline void fuzz_check_costs(const kvt_hw *hw)
+{
+	kvt_geom g;
+	kvt_cost c;
+
+	if (kvt_geom_preset(&g, "llama-3.1-8b", 16, 1, 0) ||
+	    kvt_hw_cost(hw, &g, &c))
+		return;
+	FUZZ_ASSERT(isfinite(kvt_cost_step_s(&c, NULL, 0, 4, 4096)));
+	for (int m = 0; m < KVT_COPY_COUNT; m++) {
+		double r = kvt_cost_copy_gbps(&c, (kvt_copy_method)m, 65536);
+
+		FUZZ_ASSERT(!(r < 0) && !isnan(r));
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
