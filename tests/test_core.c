@@ -1,5 +1,6 @@
 /* test_core — errors, sizes, options, the allocation wrapper. */
 #include "harness.h"
+#include "core/core.h"
 
 #include <errno.h>
 #include <unistd.h>
@@ -14,6 +15,25 @@ static void test_errors(void)
 	for (int e = KVT_ERR_LAST; e <= KVT_ERR_FIRST; e++)
 		CHECK(strcmp(kvt_strerror(e), "unknown error"));
 	CHECK(!strcmp(kvt_version(), KVT_VERSION_STRING));
+}
+
+/* Regression (issue 10): adding context to the current detail passed
+ * kvt_errdetail() back into kvti_fail(), which wrote the same buffer it was
+ * reading (overlapping vsnprintf; `kvtier info --tiers dram:1G,numa=1`
+ * printed the spec twice and a torn message). */
+static void test_errdetail_overlap(void)
+{
+	CHECK_EQ(kvti_fail(KVT_ESPEC, "node %d has no memory", 7), KVT_ESPEC);
+	CHECK_EQ(kvti_fail(KVT_ESPEC, "tier spec '%s': %s", "dram:1G,numa=7",
+			   kvt_errdetail()), KVT_ESPEC);
+	CHECK(!strcmp(kvt_errdetail(),
+		      "tier spec 'dram:1G,numa=7': node 7 has no memory"));
+	kvti_errctx("tier '%s'", kvt_errdetail());
+	CHECK(!strncmp(kvt_errdetail(), "tier 'tier spec 'dram:1G,numa=7': node"
+		       " 7 has no memory': tier spec", 64));
+	kvti_errclear();
+	kvti_errctx("opening %s", "x");
+	CHECK(!strcmp(kvt_errdetail(), "opening x"));
 }
 
 static void test_sizes(void)
@@ -82,6 +102,12 @@ static void test_opts(void)
 	fclose(f);
 	CHECK_ERR(kvt_opts_load_file(o, path), KVT_ECONFIG);
 	CHECK(strstr(kvt_errdetail(), ":2"));
+	/* blank lines count: the error names the file's own line number */
+	f = fopen(path, "w");
+	fprintf(f, "page_tokens = 32\n\n\nthis line is wrong\n");
+	fclose(f);
+	CHECK_ERR(kvt_opts_load_file(o, path), KVT_ECONFIG);
+	CHECK(strstr(kvt_errdetail(), ".conf:4: expected"));
 	setenv("KVT_TP", "two", 1);
 	CHECK_ERR(kvt_opts_load_env(o), KVT_ECONFIG);
 	CHECK(strstr(kvt_errdetail(), "KVT_TP"));
@@ -115,6 +141,7 @@ static void test_alloc(void)
 int main(void)
 {
 	test_errors();
+	test_errdetail_overlap();
 	test_sizes();
 	test_opts();
 	test_alloc();

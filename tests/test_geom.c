@@ -151,6 +151,27 @@ static void test_config(void)
 		"\"num_attention_heads\":4,\"hidden_size\":64,"
 		"\"kv_lora_rank\":512}", "bad", 1, 1, 0), KVT_ECONFIG);
 	CHECK(strstr(kvt_errdetail(), "qk_rope_head_dim"));
+	/* Regression (issue 10): sizes whose parameter estimate overflowed
+	 * the cast to uint64_t (undefined; clang's UBSan float-cast-overflow) */
+	CHECK_ERR(kvt_geom_from_json(&g, "{\"num_hidden_layers\":2,"
+		"\"num_attention_heads\":1,\"hidden_size\":4294967295,"
+		"\"head_dim\":128,\"vocab_size\":4294967295}", "bad", 1, 1, 0),
+		KVT_ECONFIG);
+	CHECK(strstr(kvt_errdetail(), "hidden_size"));
+	CHECK_ERR(kvt_geom_from_json(&g, "{\"num_hidden_layers\":1000,"
+		"\"num_attention_heads\":1,\"hidden_size\":16777216,"
+		"\"head_dim\":128,\"intermediate_size\":16777216,"
+		"\"vocab_size\":16777216}", "bad", 1, 1, 0), KVT_ECONFIG);
+	CHECK(strstr(kvt_errdetail(), "parameters"));
+	CHECK_ERR(kvt_geom_from_json(&g, "{\"num_hidden_layers\":2,"
+		"\"num_attention_heads\":4,\"hidden_size\":64,"
+		"\"vocab_size\":1e300}", "bad", 1, 1, 0), KVT_ECONFIG);
+	CHECK(strstr(kvt_errdetail(), "vocab_size"));
+	CHECK_ERR(kvt_geom_from_json(&g, "{\"num_hidden_layers\":2,"
+		"\"num_attention_heads\":4,\"hidden_size\":64,"
+		"\"num_experts\":4,\"num_experts_per_tok\":8}", "bad", 1, 1, 0),
+		KVT_ECONFIG);
+	CHECK(strstr(kvt_errdetail(), "more than the 4 experts"));
 	/* a failed parse leaves the output alone */
 	memset(&p, 0x5a, sizeof(p));
 	g = p;

@@ -120,14 +120,12 @@ static const char *base =
 	"host.dram_latency_ns = 100\nhost.dram_bytes = 1e12\n"
 	"host.dma_window = 1\nhost.stress_gbps = 10\n";
 
-/* base + @extra must fail with KVT_ECONFIG naming @needle */
-static void bad(const char *extra, const char *needle)
+/* @text must fail with KVT_ECONFIG naming @needle, @hw untouched */
+static void bad_text(const char *text, const char *needle)
 {
-	char text[4096];
 	kvt_hw hw;
 
 	memset(&hw, 0x5a, sizeof(hw));
-	snprintf(text, sizeof(text), "%s%s", base, extra);
 	CHECK_ERR(kvt_hw_parse(&hw, text, "t.prof"), KVT_ECONFIG);
 	if (!strstr(kvt_errdetail(), needle)) {
 		fprintf(stderr, "detail '%s' lacks '%s'\n", kvt_errdetail(),
@@ -135,6 +133,51 @@ static void bad(const char *extra, const char *needle)
 		CHECK(0);
 	}
 	CHECK_EQ(((unsigned char *)&hw)[0], 0x5a); /* untouched */
+}
+
+/* base + @extra must fail naming @needle */
+static void bad(const char *extra, const char *needle)
+{
+	char text[4096];
+
+	snprintf(text, sizeof(text), "%s%s", base, extra);
+	bad_text(text, needle);
+}
+
+/* base with line @old replaced by @new must fail naming @needle */
+static void bad_swap(const char *old, const char *new, const char *needle)
+{
+	char text[4096];
+	const char *at = strstr(base, old);
+
+	CHECK(at != NULL);
+	if (!at)
+		return;
+	snprintf(text, sizeof(text), "%.*s%s%s", (int)(at - base), base, new,
+		 at + strlen(old));
+	bad_text(text, needle);
+}
+
+/* Regression (issue 10): NaN passed every "d < lo || d > hi" range test
+ * (gpus = nan then reached a double->uint32 cast; host.dram_gbps = nan gave
+ * a TTFT of 40 million ms), infinities passed the curves' checks. */
+static void test_nonfinite(void)
+{
+	bad_swap("gpus = 2", "gpus = nan", "gpus: nan is outside 1..1024");
+	bad_swap("gpus = 2", "gpus = -nan", "is outside");
+	bad_swap("gpus = 2", "gpus = 1e300", "is outside");
+	bad_swap("gpus = 2", "gpus = 4294967297", "is outside");
+	bad_swap("host.dram_gbps = 200", "host.dram_gbps = nan",
+		 "host.dram_gbps: nan is outside");
+	bad_swap("host.dram_gbps = 200", "host.dram_gbps = inf", "is outside");
+	bad_swap("gpu.flops = 1e15", "gpu.flops = NAN", "is outside");
+	bad_swap("copy.contig = 1M:50", "copy.contig = 1M:nan", "bad curve");
+	bad_swap("copy.contig = 1M:50", "copy.contig = 1M:inf", "bad curve");
+	bad_swap("copy.contig = 1M:50", "copy.contig = 1M:1e-300", "bad curve");
+	bad_swap("copy.contig = 1M:50", "copy.contig = infK:50", "bad curve");
+	bad_swap("copy.contig = 1M:50", "copy.contig = nan:50", "bad curve");
+	bad_swap("copy.contig_call_us = 3", "copy.contig_call_us = nan",
+		 "is outside");
 }
 
 static void test_errors(void)
@@ -248,6 +291,37 @@ static void test_xfer(void)
 	CHECK_ERR(kvt_hw_apply_xfer(&hw, "{nope", "bad.json"), KVT_ECONFIG);
 	CHECK(strstr(kvt_errdetail(), "bad.json: not JSON"));
 	CHECK(!memcmp(&hw, &before, sizeof(hw)));
+	/* Regression (issue 10): page_tokens 1e10 reached a double->uint32
+	 * cast; gbps 1e-300 gave 4e300 ms; bad points were skipped silently */
+	{
+		static const char *const pts[] = {
+			"\"page_tokens\": 1e10, \"gbps\": 40",
+			"\"page_tokens\": 16, \"gbps\": 1e-300",
+			"\"page_tokens\": 16, \"gbps\": 1e300",
+			"\"page_tokens\": 16.5, \"gbps\": 40",
+			"\"page_tokens\": -16, \"gbps\": 40",
+			"\"page_tokens\": \"16\", \"gbps\": 40",
+			"\"page_tokens\": 16",
+			"\"page_tokens\": 16, \"gbps\": 40, \"limit_gbps\": 1e9",
+		};
+		char j[512];
+
+		for (size_t i = 0; i < sizeof(pts) / sizeof(pts[0]); i++) {
+			snprintf(j, sizeof(j), "{\"results\": [{\"method\": "
+				 "\"cuda-kernel\", \"direction\": \"load\", "
+				 "%s}]}", pts[i]);
+			CHECK_ERR(kvt_hw_apply_xfer(&hw, j, "p.json"),
+				  KVT_ECONFIG);
+			CHECK(strstr(kvt_errdetail(), "p.json: cuda-kernel "
+				     "load point 1: page_tokens must be"));
+		}
+		/* a null limit (measured without one) is fine */
+		CHECK_OK(kvt_hw_apply_xfer(&hw, "{\"results\": [{\"method\": "
+			"\"cuda-chunk\", \"direction\": \"load\", "
+			"\"page_tokens\": 16, \"gbps\": 9, \"limit_gbps\": "
+			"null}]}", "ok.json"));
+		hw = before;
+	}
 }
 
 /* Reading a profile allocates once (the file's text): failing it is a
@@ -329,6 +403,7 @@ int main(void)
 	test_alloc_fault();
 	test_builtins();
 	test_errors();
+	test_nonfinite();
 	test_xfer();
 	TEST_DONE();
 }

@@ -5,6 +5,7 @@
 #include "harness.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -169,6 +170,39 @@ static void test_ssd(const kvt_geom *g, const char *dir)
 	CHECK_OK(kvt_tier_read(t, 5, r));
 	CHECK(!memcmp(w, r, page));
 	kvt_tier_close(t);
+
+	/* Regression (issue 10): a set truncated to its 4 KiB header was
+	 * reused without a length check */
+	snprintf(sub, sizeof(sub), "%s/ssd/kvtier-ssd-001.kvt", dir);
+	CHECK_EQ(truncate(sub, 4096), 0);
+	CHECK_ERR(open_spec(&t, spec, g), KVT_ECORRUPT);
+	CHECK(strstr(kvt_errdetail(), "kvtier-ssd-001.kvt is 4.00 KiB, "
+		     "shorter than"));
+	CHECK(strstr(kvt_errdetail(), "fresh"));
+	CHECK_EQ(truncate(sub, (off_t)(4096 + 2 * d.slot_bytes)), 0);
+	CHECK_ERR(open_spec(&t, spec, g), KVT_ECORRUPT);
+	snprintf(sub, sizeof(sub), "%s/ssd", dir);
+	/* Regression (issue 10): a mismatched header printed its geometry
+	 * name raw (binary bytes on the terminal) */
+	{
+		char p[512], junk[64];
+		int hf;
+
+		snprintf(p, sizeof(p), "%s/kvtier-ssd-000.kvt", sub);
+		for (int i = 0; i < 64; i++)
+			junk[i] = (char)(0x80 + i * 7 % 0x7f);
+		junk[0] = 'a';
+		junk[1] = '\033';
+		hf = open(p, O_WRONLY);
+		CHECK(hf >= 0);
+		CHECK_EQ(pwrite(hf, junk, 64, 48), 64); /* geometry name */
+		CHECK_EQ(pwrite(hf, junk, 8, 24), 8);   /* slot bytes */
+		close(hf);
+		CHECK_ERR(open_spec(&t, spec, g), KVT_ECORRUPT);
+		CHECK(strstr(kvt_errdetail(), "geometry 'a??????"));
+		for (const char *c = kvt_errdetail(); *c; c++)
+			CHECK(*c >= 0x20 && *c < 0x7f);
+	}
 
 	/* another geometry or size is refused, nothing touched */
 	snprintf(spec, sizeof(spec), "ssd:%s,32M,files=3", sub);

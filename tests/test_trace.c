@@ -134,7 +134,28 @@ static void test_bad(void)
 		CHECK_OK(kvt_trace_parse(&t, s, strlen(s), "t"));
 	}
 	CHECK_EQ(kvt_trace_get(t, 0)->time_ns, 1500000);
+	/* Regression (issue 10): requests that all have "hash_ids": [] left
+	 * the id array NULL and hash_ids = NULL + 0 */
+	CHECK(kvt_trace_get(t, 0)->hash_ids != NULL);
+	CHECK_EQ(kvt_trace_get(t, 0)->nhash, 0);
 	kvt_trace_close(t);
+	/* Regression (issue 10): data after the line's object was ignored */
+	bad(OK1 "{\"timestamp\": 1, \"input_length\": 5, \"output_length\": "
+	    "1, \"hash_ids\": [1]} garbage\n", 2, "data after the JSON object "
+	    "(at column 74)");
+	bad("{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1, "
+	    "\"hash_ids\": [1]}{\"timestamp\": 2, \"input_length\": 5, "
+	    "\"output_length\": 1, \"hash_ids\": [1]}\n", 1,
+	    "data after the JSON object");
+	bad("{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1, "
+	    "\"hash_ids\": [1]} 1", 1, "data after the JSON object");
+	/* trailing blanks and a CR (CRLF files) stay fine */
+	{
+		const char *s = "{\"timestamp\": 1, \"input_length\": 5, "
+				"\"output_length\": 1, \"hash_ids\": [1]} \t\r\n";
+		CHECK_OK(kvt_trace_parse(&t, s, strlen(s), "t"));
+		kvt_trace_close(t);
+	}
 }
 
 static void test_faults(void)

@@ -263,6 +263,9 @@ int bench_index(int argc, char **argv)
 		default: return CLI_EXIT_USAGE;
 		}
 	}
+	if (optind < argc)
+		return cli_usage("bench index", "unexpected argument '%s'",
+				 argv[optind]);
 	np = ntok / P;
 	if (!np)
 		return cli_usage("bench index", "--tokens below one page");

@@ -116,6 +116,9 @@ int bench_pool(int argc, char **argv)
 		default: return CLI_EXIT_USAGE;
 		}
 	}
+	if (optind < argc)
+		return cli_usage("bench pool", "unexpected argument '%s'",
+				 argv[optind]);
 	if (ws * nthreads > slots)
 		return cli_usage("bench pool", "working set x threads exceeds slots");
 	if ((rc = kvt_pool_create(&p, slots, 4096)))

@@ -98,9 +98,8 @@ int bench_sim(int argc, char **argv)
 		case 'n': if (cli_u64("--requests", optarg, 200, 1000000, &n)) return 2; break;
 		case 'r': if (cli_u64("--repeat", optarg, 1, 16, &repeat)) return 2; break;
 		case 'a':
-			rate = atof(optarg);
-			if (!(rate > 0))
-				return cli_usage("bench sim", "--rate must be > 0");
+			if (cli_double("--rate", optarg, 1e-3, 1e6, &rate))
+				return CLI_EXIT_USAGE;
 			break;
 		case 'h':
 			printf("usage: kvtier bench sim [--json] [--requests N] "
@@ -114,6 +113,9 @@ int bench_sim(int argc, char **argv)
 		default: return CLI_EXIT_USAGE;
 		}
 	}
+	if (optind < argc)
+		return cli_usage("bench sim", "unexpected argument '%s'",
+				 argv[optind]);
 	kvt_sim_config_init(&c);
 	if ((err = kvt_hw_load(&c.hw, "testbed-b")))
 		return cli_fail("bench sim", err);

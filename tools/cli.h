@@ -40,6 +40,10 @@ int cli_usage(const char *what, const char *fmt, ...)
  * naming @flag. */
 int cli_u64(const char *flag, const char *s, uint64_t lo, uint64_t hi,
 	    uint64_t *out);
+/* Parse a finite number within [lo, hi] (NaN and infinities fail); 0 or
+ * -1 after a usage message naming @flag. */
+int cli_double(const char *flag, const char *s, double lo, double hi,
+	       double *out);
 /* Parse a comma-separated list of unsigned integers; returns the count or
  * -1 after a message. */
 int cli_u64_list(const char *flag, const char *s, uint64_t lo, uint64_t hi,

@@ -222,7 +222,14 @@ int cmd_info(int argc, char **argv)
 		switch (c) {
 		case 'j': json = 1; break;
 		case 'c': break; /* read before the environment */
-		case 't': name = "tiers"; break;
+		case 't':
+			if (!*optarg) { /* leave the flag out for no tiers */
+				rc = cli_usage("info", "--tiers: empty tier "
+					       "spec (e.g. 'dram:8G')");
+				goto out;
+			}
+			name = "tiers";
+			break;
 		case 'm': name = "model"; break;
 		case 'p': name = "page_tokens"; break;
 		case 'T': name = "tp"; break;

@@ -4,6 +4,7 @@
  * a table, JSON, CSV, or a gnuplot PNG of the sweep curves.
  */
 #include "cli.h"
+#include "core/core.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -133,23 +134,6 @@ struct opts {
 	int copy_rates;
 };
 
-static int dbl(const char *flag, const char *s, double lo, double hi,
-	       double *out)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (!*s || *end || errno || !(v >= lo && v <= hi)) {
-		fprintf(stderr, "kvtier %s: %s: '%s' is not a number in %g..%g\n",
-			WHAT, flag, s, lo, hi);
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
 static int u32(const char *flag, const char *s, uint64_t lo, uint64_t hi,
 	       uint32_t *out)
 {
@@ -181,7 +165,7 @@ static int dbl_list(const char *flag, const char *s, double *v, int *n)
 		if (*n == MAX_RATES)
 			return cli_usage(WHAT, "%s: at most %d", flag,
 					 MAX_RATES), -1;
-		if (dbl(flag, tok, 1e-6, 1e9, &v[(*n)++]))
+		if (cli_double(flag, tok, 1e-6, 1e9, &v[(*n)++]))
 			return -1;
 	}
 	return *n ? 0 : -1;
@@ -387,7 +371,7 @@ static int option(struct opts *o, int c, const char *a)
 	case O_BUDGET: return u32("--token-budget", a, 1, 1 << 24, &o->budget);
 	case O_MAXB: return u32("--max-batch", a, 1, 4096, &o->max_batch);
 	case O_DH: return u32("--delay-hit", a, 0, 1 << 24, &o->delay_hit);
-	case O_RATIO: return dbl("--balance-ratio", a, 0.01, 1000, &o->ratio);
+	case O_RATIO: return cli_double("--balance-ratio", a, 0.01, 1000, &o->ratio);
 	case O_SKIPS: return u32("--max-skips", a, 0, 1 << 20, &o->max_skips);
 	case O_WL:
 		if ((err = kvt_workload_parse(a, &k->workload, k->trace_path,
@@ -399,25 +383,25 @@ static int option(struct opts *o, int c, const char *a)
 	case O_CTX: return u32("--context", a, 1, 1 << 24, &k->context);
 	case O_APPEND: return u32("--append", a, 0, 1 << 24, &k->append);
 	case O_OUT: return u32("--output", a, 1, 1 << 20, &k->output);
-	case O_THINK: return dbl("--think", a, 0, 1e6, &k->think_s);
+	case O_THINK: return cli_double("--think", a, 0, 1e6, &k->think_s);
 	case O_REQ: return u32("--requests", a, 1, 1 << 24, &k->requests);
-	case O_RATE: return dbl("--rate", a, 1e-6, 1e6, &k->rate);
+	case O_RATE: return cli_double("--rate", a, 1e-6, 1e6, &k->rate);
 	case O_DIST:
 		return u32("--cache-distance", a, 0, 1 << 20,
 			   &k->cache_distance);
 	case O_QS: return u32("--questions", a, 1, 1 << 20, &k->questions);
-	case O_SPEED: return dbl("--trace-speed", a, 1e-6, 1e6, &k->trace_speed);
+	case O_SPEED: return cli_double("--trace-speed", a, 1e-6, 1e6, &k->trace_speed);
 	case O_SEED:
 		if (cli_u64("--seed", a, 0, UINT64_MAX, &v))
 			return -1;
 		k->seed = v;
 		return 0;
-	case O_MAXSIM: return dbl("--max-sim", a, 1e-6, 1e9, &k->max_sim_s);
+	case O_MAXSIM: return cli_double("--max-sim", a, 1e-6, 1e9, &k->max_sim_s);
 	case O_SWEEP: o->sweep = 1; return 0;
 	case O_RATES:
 		o->sweep = 1;
 		return dbl_list("--rates", a, o->rates, &o->nrates);
-	case O_TARGET: return dbl("--ttft-target", a, 1e-3, 1e9, &o->target);
+	case O_TARGET: return cli_double("--ttft-target", a, 1e-3, 1e9, &o->target);
 	case O_JSON: o->json = 1; return 0;
 	case O_CSV: o->csv = 1; return 0;
 	case O_PLOT: o->plot = a; return 0;
@@ -1199,34 +1183,15 @@ out:
 static int apply_xfer(struct opts *o)
 {
 	char *text;
-	long n;
-	FILE *f = fopen(o->xfer, "r");
 	int err;
 
-	if (!f) {
+	if ((err = kvti_read_file(o->xfer, 64 << 20, &text, NULL))) {
 		fprintf(stderr, "kvtier %s: --xfer %s: %s\n", WHAT, o->xfer,
-			strerror(errno));
+			kvti_file_strerror(err));
 		return CLI_EXIT_FAIL;
 	}
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	if (n < 0 || n > (64 << 20) || !(text = calloc(1, (size_t)n + 1))) {
-		fclose(f);
-		fprintf(stderr, "kvtier %s: --xfer %s: unreadable or over 64 "
-			"MiB\n", WHAT, o->xfer);
-		return CLI_EXIT_FAIL;
-	}
-	if (fread(text, 1, (size_t)n, f) != (size_t)n) {
-		fclose(f);
-		free(text);
-		fprintf(stderr, "kvtier %s: --xfer %s: short read\n", WHAT,
-			o->xfer);
-		return CLI_EXIT_FAIL;
-	}
-	fclose(f);
 	err = kvt_hw_apply_xfer(&o->cfg.hw, text, o->xfer);
-	free(text);
+	kvt_free(text);
 	return err ? cli_fail(WHAT, err) : 0;
 }
 

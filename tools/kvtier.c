@@ -46,6 +46,15 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+		if (argc == 3 && (!strcmp(argv[2], "-h") ||
+				  !strcmp(argv[2], "--help"))) {
+			printf("usage: kvtier version\n\nPrints the version "
+			       "of this kvtier.\n");
+			return 0;
+		}
+		if (argc > 2)
+			return cli_usage("version", "unexpected argument '%s'",
+					 argv[2]);
 		printf("kvtier %s\n", kvt_version());
 		return 0;
 	}
@@ -95,6 +104,23 @@ int cli_u64(const char *flag, const char *s, uint64_t lo, uint64_t hi,
 	if (!*s || *s == '-' || *end || errno || v < lo || v > hi) {
 		fprintf(stderr, "kvtier: %s: '%s' is not an integer in %llu..%llu\n",
 			flag, s, (unsigned long long)lo, (unsigned long long)hi);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+int cli_double(const char *flag, const char *s, double lo, double hi,
+	       double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (!*s || *end || errno || !(v >= lo && v <= hi)) {
+		fprintf(stderr, "kvtier: %s: '%s' is not a number in %g..%g\n",
+			flag, s, lo, hi);
 		return -1;
 	}
 	*out = v;

@@ -79,8 +79,15 @@ static inline void kvti_spin_unlock(kvti_spin *l)
 /* ---- files and strings ------------------------------------------------- */
 
 /* Read a whole (small) file into a NUL-terminated kvt_malloc'ed buffer.
- * 0 or -errno; *len may be NULL. Refuses files over @max bytes (-EFBIG). */
+ * 0 or -errno; *len may be NULL. Refuses files over @max bytes (-EFBIG),
+ * directories (-EISDIR) and devices or sockets (-ENODEV); a pipe is read. */
 int kvti_read_file(const char *path, size_t max, char **out, size_t *len);
+/* Copy at most @srclen bytes of @src (less at a NUL) into @dst (room for
+ * @len, always terminated), each byte outside printable ASCII as '?': for
+ * messages that quote bytes read from outside. Returns @dst. */
+char *kvti_printable(char *dst, size_t len, const char *src, size_t srclen);
+/* kvt_strerror() for kvti_read_file()'s errors, in words for a user. */
+const char *kvti_file_strerror(int err);
 /* Read a sysfs-style file holding one integer: 0 or -errno/-EINVAL. */
 int kvti_read_u64(const char *path, uint64_t *out);
 /* Copy at most n-1 bytes and terminate; returns 1 if truncated. */
@@ -88,6 +95,10 @@ int kvti_strlcpy(char *dst, const char *src, size_t n);
 /* Cut leading and trailing blanks: returns the first non-blank character
  * of @s and writes a NUL after its last one. */
 char *kvti_trim(char *s);
+/* Read "name = value" lines (# comments, blank lines) from @text, which is
+ * modified, into @o as file-sourced values; errors name @name:LINE. */
+struct kvt_opts;
+int kvti_opts_parse(struct kvt_opts *o, char *text, const char *name);
 /* Case-insensitive equality. */
 bool kvti_streq_ci(const char *a, const char *b);
 

@@ -57,29 +57,34 @@ void kvti_errclear(void)
 	errdetail[0] = '\0';
 }
 
+/* Formats into a local buffer first: an argument may be kvt_errdetail()
+ * itself (a caller adding context), and vsnprintf's source and destination
+ * must not overlap. */
 int kvti_fail(int err, const char *fmt, ...)
 {
+	char line[KVT_ERRDETAIL_MAX];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(errdetail, sizeof(errdetail), fmt, ap);
+	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
+	memcpy(errdetail, line, sizeof(errdetail));
 	return err;
 }
 
 void kvti_errctx(const char *fmt, ...)
 {
-	char old[KVT_ERRDETAIL_MAX];
+	char old[KVT_ERRDETAIL_MAX], line[KVT_ERRDETAIL_MAX];
 	va_list ap;
-	int n;
 
 	memcpy(old, errdetail, sizeof(old));
 	va_start(ap, fmt);
-	n = vsnprintf(errdetail, sizeof(errdetail), fmt, ap);
+	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	if (n < 0 || (size_t)n >= sizeof(errdetail) - 2 || !old[0])
-		return;
-	snprintf(errdetail + n, sizeof(errdetail) - (size_t)n, ": %s", old);
+	if (old[0])
+		snprintf(errdetail, sizeof(errdetail), "%s: %s", line, old);
+	else
+		memcpy(errdetail, line, sizeof(errdetail));
 }
 
 const char *kvt_version(void)

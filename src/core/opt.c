@@ -117,8 +117,12 @@ static int opts_set_src(kvt_opts *o, const char *name, const char *value,
 	int i = opt_find(name), err;
 	char *v;
 
-	if (i < 0)
-		return kvti_fail(KVT_ENOTFOUND, "unknown option '%s'", name);
+	if (i < 0) {
+		char q[64];
+
+		return kvti_fail(KVT_ENOTFOUND, "unknown option '%s'",
+				 kvti_printable(q, sizeof(q), name, SIZE_MAX));
+	}
 	err = opt_check(&opt_defs[i], value);
 	if (err)
 		return err;
@@ -161,20 +165,18 @@ int kvt_opts_load_env(kvt_opts *o)
 	return 0;
 }
 
-int kvt_opts_load_file(kvt_opts *o, const char *path)
+int kvti_opts_parse(kvt_opts *o, char *text, const char *name)
 {
-	char *text, *line, *save = NULL;
-	int err, lineno = 0;
+	char *line = text, *next;
+	int err = 0, lineno = 0;
 
-	err = kvti_read_file(path, 1 << 20, &text, NULL);
-	if (err)
-		return kvti_fail(err, "config file %s: %s", path,
-				 kvt_strerror(err));
-	for (line = strtok_r(text, "\n", &save); line;
-	     line = strtok_r(NULL, "\n", &save)) {
+	for (; line; line = next) {
 		char *eq, *hash, *k, *v;
 
-		lineno++; /* strtok_r skips empty lines: numbers count text */
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		lineno++;
 		hash = strchr(line, '#');
 		if (hash)
 			*hash = '\0';
@@ -182,22 +184,32 @@ int kvt_opts_load_file(kvt_opts *o, const char *path)
 		if (!*k)
 			continue;
 		eq = strchr(k, '=');
-		if (!eq) {
-			err = kvti_fail(KVT_ECONFIG,
-					"%s:%d: expected 'name = value'", path,
-					lineno);
-			goto out;
-		}
+		if (!eq)
+			return kvti_fail(KVT_ECONFIG,
+					 "%s:%d: expected 'name = value'", name,
+					 lineno);
 		*eq = '\0';
 		v = kvti_trim(eq + 1);
 		k = kvti_trim(k);
 		err = opts_set_src(o, k, v, SRC_FILE);
 		if (err) {
-			kvti_errctx("%s:%d", path, lineno);
-			goto out;
+			kvti_errctx("%s:%d", name, lineno);
+			return err;
 		}
 	}
-out:
+	return 0;
+}
+
+int kvt_opts_load_file(kvt_opts *o, const char *path)
+{
+	char *text;
+	int err;
+
+	err = kvti_read_file(path, 1 << 20, &text, NULL);
+	if (err)
+		return kvti_fail(err, "config file %s: %s", path,
+				 kvti_file_strerror(err));
+	err = kvti_opts_parse(o, text, path);
 	kvt_free(text);
 	return err;
 }

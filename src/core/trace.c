@@ -71,6 +71,14 @@ static int parse_line(kvt_trace *t, const char *s, size_t len,
 		kvti_fail(err, "%s:%u: not a JSON object", name, line);
 		goto out;
 	}
+	/* one object per line: anything after it but blanks fails the line */
+	for (const char *q = end; q && q < s + len; q++)
+		if (!strchr(" \t\r", *q)) {
+			kvti_fail(err, "%s:%u: data after the JSON object (at "
+				  "column %zu)", name, line,
+				  (size_t)(q - s) + 1);
+			goto out;
+		}
 	if ((err = kvti_grow((void **)&t->req, &t->cap, t->n + 1, sizeof(*r),
 			     256)))
 		goto out;
@@ -187,6 +195,11 @@ int kvt_trace_parse(kvt_trace **out, const char *text, size_t len,
 	if (!err && !t->n)
 		err = kvti_fail(KVT_ECONFIG, "%s: no request in the trace",
 				name);
+	/* every request's hash_ids points into t->ids, even when all are
+	 * empty (no NULL + 0) */
+	if (!err && !t->ids)
+		err = kvti_grow((void **)&t->ids, &t->capids, 1,
+				sizeof(*t->ids), 1);
 	if (!err)
 		err = count_unique(t);
 	if (err) {
@@ -210,7 +223,7 @@ int kvt_trace_open(kvt_trace **out, const char *path)
 	if (err)
 		return kvti_fail(err, "trace %s: %s", path,
 				 err == -EFBIG ? "larger than 1 GiB" :
-				 kvt_strerror(err));
+				 kvti_file_strerror(err));
 	err = kvt_trace_parse(out, buf, len, path);
 	kvt_free(buf);
 	return err;

@@ -154,6 +154,26 @@ void kvti_spin_lock_slow(kvti_spin *l)
 
 /* ---- files and strings -------------------------------------------------- */
 
+char *kvti_printable(char *dst, size_t len, const char *src, size_t srclen)
+{
+	size_t i;
+
+	for (i = 0; i + 1 < len && i < srclen && src[i]; i++)
+		dst[i] = src[i] >= 0x20 && src[i] < 0x7f ? src[i] : '?';
+	if (len)
+		dst[i] = '\0';
+	return dst;
+}
+
+const char *kvti_file_strerror(int err)
+{
+	if (err == -ENODEV)
+		return "a device, not a file";
+	if (err == -EFBIG)
+		return "too large";
+	return kvt_strerror(err);
+}
+
 int kvti_read_file(const char *path, size_t max, char **out, size_t *len)
 {
 	struct stat st;
@@ -171,6 +191,11 @@ int kvti_read_file(const char *path, size_t max, char **out, size_t *len)
 	}
 	if (S_ISDIR(st.st_mode)) {
 		err = -EISDIR;
+		goto err_close;
+	}
+	if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ||
+	    S_ISSOCK(st.st_mode)) {
+		err = -ENODEV; /* /dev/zero would fill @max bytes first */
 		goto err_close;
 	}
 	cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096;

@@ -168,6 +168,11 @@ int kvt_geom_preset(kvt_geom *g, const char *name, uint32_t page_tokens,
 
 /* ---- config.json ----------------------------------------------------- */
 
+/* The largest size a config.json may give (layers, heads, hidden, vocab...):
+ * 2^24, far above any real model, low enough that the parameter estimate's
+ * products stay finite. */
+#define JSON_SIZE_MAX (1u << 24)
+
 static int json_u32(const cJSON *o, const char *key, uint32_t *out,
 		    int required)
 {
@@ -178,11 +183,13 @@ static int json_u32(const cJSON *o, const char *key, uint32_t *out,
 			return kvti_fail(KVT_ECONFIG, "missing \"%s\"", key);
 		return 1; /* absent */
 	}
-	if (!cJSON_IsNumber(v) || v->valuedouble < 0 ||
-	    v->valuedouble > 4294967295.0 ||
-	    v->valuedouble != (double)(uint64_t)v->valuedouble)
-		return kvti_fail(KVT_ECONFIG,
-				 "\"%s\" is not a non-negative integer", key);
+	/* the test against the upper bound comes before any cast: a cast of
+	 * a double out of the integer's range is undefined */
+	if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) ||
+	    v->valuedouble > JSON_SIZE_MAX ||
+	    v->valuedouble != (double)(uint32_t)v->valuedouble)
+		return kvti_fail(KVT_ECONFIG, "\"%s\" is not an integer in "
+				 "0..%u", key, JSON_SIZE_MAX);
 	*out = (uint32_t)v->valuedouble;
 	return 0;
 }
@@ -206,25 +213,43 @@ static int dtype_bytes(const char *s, uint32_t *out)
 	return -1;
 }
 
-/* Parameter estimate from the sizes in a config (docs/FORMATS.md). */
-static void estimate_params(const cJSON *c, kvt_geom *g)
+/* Parameter estimate from the sizes in a config (docs/FORMATS.md). Fails
+ * with KVT_ECONFIG when it passes 10^15 parameters (sizes no model has,
+ * and beyond them the estimate would not fit a uint64_t). */
+#define PARAMS_MAX 1e15
+
+static int estimate_params(const cJSON *c, kvt_geom *g)
 {
 	uint32_t inter = 0, vocab = 0, moe_inter = 0, experts = 0, topk = 0,
 		 shared = 0, dense_first = 0;
 	const cJSON *tie = cJSON_GetObjectItemCaseSensitive(
 		c, "tie_word_embeddings");
 	double h = g->hidden, attn, mlp_dense, mlp_moe_all, mlp_moe_act,
-	       embed, L = g->layers, Lmoe;
+	       embed, L = g->layers, Lmoe, all, act;
 
-	json_u32(c, "intermediate_size", &inter, 0);
-	json_u32(c, "vocab_size", &vocab, 0);
-	json_u32(c, "moe_intermediate_size", &moe_inter, 0);
-	if (json_u32(c, "n_routed_experts", &experts, 0) == 1 &&
-	    json_u32(c, "num_local_experts", &experts, 0) == 1)
-		json_u32(c, "num_experts", &experts, 0);
-	json_u32(c, "num_experts_per_tok", &topk, 0);
-	json_u32(c, "n_shared_experts", &shared, 0);
-	json_u32(c, "first_k_dense_replace", &dense_first, 0);
+	const struct {
+		const char *key;
+		uint32_t *v;
+	} opt[] = {
+		{ "intermediate_size", &inter }, { "vocab_size", &vocab },
+		{ "moe_intermediate_size", &moe_inter },
+		{ "num_experts_per_tok", &topk }, { "n_shared_experts", &shared },
+		{ "first_k_dense_replace", &dense_first },
+	};
+	int r;
+
+	/* optional sizes: absent is 0, present but bad fails */
+	for (size_t i = 0; i < KVT_ARRAY_SIZE(opt); i++)
+		if ((r = json_u32(c, opt[i].key, opt[i].v, 0)) < 0)
+			return r;
+	if ((r = json_u32(c, "n_routed_experts", &experts, 0)) == 1 &&
+	    (r = json_u32(c, "num_local_experts", &experts, 0)) == 1)
+		r = json_u32(c, "num_experts", &experts, 0);
+	if (r < 0)
+		return r;
+	if (experts && topk > experts)
+		return kvti_fail(KVT_ECONFIG, "num_experts_per_tok %u is more "
+				 "than the %u experts", topk, experts);
 	if (!moe_inter)
 		moe_inter = inter;
 
@@ -232,10 +257,11 @@ static void estimate_params(const cJSON *c, kvt_geom *g)
 		uint32_t qlora = 0, nope = 128, vdim = 128, rope = 64;
 		double nq = g->q_heads, qk;
 
-		json_u32(c, "q_lora_rank", &qlora, 0);
-		json_u32(c, "qk_nope_head_dim", &nope, 0);
-		json_u32(c, "v_head_dim", &vdim, 0);
-		json_u32(c, "qk_rope_head_dim", &rope, 0);
+		if ((r = json_u32(c, "q_lora_rank", &qlora, 0)) < 0 ||
+		    (r = json_u32(c, "qk_nope_head_dim", &nope, 0)) < 0 ||
+		    (r = json_u32(c, "v_head_dim", &vdim, 0)) < 0 ||
+		    (r = json_u32(c, "qk_rope_head_dim", &rope, 0)) < 0)
+			return r;
 		qk = nq * (nope + rope);
 		attn = (qlora ? h * qlora + (double)qlora * qk : h * qk) +
 		       h * g->head_dim +                      /* kv_a: latent */
@@ -250,10 +276,15 @@ static void estimate_params(const cJSON *c, kvt_geom *g)
 	mlp_moe_act = 3.0 * h * moe_inter * (topk + shared);
 	embed = (double)vocab * h * (tie && cJSON_IsTrue(tie) ? 1 : 2);
 	Lmoe = experts ? L - KVT_MIN((double)dense_first, L) : 0;
-	g->params = (uint64_t)(L * attn + (L - Lmoe) * mlp_dense +
-			       Lmoe * mlp_moe_all + embed);
-	g->active_params = (uint64_t)(L * attn + (L - Lmoe) * mlp_dense +
-				      Lmoe * mlp_moe_act + embed);
+	all = L * attn + (L - Lmoe) * mlp_dense + Lmoe * mlp_moe_all + embed;
+	act = L * attn + (L - Lmoe) * mlp_dense + Lmoe * mlp_moe_act + embed;
+	if (!(all <= PARAMS_MAX) || !(act <= PARAMS_MAX))
+		return kvti_fail(KVT_ECONFIG, "its sizes give %.3g parameters "
+				 "(more than %.0e: not a real model)",
+				 KVT_MAX(all, act), PARAMS_MAX);
+	g->params = (uint64_t)all;
+	g->active_params = (uint64_t)act;
+	return 0;
 }
 
 int kvt_geom_from_json(kvt_geom *g, const char *json, const char *name,
@@ -268,8 +299,11 @@ int kvt_geom_from_json(kvt_geom *g, const char *json, const char *name,
 	root = cJSON_Parse(json);
 	if (!root) {
 		const char *at = cJSON_GetErrorPtr();
-		return kvti_fail(KVT_ECONFIG, "%s: not valid JSON near '%.20s'",
-				 name, at ? at : "?");
+		char near[24];
+
+		kvti_printable(near, sizeof(near), at ? at : "?", 20);
+		return kvti_fail(KVT_ECONFIG, "%s: not valid JSON near '%s'",
+				 name, near);
 	}
 	c = root;
 	if (!cJSON_IsObject(c)) {
@@ -345,7 +379,8 @@ int kvt_geom_from_json(kvt_geom *g, const char *json, const char *name,
 				cJSON_IsString(dt) ? dt->valuestring : "(not a string)");
 		goto out;
 	}
-	estimate_params(c, &t);
+	if ((err = estimate_params(c, &t)))
+		goto out;
 	t.page_tokens = page_tokens;
 	t.tp_size = tp_size;
 	t.tp_rank = tp_rank;
@@ -368,18 +403,20 @@ int kvt_geom_from_config(kvt_geom *g, const char *path, uint32_t page_tokens,
 
 	err = kvti_read_file(path, 16u << 20, &text, NULL);
 	if (err)
-		return kvti_fail(err, "config %s: %s", path, kvt_strerror(err));
-	/* Label: the directory holding config.json, else the file name. */
+		return kvti_fail(err, "config %s: %s", path,
+				 kvti_file_strerror(err));
+	/* Label: the directory holding a config.json (a model's folder),
+	 * else the file's own name. */
 	end = strrchr(path, '/');
-	base = path;
-	if (end) {
+	base = end ? end + 1 : path;
+	if (end && !strcmp(base, "config.json")) {
 		const char *p = end;
 		while (p > path && p[-1] != '/')
 			p--;
-		base = p;
+		snprintf(name, sizeof(name), "%.*s", (int)(end - p), p);
+	} else {
+		kvti_strlcpy(name, base, sizeof(name));
 	}
-	snprintf(name, sizeof(name), "%.*s", (int)(end ? end - base :
-						   (long)strlen(base)), base);
 	if (!name[0])
 		kvti_strlcpy(name, path, sizeof(name));
 	err = kvt_geom_from_json(g, text, name, page_tokens, tp_size, tp_rank);

@@ -22,6 +22,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,12 @@ const char *kvt_hw_builtin_name(size_t i)
 	return i < KVT_ARRAY_SIZE(builtins) ? builtins[i] : NULL;
 }
 
+/* Copy-curve bounds: chunks of 1 B..1 TiB, rates of 0.001..1e5 GB/s (the
+ * range link.gbps allows). */
+#define CHUNK_MAX 1099511627776.0
+#define GBPS_MIN 0.001
+#define GBPS_MAX 1e5
+
 /* "64K" -> 65536; 0 or -1. */
 static int parse_bytes(const char *s, double *out)
 {
@@ -106,7 +113,7 @@ static int parse_bytes(const char *s, double *out)
 	case 'G': v *= 1024.0 * 1024 * 1024, end++; break;
 	default: break;
 	}
-	if (end == s || *end || !(v > 0))
+	if (end == s || *end || !(v >= 1 && v <= CHUNK_MAX))
 		return -1;
 	*out = v;
 	return 0;
@@ -132,9 +139,12 @@ static int parse_curve(char *v, kvt_copy_curve *k, const char *where)
 		gbps = strtod(colon + 1, &end);
 		while (isspace((unsigned char)*end))
 			end++;
-		if (parse_bytes(a, &bytes) || *end || !(gbps > 0))
+		if (parse_bytes(a, &bytes) || *end ||
+		    !(gbps >= GBPS_MIN && gbps <= GBPS_MAX))
 			return kvti_fail(KVT_ECONFIG, "%s: bad curve point "
-					 "'%s:%s'", where, a, colon + 1);
+					 "'%s:%s' (chunk 1..1T bytes, rate "
+					 "%g..%g GB/s)", where, a, colon + 1,
+					 GBPS_MIN, GBPS_MAX);
 		if (n == KVT_CURVE_MAX)
 			return kvti_fail(KVT_ECONFIG, "%s: more than %d curve "
 					 "points", where, KVT_CURVE_MAX);
@@ -173,7 +183,7 @@ static int set_key(kvt_hw *hw, const struct key *k, char *v,
 	if (end == v || *end || errno)
 		return kvti_fail(KVT_ECONFIG, "%s: '%s' is not a number", where,
 				 v);
-	if (d < k->lo || d > k->hi)
+	if (!(d >= k->lo && d <= k->hi)) /* NaN fails too */
 		return kvti_fail(KVT_ECONFIG, "%s: %g is outside %g..%g", where,
 				 d, k->lo, k->hi);
 	if (k->type == K_U32) {
@@ -266,9 +276,13 @@ int kvt_hw_parse(kvt_hw *out, const char *text, const char *label)
 		for (i = 0; i < NKEYS; i++)
 			if (!strcmp(keys[i].name, key))
 				break;
-		if (i == NKEYS)
+		if (i == NKEYS) {
+			char q[64];
+
 			return kvti_fail(KVT_ECONFIG, "%s:%d: unknown key '%s'",
-					 label, lineno, key);
+					 label, lineno, kvti_printable(q,
+					 sizeof(q), key, SIZE_MAX));
+		}
 		snprintf(where, sizeof(where), "%s:%d: %s", label, lineno, key);
 		if (seen[i]++)
 			return kvti_fail(KVT_ECONFIG, "%s: given twice", where);
@@ -308,7 +322,7 @@ int kvt_hw_load(kvt_hw *hw, const char *name)
 	if (is_path(name)) {
 		if ((err = kvti_read_file(name, 1 << 20, &text, NULL)))
 			return kvti_fail(err, "profile '%s': %s", name,
-					 kvt_strerror(err));
+					 kvti_file_strerror(err));
 		err = kvt_hw_parse(hw, text, name);
 		kvt_free(text);
 		return err;
@@ -426,13 +440,28 @@ int kvt_hw_apply_xfer(kvt_hw *out, const char *json, const char *label)
 		const cJSON *l = cJSON_GetObjectItemCaseSensitive(x, "limit_gbps");
 
 		if (!cJSON_IsString(m) || !cJSON_IsString(d) ||
-		    strcmp(d->valuestring, "load") || !cJSON_IsNumber(p) ||
-		    !cJSON_IsNumber(r) || !(p->valuedouble >= 1) ||
-		    !(r->valuedouble > 0))
+		    strcmp(d->valuestring, "load"))
 			continue;
 		for (size_t i = 0; i < KVT_ARRAY_SIZE(map); i++) {
 			if (strcmp(m->valuestring, map[i].name))
 				continue;
+			/* a point we would use must make sense: no silent skip */
+			if (!cJSON_IsNumber(p) || !(p->valuedouble >= 1 &&
+			    p->valuedouble <= (1u << 20)) ||
+			    p->valuedouble != (double)(uint32_t)p->valuedouble ||
+			    !cJSON_IsNumber(r) || !(r->valuedouble >= GBPS_MIN &&
+			    r->valuedouble <= GBPS_MAX) ||
+			    (l && !cJSON_IsNull(l) && !(cJSON_IsNumber(l) &&
+				    l->valuedouble >= 0 &&
+				    l->valuedouble <= GBPS_MAX))) {
+				err = kvti_fail(KVT_ECONFIG, "%s: %s load point "
+						"%d: page_tokens must be an "
+						"integer in 1..1048576, gbps "
+						"and limit_gbps in %g..%g",
+						label, map[i].name, used + 1,
+						GBPS_MIN, GBPS_MAX);
+				break;
+			}
 			g.page_tokens = (uint32_t)p->valuedouble;
 			curve_put(&fresh[map[i].m],
 				  (double)kvt_geom_chunk_bytes(&g),
@@ -441,6 +470,8 @@ int kvt_hw_apply_xfer(kvt_hw *out, const char *json, const char *label)
 				limit = KVT_MAX(limit, l->valuedouble);
 			used++;
 		}
+		if (err)
+			break;
 	}
 	cJSON_Delete(root);
 	if (err)

@@ -79,7 +79,7 @@ int kvti_sim_geom(const kvt_sim_config *c, kvt_geom *g)
 			 S_ISDIR(st.st_mode) ? "/config.json" : "");
 		if ((err = kvti_read_file(path, 1 << 22, &text, NULL)))
 			return kvti_fail(err, "model config '%s': %s", path,
-					 kvt_strerror(err));
+					 kvti_file_strerror(err));
 		err = kvt_geom_from_json(g, text, c->model, c->page_tokens,
 					 c->tp, 0);
 		kvt_free(text);

@@ -251,9 +251,10 @@ static int dram_open(kvt_tier *t)
 	    (err = mem_check_ram(t, t->spec.bytes)))
 		return err;
 	if (t->spec.numa_node >= 0) {
-		if ((err = kvti_numa_node_check(t->spec.numa_node, &cpus)))
-			return kvti_fail(err, "tier spec '%s': %s", t->spec.text,
-					 kvt_errdetail());
+		if ((err = kvti_numa_node_check(t->spec.numa_node, &cpus))) {
+			kvti_errctx("tier spec '%s'", t->spec.text);
+			return err;
+		}
 		snprintf(t->where, sizeof(t->where), "node %d",
 			 t->spec.numa_node);
 	}
@@ -379,9 +380,10 @@ static int fabric_numa(kvt_tier *t, uint64_t page)
 
 	if ((err = kvti_tier_slots(t, t->spec.bytes, page, &nslots)))
 		return err;
-	if ((err = kvti_numa_node_check(t->spec.numa_node, &cpus)))
-		return kvti_fail(err, "tier spec '%s': %s", t->spec.text,
-				 kvt_errdetail());
+	if ((err = kvti_numa_node_check(t->spec.numa_node, &cpus))) {
+		kvti_errctx("tier spec '%s'", t->spec.text);
+		return err;
+	}
 	if (cpus > 0 && !t->spec.allow_cpus)
 		return kvti_fail(KVT_ESPEC, "tier spec '%s': NUMA node %d has %d "
 				 "CPUs, so it is not dedicated (CXL) memory; add "

@@ -123,11 +123,15 @@ static int ssd_header_check(kvt_tier *t, struct ssd_file *sf, uint32_t f)
 		   h->slot_bytes != t->desc.slot_bytes ||
 		   h->slots != file_slots(t, f) ||
 		   h->page_bytes != kvt_geom_page_bytes(&t->geom)) {
+		char name[sizeof(h->geom) + 1];
+
+		/* it may be anything: another program's file, a torn write */
+		kvti_printable(name, sizeof(name), h->geom, sizeof(h->geom));
 		err = kvti_fail(KVT_ECORRUPT, "%s holds another set (file %u of "
-				"%u, %llu slots of %llu bytes, geometry %.64s); "
+				"%u, %llu slots of %llu bytes, geometry '%s'); "
 				"add 'fresh' to the spec to replace it", sf->path,
 				h->index, h->count, (unsigned long long)h->slots,
-				(unsigned long long)h->slot_bytes, h->geom);
+				(unsigned long long)h->slot_bytes, name);
 	}
 	kvt_free(h);
 	return err;
@@ -184,6 +188,19 @@ static int ssd_open_file(kvt_tier *t, uint32_t f, uint64_t len)
 					 strerror(e));
 		}
 		return ssd_header_write(t, sf, f);
+	}
+	/* a matching header on a file cut short (truncated, a copy that
+	 * stopped): its slots past the end would read as nothing and write
+	 * into space never reserved */
+	if ((uint64_t)st.st_size < len) {
+		char a[32], b[32];
+
+		return kvti_fail(KVT_ECORRUPT, "%s is %s, shorter than the %s its "
+				 "header says (truncated?); add 'fresh' to the "
+				 "spec to replace it", sf->path,
+				 kvt_size_format((uint64_t)st.st_size, a,
+						 sizeof(a)),
+				 kvt_size_format(len, b, sizeof(b)));
 	}
 	return 0;
 }
