@@ -21,9 +21,9 @@
 #define SP 8        /* pages per session */
 
 #ifdef KVT_SANITIZED
-#define OPS 80
-#else
 #define OPS 200
+#else
+#define OPS 600
 #endif
 
 static kvt_geom geom;

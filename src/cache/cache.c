@@ -414,6 +414,15 @@ out:
 	kvt_free(sums);
 }
 
+/* 1 if batch @p was decided after batch @b (ids grow, skipping 0 for
+ * stores). A later batch that marked our source PEND is going to write it
+ * once our read is done (it waits for rd == 0): waiting for it would be a
+ * cycle, and the bytes we read are still the old page's. */
+static int batch_later(uint32_t p, uint32_t b)
+{
+	return p && (int32_t)(p - b) > 0;
+}
+
 /* Run a batch wave by wave (with c->mu held for synchronous flushes, no
  * lock for the background's), committing each wave's destinations as it
  * ends. Before a wave its slots settle: destinations free of readers,
@@ -436,7 +445,8 @@ static void batch_run(kvt_cache *c, struct move *mv, size_t n)
 				continue;
 			while (c->m[mv[i].dst].rd[mv[i].ds] ||
 			       (sm->state[mv[i].ss] == ST_PEND &&
-				sm->pby[mv[i].ss] != mv[i].batch))
+				sm->pby[mv[i].ss] != mv[i].batch &&
+				!batch_later(sm->pby[mv[i].ss], mv[i].batch)))
 				pthread_cond_wait(&c->scv, &c->smu);
 		}
 		pthread_mutex_unlock(&c->smu);
@@ -747,6 +757,7 @@ static void store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 static void job_finish(kvt_cache *c, kvt_cache_job *j)
 {
 	uint64_t one = 1;
+	double wait_s;
 	int cancel;
 
 	pthread_mutex_lock(&j->mu);
@@ -769,18 +780,21 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	}
 	if (j->kind == JOB_STORE)
 		bg_kick(c);
+	/* once done is set the owner may free the job at any moment: the
+	 * eventfd tick and everything read from the job happen before */
 	pthread_mutex_lock(&j->mu);
 	j->st.total_s = secs(j->t0);
 	if (j->cancel && !j->result)
 		j->result = -ECANCELED;
-	j->done = 1;
-	pthread_cond_broadcast(&j->cv);
-	pthread_mutex_unlock(&j->mu);
+	wait_s = j->st.wait_s;
 	if (write(j->efd, &one, sizeof(one)) < 0) {
 		/* cannot overflow in practice */
 	}
+	j->done = 1;
+	pthread_cond_broadcast(&j->cv);
+	pthread_mutex_unlock(&j->mu);
 	pthread_mutex_lock(&c->smu);
-	c->st.wait_s += j->st.wait_s;
+	c->st.wait_s += wait_s;
 	if (--c->jobs == 0)
 		pthread_cond_broadcast(&c->scv);
 	pthread_mutex_unlock(&c->smu);
