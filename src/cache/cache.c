@@ -740,6 +740,7 @@ static void store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 static void job_finish(kvt_cache *c, kvt_cache_job *j)
 {
 	uint64_t one = 1;
+	double wait_s;
 	int cancel;
 
 	pthread_mutex_lock(&j->mu);
@@ -762,18 +763,21 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	}
 	if (j->kind == JOB_STORE)
 		bg_kick(c);
+	wait_s = j->st.wait_s;
+	/* the job is the caller's once done is set: touch nothing of it
+	 * after this critical section (kvt_cache_job_free() takes j->mu) */
 	pthread_mutex_lock(&j->mu);
 	j->st.total_s = secs(j->t0);
 	if (j->cancel && !j->result)
 		j->result = -ECANCELED;
 	j->done = 1;
 	pthread_cond_broadcast(&j->cv);
-	pthread_mutex_unlock(&j->mu);
 	if (write(j->efd, &one, sizeof(one)) < 0) {
 		/* cannot overflow in practice */
 	}
+	pthread_mutex_unlock(&j->mu);
 	pthread_mutex_lock(&c->smu);
-	c->st.wait_s += j->st.wait_s;
+	c->st.wait_s += wait_s;
 	if (--c->jobs == 0)
 		pthread_cond_broadcast(&c->scv);
 	pthread_mutex_unlock(&c->smu);
@@ -1726,12 +1730,20 @@ void kvt_cache_job_stat_get(kvt_cache_job *j, kvt_cache_job_stat *st)
 
 void kvt_cache_job_free(kvt_cache_job *j)
 {
+	int done;
+
 	if (!j)
 		return;
-	if (!j->done) {
+	pthread_mutex_lock(&j->mu);
+	done = j->done;
+	pthread_mutex_unlock(&j->mu);
+	if (!done) {
 		kvt_cache_job_cancel(j);
 		kvt_cache_job_wait(j, -1);
 	}
+	/* job_finish()'s last touch ends with its critical section */
+	pthread_mutex_lock(&j->mu);
+	pthread_mutex_unlock(&j->mu);
 	for (int k = 0; k < MAX_SUBS; k++)
 		sub_free(&j->sub[k]);
 	if (j->efd >= 0)
