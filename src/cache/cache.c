@@ -46,6 +46,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <time.h>
@@ -1257,6 +1258,12 @@ int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 
 /* ---- jobs: creation ------------------------------------------------------- */
 
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
 static int job_new(kvt_cache *c, int kind, uint32_t tenant,
 		   const kvt_page_key *keys, size_t nkeys, size_t first,
 		   const uint32_t *blocks, kvt_cache_job **out)
@@ -1308,14 +1315,15 @@ static int job_new(kvt_cache *c, int kind, uint32_t tenant,
 	}
 	memcpy(j->keys, keys, nkeys * sizeof(*keys));
 	memcpy(j->blocks, blocks, n * sizeof(*blocks));
-	/* duplicate blocks would be written twice by one job */
-	for (size_t i = 0; i < n; i++)
-		for (size_t k = i + 1; k < n && n <= 4096; k++)
-			if (blocks[i] == blocks[k]) {
-				kvt_cache_job_free(j);
-				return kvti_fail(-EINVAL, "cache: block %u named "
-						 "twice", blocks[i]);
-			}
+	/* a block named twice would be written twice by one job */
+	memcpy(j->tslot, blocks, n * sizeof(*blocks));
+	qsort(j->tslot, n, sizeof(*j->tslot), cmp_u32);
+	for (size_t i = 1; i < n; i++)
+		if (j->tslot[i] == j->tslot[i - 1]) {
+			uint32_t b = j->tslot[i];
+			kvt_cache_job_free(j);
+			return kvti_fail(-EINVAL, "cache: block %u named twice", b);
+		}
 	*out = j;
 	return 0;
 }
