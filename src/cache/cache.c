@@ -607,6 +607,8 @@ static void sub_layer(kvt_xfer_job *xj, uint32_t layer, void *arg)
 	pthread_mutex_lock(&j->mu);
 	if (layer + 1 > s->landed)
 		s->landed = layer + 1;
+	if (!j->st.layer0_s && job_ready(j) > 0)
+		j->st.layer0_s = secs(j->t0);
 	pthread_cond_broadcast(&j->cv);
 	pthread_mutex_unlock(&j->mu);
 }
@@ -635,6 +637,8 @@ static void sub_end(struct sub *s, int err)
 	s->done = 1;
 	if (!err)
 		s->landed = j->c->L;
+	if (!j->st.layer0_s && job_ready(j) > 0)
+		j->st.layer0_s = secs(j->t0);
 	last = --j->subs_left == 0;
 	pthread_cond_broadcast(&j->cv);
 	pthread_mutex_unlock(&j->mu);
@@ -1648,8 +1652,6 @@ int kvt_cache_job_wait_layer(kvt_cache_job *j, uint32_t layer,
 	}
 	if (err == -ETIMEDOUT && (j->done || job_ready(j) > layer))
 		err = 0;
-	if (!err && layer == 0 && !j->st.layer0_s)
-		j->st.layer0_s = secs(j->t0);
 	if (!err && j->done && job_ready(j) <= layer) {
 		if (j->cancel && j->result == -ECANCELED)
 			err = -ECANCELED;
