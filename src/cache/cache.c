@@ -41,6 +41,7 @@
  * done, so a job's pins and slot states change in one place.
  */
 #include "core/core.h"
+#include "core/cuda.h"
 #include "xfer/xxh.h"
 
 #include <errno.h>
@@ -103,6 +104,7 @@ struct kvt_cache_job {
 	size_t nkeys;        /* the prefix (pinned while the job runs) */
 	int pinned;
 	size_t first, n;     /* requested pages [first, first + n) */
+	size_t absent;       /* load: pages failed at setup (not cached) */
 	uint32_t *blocks;    /* n */
 	uint8_t *failed;     /* n, final once done */
 	uint32_t *tslot;     /* store: each page's slot in the top tier, or
@@ -607,7 +609,7 @@ static void sub_layer(kvt_xfer_job *xj, uint32_t layer, void *arg)
 	pthread_mutex_lock(&j->mu);
 	if (layer + 1 > s->landed)
 		s->landed = layer + 1;
-	if (!j->st.layer0_s && job_ready(j) > 0)
+	if (!j->st.layer0_s && j->absent < j->n && job_ready(j) > 0)
 		j->st.layer0_s = secs(j->t0);
 	pthread_cond_broadcast(&j->cv);
 	pthread_mutex_unlock(&j->mu);
@@ -637,7 +639,8 @@ static void sub_end(struct sub *s, int err)
 	s->done = 1;
 	if (!err)
 		s->landed = j->c->L;
-	if (!j->st.layer0_s && job_ready(j) > 0)
+	if (!j->st.layer0_s && j->absent < j->n && job_ready(j) > 0 &&
+	    !err)
 		j->st.layer0_s = secs(j->t0);
 	last = --j->subs_left == 0;
 	pthread_cond_broadcast(&j->cv);
@@ -1009,6 +1012,8 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 	int err;
 
 	kvti_errclear();
+	if (!out)
+		return kvti_fail(-EINVAL, "cache open: no handle to fill");
 	if ((err = config_take(&cfg, in)))
 		return err;
 	c = kvt_calloc(1, sizeof(*c));
@@ -1110,7 +1115,7 @@ int kvt_cache_register(kvt_cache *c, void *const *base, uint32_t nlayers,
 		       uint64_t kv_stride, uint64_t token_stride, int device)
 {
 	kvt_layout l;
-	kvt_tier *t;
+	kvt_tier *t = NULL;
 	int err;
 
 	kvti_errclear();
@@ -1127,6 +1132,17 @@ int kvt_cache_register(kvt_cache *c, void *const *base, uint32_t nlayers,
 					   kv_stride, token_stride)))
 		return err;
 	if (device >= 0) {
+		char note[128] = "";
+		int ngpu = 0;
+
+		/* no CUDA or no such GPU first: pinning cannot help then */
+		if ((err = kvti_cuda_device_count(&ngpu, note, sizeof(note))))
+			return kvti_fail(err, "cache register: GPU memory in a "
+					 "build without CUDA");
+		if (device >= ngpu)
+			return kvti_fail(KVT_ENODEV, "cache register: no GPU %d "
+					 "(%d found%s%s)", device, ngpu,
+					 note[0] ? ": " : "", note);
 		for (int k = 0; k < KVT_TIER_COUNT; k++) {
 			kvt_tier_desc d;
 
@@ -1314,6 +1330,7 @@ static int job_new(kvt_cache *c, int kind, uint32_t tenant,
 	if (!j->keys || !j->blocks || !j->failed || !j->tslot || j->efd < 0) {
 		int err = j->efd < 0 ? kvti_fail(-errno, "eventfd: %s",
 						 strerror(errno)) : -ENOMEM;
+		j->done = 1; /* never started: nothing to wait for */
 		kvt_cache_job_free(j);
 		return err;
 	}
@@ -1325,6 +1342,8 @@ static int job_new(kvt_cache *c, int kind, uint32_t tenant,
 	for (size_t i = 1; i < n; i++)
 		if (j->tslot[i] == j->tslot[i - 1]) {
 			uint32_t b = j->tslot[i];
+
+			j->done = 1; /* never started */
 			kvt_cache_job_free(j);
 			return kvti_fail(-EINVAL, "cache: block %u named twice", b);
 		}
@@ -1413,6 +1432,8 @@ int kvt_cache_load(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	uint64_t t0;
 
 	kvti_errclear();
+	if (!out)
+		return kvti_fail(-EINVAL, "cache load: no job handle to fill");
 	if ((err = job_new(c, JOB_LOAD, tenant, keys, nkeys, first, blocks, &j)))
 		return err;
 	for (int t = 0; t < KVT_TIER_COUNT; t++) {
@@ -1474,6 +1495,7 @@ int kvt_cache_load(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	}
 	pthread_mutex_unlock(&c->smu);
 	j->st.wait_s += secs(t0);
+	j->absent = j->st.failed;
 	if (j->sub[KVT_TIER_SSD].n &&
 	    (c->stage_ssd || kvt_tier_kind_of(c->engine) == KVT_TIER_HBM) &&
 	    c->stage)
@@ -1511,6 +1533,8 @@ int kvt_cache_store(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	int err;
 
 	kvti_errclear();
+	if (!out)
+		return kvti_fail(-EINVAL, "cache store: no job handle to fill");
 	if ((err = job_new(c, JOB_STORE, tenant, keys, nkeys, first, blocks,
 			   &j)))
 		return err;
@@ -1644,20 +1668,23 @@ int kvt_cache_job_wait_layer(kvt_cache_job *j, uint32_t layer,
 	if (timeout_ns >= 0)
 		timespec_in(&ts, timeout_ns);
 	pthread_mutex_lock(&j->mu);
-	while (!j->done && job_ready(j) <= layer && !err) {
+	/* a load none of whose pages is cached copies nothing: its layers
+	 * are never ready, its error comes when it is done */
+	while (!j->done && (job_ready(j) <= layer || j->absent == j->n) &&
+	       !err) {
 		if (timeout_ns < 0)
 			pthread_cond_wait(&j->cv, &j->mu);
 		else
 			err = -pthread_cond_timedwait(&j->cv, &j->mu, &ts);
 	}
-	if (err == -ETIMEDOUT && (j->done || job_ready(j) > layer))
+	if (err == -ETIMEDOUT && (j->done ||
+				 (job_ready(j) > layer && j->absent < j->n)))
 		err = 0;
-	if (!err && j->done && job_ready(j) <= layer) {
-		if (j->cancel && j->result == -ECANCELED)
-			err = -ECANCELED;
-		else if (job_all_failed(j))
-			err = j->result;
-	}
+	if (!err && j->done && job_all_failed(j))
+		err = j->result; /* no transfer may have run: nothing landed */
+	else if (!err && j->done && job_ready(j) <= layer &&
+		 j->cancel && j->result == -ECANCELED)
+		err = -ECANCELED;
 	pthread_mutex_unlock(&j->mu);
 	return err;
 }
