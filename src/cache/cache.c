@@ -47,6 +47,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <time.h>
@@ -780,18 +781,18 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	}
 	if (j->kind == JOB_STORE)
 		bg_kick(c);
-	/* once done is set the owner may free the job at any moment: the
-	 * eventfd tick and everything read from the job happen before */
+	wait_s = j->st.wait_s;
+	/* the job is the caller's once done is set: touch nothing of it
+	 * after this critical section (kvt_cache_job_free() takes j->mu) */
 	pthread_mutex_lock(&j->mu);
 	j->st.total_s = secs(j->t0);
 	if (j->cancel && !j->result)
 		j->result = -ECANCELED;
-	wait_s = j->st.wait_s;
+	j->done = 1;
+	pthread_cond_broadcast(&j->cv);
 	if (write(j->efd, &one, sizeof(one)) < 0) {
 		/* cannot overflow in practice */
 	}
-	j->done = 1;
-	pthread_cond_broadcast(&j->cv);
 	pthread_mutex_unlock(&j->mu);
 	pthread_mutex_lock(&c->smu);
 	c->st.wait_s += wait_s;
@@ -1287,6 +1288,12 @@ int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 
 /* ---- jobs: creation ------------------------------------------------------- */
 
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
 static int job_new(kvt_cache *c, int kind, uint32_t tenant,
 		   const kvt_page_key *keys, size_t nkeys, size_t first,
 		   const uint32_t *blocks, kvt_cache_job **out)
@@ -1339,15 +1346,17 @@ static int job_new(kvt_cache *c, int kind, uint32_t tenant,
 	}
 	memcpy(j->keys, keys, nkeys * sizeof(*keys));
 	memcpy(j->blocks, blocks, n * sizeof(*blocks));
-	/* duplicate blocks would be written twice by one job */
-	for (size_t i = 0; i < n; i++)
-		for (size_t k = i + 1; k < n && n <= 4096; k++)
-			if (blocks[i] == blocks[k]) {
-				j->done = 1;
-				kvt_cache_job_free(j);
-				return kvti_fail(-EINVAL, "cache: block %u named "
-						 "twice", blocks[i]);
-			}
+	/* a block named twice would be written twice by one job */
+	memcpy(j->tslot, blocks, n * sizeof(*blocks));
+	qsort(j->tslot, n, sizeof(*j->tslot), cmp_u32);
+	for (size_t i = 1; i < n; i++)
+		if (j->tslot[i] == j->tslot[i - 1]) {
+			uint32_t b = j->tslot[i];
+
+			j->done = 1; /* never started */
+			kvt_cache_job_free(j);
+			return kvti_fail(-EINVAL, "cache: block %u named twice", b);
+		}
 	*out = j;
 	return 0;
 }
@@ -1768,12 +1777,20 @@ void kvt_cache_job_stat_get(kvt_cache_job *j, kvt_cache_job_stat *st)
 
 void kvt_cache_job_free(kvt_cache_job *j)
 {
+	int done;
+
 	if (!j)
 		return;
-	if (!j->done) {
+	pthread_mutex_lock(&j->mu);
+	done = j->done;
+	pthread_mutex_unlock(&j->mu);
+	if (!done) {
 		kvt_cache_job_cancel(j);
 		kvt_cache_job_wait(j, -1);
 	}
+	/* job_finish()'s last touch ends with its critical section */
+	pthread_mutex_lock(&j->mu);
+	pthread_mutex_unlock(&j->mu);
 	for (int k = 0; k < MAX_SUBS; k++)
 		sub_free(&j->sub[k]);
 	if (j->efd >= 0)
