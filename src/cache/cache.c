@@ -351,7 +351,8 @@ static void run_pair(kvt_cache *c, struct move *mv, size_t n, uint32_t w,
 {
 	uint32_t *ss = NULL, *ds = NULL;
 	uint64_t *sums = NULL;
-	size_t k = 0, cnt = 0;
+	uint8_t *bad = NULL;
+	size_t k = 0, cnt = 0, nbad = 0;
 	kvt_xfer_job *job;
 	int err;
 
@@ -363,7 +364,8 @@ static void run_pair(kvt_cache *c, struct move *mv, size_t n, uint32_t w,
 	ss = kvt_malloc(cnt * sizeof(*ss));
 	ds = kvt_malloc(cnt * sizeof(*ds));
 	sums = kvt_malloc(cnt * c->L * sizeof(*sums));
-	if (!ss || !ds || !sums) {
+	bad = kvt_calloc(cnt, 1);
+	if (!ss || !ds || !sums || !bad) {
 		err = -ENOMEM;
 		goto out;
 	}
@@ -379,10 +381,13 @@ static void run_pair(kvt_cache *c, struct move *mv, size_t n, uint32_t w,
 		k++;
 	}
 	pthread_mutex_unlock(&c->smu);
+	/* with @bad, a page that fails verification fails alone: the other
+	 * pages of the batch still move */
 	kvt_xfer_desc xd = {
 		.src = c->tiers[s], .dst = c->tiers[d], .src_slots = ss,
 		.dst_slots = ds, .npages = cnt, .prio = KVT_XFER_PRIO_LOW,
 		.sums = c->verify ? sums : NULL,
+		.bad = c->verify ? bad : NULL,
 		.flags = c->verify ? KVT_XFER_LVERIFY : 0,
 	};
 	err = kvt_xfer_submit(c->x, &xd, &job);
@@ -390,29 +395,34 @@ static void run_pair(kvt_cache *c, struct move *mv, size_t n, uint32_t w,
 		err = kvt_xfer_wait(job, -1);
 		kvt_xfer_job_free(job);
 	}
-	if (err)
-		kvti_warn("cache: copying %zu pages %s -> %s failed: %s", cnt,
+	for (k = 0; !err && k < cnt; k++)
+		nbad += bad[k] != 0;
+	if (err || nbad)
+		kvti_warn("cache: copying %zu pages %s -> %s: %s", cnt,
 			  kvt_tier_kind_name((kvt_tier_kind)s),
-			  kvt_tier_kind_name((kvt_tier_kind)d), kvt_errdetail());
+			  kvt_tier_kind_name((kvt_tier_kind)d), err ?
+			  kvt_errdetail() : "pages failed their checksums");
 out:
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0, q = 0; i < n; i++)
 		if (mv[i].wave == w && mv[i].src == s && mv[i].dst == d &&
 		    mv[i].ok)
-			mv[i].err = err;
+			mv[i].err = err ? err : bad[q++] ? KVT_ECORRUPT : 0;
 	pthread_mutex_lock(&c->smu);
 	c->st.moves++;
 	c->st.move_pages += cnt;
 	c->st.move_bytes += cnt * page_bytes(c);
 	if (!err && c->verify)
-		c->st.verified += cnt;
-	else if (err == KVT_ECORRUPT)
+		c->st.verified += cnt - nbad;
+	if (err == KVT_ECORRUPT)
 		c->st.corrupt += cnt;
 	else if (err)
 		c->st.move_errors += cnt;
+	c->st.corrupt += nbad;
 	pthread_mutex_unlock(&c->smu);
 	kvt_free(ss);
 	kvt_free(ds);
 	kvt_free(sums);
+	kvt_free(bad);
 }
 
 /* 1 if batch @p was decided after batch @b (ids grow, skipping 0 for
