@@ -330,10 +330,7 @@ static void test_round_trip(int outer, unsigned flags, int write)
 		for (int k = 0; k < KVT_TIER_COUNT; k++)
 			where[k] += r.tier_pages[k];
 	}
-	fprintf(stderr, "  after quiesce: fabric %llu dram %llu ssd %llu pages\n",
-		(unsigned long long)where[KVT_TIER_FABRIC],
-		(unsigned long long)where[KVT_TIER_DRAM],
-		(unsigned long long)where[KVT_TIER_SSD]);
+	tier_counts_print("after quiesce", where);
 	CHECK(where[KVT_TIER_FABRIC] > 0);
 	CHECK(where[KVT_TIER_DRAM] > 0);
 	CHECK(where[KVT_TIER_SSD] > 0);
