@@ -122,6 +122,7 @@ struct kvt_cache_job {
 	kvt_cache_job_stat st;
 	uint64_t t0;
 	kvt_cache_job *qnext; /* c->wmu: worker queue */
+	kvt_cache_job *lprev, *lnext; /* c->smu: the cache's live jobs */
 };
 
 struct kvt_cache {
@@ -150,6 +151,8 @@ struct kvt_cache {
 	struct meta m[KVT_TIER_COUNT];
 	kvt_cache_stat st;
 	int jobs;                        /* jobs not yet finished */
+	kvt_cache_job *live;             /* started, not yet done: close
+					    cancels them */
 
 	pthread_mutex_t wmu;             /* worker and background queues */
 	pthread_cond_t wcv, bgcv;
@@ -792,6 +795,15 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	if (j->kind == JOB_STORE)
 		bg_kick(c);
 	wait_s = j->st.wait_s;
+	/* off the live list before it is done (and may be freed) */
+	pthread_mutex_lock(&c->smu);
+	if (j->lprev)
+		j->lprev->lnext = j->lnext;
+	else
+		c->live = j->lnext;
+	if (j->lnext)
+		j->lnext->lprev = j->lprev;
+	pthread_mutex_unlock(&c->smu);
 	/* the job is the caller's once done is set: touch nothing of it
 	 * after this critical section (kvt_cache_job_free() takes j->mu) */
 	pthread_mutex_lock(&j->mu);
@@ -1106,7 +1118,12 @@ void kvt_cache_close(kvt_cache *c)
 {
 	if (!c)
 		return;
+	/* cancel every job still running (a live job cannot become done,
+	 * so cannot be freed, while smu is held: it leaves the list first;
+	 * a cancel never waits) */
 	pthread_mutex_lock(&c->smu);
+	for (kvt_cache_job *j = c->live; j; j = j->lnext)
+		kvt_cache_job_cancel(j);
 	while (c->jobs)
 		pthread_cond_wait(&c->scv, &c->smu);
 	pthread_mutex_unlock(&c->smu);
@@ -1401,6 +1418,11 @@ static int job_start(kvt_cache *c, kvt_cache_job *j)
 
 	pthread_mutex_lock(&c->smu);
 	c->jobs++;
+	j->lprev = NULL;
+	j->lnext = c->live;
+	if (c->live)
+		c->live->lprev = j;
+	c->live = j;
 	pthread_mutex_unlock(&c->smu);
 	j->subs_left = 1; /* held until every transfer is submitted */
 	for (int k = 0; k < j->nsub; k++) {
