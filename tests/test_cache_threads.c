@@ -105,7 +105,7 @@ static void do_load(uint32_t *b, uint64_t *seed)
 	}
 	for (uint32_t l = 0; l < engine.L && !cancel; l++) {
 		err = kvt_cache_job_wait_layer(j, l, -1);
-		TCHECK(err == 0 || err == KVT_ENOTFOUND);
+		TCHECK(err == 0 || err == KVT_ENOTFOUND || err == KVT_EBUSY);
 	}
 	err = kvt_cache_job_wait(j, -1);
 	nf = kvt_cache_job_failed(j, failed, SP);
