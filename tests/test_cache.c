@@ -554,7 +554,7 @@ static void test_cancel(void)
 	CHECK_ERR(kvt_cache_job_cancel(j), -EALREADY);
 	CHECK(fd_ready(kvt_cache_job_fd(j)));
 	kvt_cache_job_free(j);
-	CHECK_ERR(job_finish(lj, failed, 6, &nf), KVT_ENOTFOUND);
+	CHECK_ERR(job_finish(lj, failed, 6, &nf), KVT_EBUSY); /* being stored */
 	CHECK_EQ(nf, 6);
 	for (int i = 0; i < 6; i++)
 		CHECK(eng_block_poisoned(&e, b2[i]));
