@@ -618,6 +618,7 @@ static void *bg_main(void *arg)
 	while (!c->stopping) {
 		struct timespec ts;
 		uint64_t t0;
+		uint32_t batch;
 		int any;
 
 		if (!c->bg_kick) {
@@ -633,9 +634,10 @@ static void *bg_main(void *arg)
 		t0 = kvt_now_ns();
 		pthread_mutex_lock(&c->mu);
 		any = bg_decide(c);
+		batch = c->batch; /* a synchronous flush may take a new id */
 		pthread_mutex_unlock(&c->mu);
 		if (c->bgb.n) {
-			batch_run(c, &c->bgb, c->batch, 0);
+			batch_run(c, &c->bgb, batch, 0);
 			c->bgb.n = 0;
 		}
 		pthread_mutex_lock(&c->smu);
@@ -1238,6 +1240,9 @@ int kvt_cache_register(kvt_cache *c, void *const *base, uint32_t nlayers,
 		int ngpu = 0;
 
 		/* no CUDA or no such GPU first: pinning cannot help then */
+		if (!kvti_cuda_built())
+			return kvti_fail(KVT_ENOTBUILT, "cache register: GPU "
+					 "memory in a build without CUDA");
 		if ((err = kvti_cuda_device_count(&ngpu, note, sizeof(note))))
 			return kvti_fail(err, "cache register: GPU memory in a "
 					 "build without CUDA");
