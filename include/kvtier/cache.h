@@ -1,44 +1,76 @@
 /*
- * kvtier/cache.h — the node cache: tiers, pools, the index and the
- * transfer engine wired together. Included by <kvtier.h>.
+ * kvtier/cache.h — the node cache, as an inference engine uses it.
+ * Included by <kvtier.h>.
  *
- * The parts below it each do one thing: tiers hold slots, the index decides
- * and records, the transfer engine moves bytes. A kvt_cache is the glue an
- * engine (or the demo, or the daemon) uses so that every decision of the
- * index is carried out with real bytes, and every byte is checked:
+ * An engine (vLLM, SGLang, the demo, the daemon on an engine's behalf)
+ * owns its GPU KV memory and its block ids. kvtier owns the tiers below it
+ * (fabric, dram, ssd; remote later) and the index over them. The cache is
+ * the glue: the engine registers its KV memory once, then asks
  *
- *        kvt_cache_acquire(prefix)                kvt_cache_put()
- *                 |                                      |
- *                 v                                      v
- *        index: insert into hbm  ---- fresh slots ----> computed pages
- *                 |  (evicts, demotes)                   (caller's bytes)
- *                 v
- *        mover.copy(src, dst)  --- collected, then at mover.flush: one
- *                 |                transfer job per (source, destination)
- *                 |                tier pair and dependency wave, waited on
- *                 v
- *        loads: one job per source tier into hbm, checksums verified
+ *     lookup(keys)               how many leading pages kvtier can supply,
+ *                                by tier, and how many are still landing
+ *     load(keys -> blocks)       copy pages into the engine's blocks,
+ *                                layer by layer, verified       (async job)
+ *     store(blocks -> keys)      copy computed pages out of the engine's
+ *                                blocks into the fastest owned tier
+ *                                                               (async job)
  *
- * CHECKSUMS. The cache keeps, for every slot of every tier, the XXH3-64 of
- * the page it should hold (page-first byte order, as the transfer engine
- * computes it). A page gets its sum when it is put (computed) into hbm; the
- * sum follows the page on every demotion, copy and load, and every one of
- * those moves verifies it (KVT_XFER_VERIFY): a page that does not match is
- * never reported loaded. kvt_cache_verify() re-reads every resident copy.
+ *   engine KV memory (registered, never allocated by kvtier)
+ *   per layer l: base[l] + block*block_stride + kv*kv_stride + t*token_stride
+ *        ^   load: one transfer job per source tier,  |  store: one job
+ *        |   layer l ready = layer l of every block   |  into the top tier,
+ *        |   landed AND verified                      v  per-layer sums taken
+ *   +---------+   background demotion   +--------+   background   +-------+
+ *   | fabric  | ----------------------> |  dram  | -------------> |  ssd  |
+ *   +---------+   (watermarks, off the  +--------+                +-------+
+ *                 critical path)
  *
- * ORDER OF COPIES. Inside one index call a demotion can free a slot that a
- * later demotion of the same call writes (hbm -> fabric reuses the fabric
- * slot whose page just went fabric -> dram). The mover therefore runs the
- * copies of one call in dependency waves: a copy that writes a slot an
- * earlier copy reads, or reads a slot an earlier copy writes, goes in a
- * later wave; each wave is one job per tier pair, and waits for the one
- * before.
+ * KEYS. Pages are named by 128-bit keys (kvt_page_key): an engine's chained
+ * block hashes, or kvt_cache_hash_tokens() of its token ids (XXH3-128
+ * chained over the previous key and the page's tokens, seeded with the
+ * tenant's salt: the same tokens give the same keys in every process and
+ * after every restart; two tenants never share a page). A call names a
+ * prefix by all its keys from the start, keys[0..nkeys), because a page's
+ * key stands for everything before it.
  *
- * THREADS. A kvt_cache is used by one thread at a time (like the index it
- * owns); the transfer engine's threads work underneath.
+ * CHECKSUMS, LAYER BY LAYER. Every page copy in an owned tier carries one
+ * XXH3-64 per layer, taken over that layer's K and V chunks in page-first
+ * byte order (the same value wherever the page lives). A store takes the
+ * sums of what landed in the tier; every demotion verifies what landed
+ * against them; a load verifies, per layer, the bytes that landed in the
+ * engine's memory (host memory), or the host-side source just before the
+ * DMA (GPU memory: the GPU's copy is trusted to the DMA engine). So layer l
+ * is reported ready as soon as layer l is verified; the whole page need not
+ * be. A page that fails is reported in the job's failed-block list (the
+ * engine recomputes it) and the failing copy is marked bad: never served
+ * again, its slot reclaimed by eviction or rewritten by the next store of
+ * the page.
  *
- * TIME. Calls take the caller's @now (ns) for the index's recency, so the
- * cache can run on a wall clock or a virtual one.
+ * COMMIT. A page becomes visible to lookup and load only once its bytes
+ * are in place and summed: a store in progress, a cancelled store and a
+ * copy whose demotion is still moving are never served. Pages of a store in
+ * progress are reported as in flight.
+ *
+ * EVICTION OFF THE CRITICAL PATH. A background thread keeps every owned
+ * tier under its high watermark: it demotes the least recently used pages
+ * down (fabric -> dram -> ssd -> gone) to the low watermark, copying
+ * without holding the cache's lock. A store finds free slots in the common
+ * case and waits on nothing. When the top tier is full anyway (a burst
+ * faster than demotion), the store's insert evicts synchronously; that
+ * wait, and any wait for a slot that a background copy is still reading,
+ * is measured (kvt_cache_job_stat.wait_s).
+ *
+ * THREADS. Every call is thread-safe: an engine's scheduler thread may look
+ * up while its worker threads load, store and wait. One lock guards the
+ * index (held for bookkeeping only, never across a copy); jobs run on the
+ * transfer engine's threads. A job handle belongs to its creator; wait,
+ * poll, cancel and stat may come from any thread; free it once.
+ *
+ * ABI. Configuration is a versioned struct (its first field is its size);
+ * everything else is opaque handles and flat calls with integers, pointers
+ * and arrays: nothing a ctypes or C++ caller must mirror beyond
+ * kvt_cache_config and the two result structs below, all plain fields.
+ * The library's SONAME carries its major version.
  */
 #ifndef KVTIER_CACHE_H
 #define KVTIER_CACHE_H
@@ -52,147 +84,309 @@ extern "C" {
 #endif
 
 typedef struct kvt_cache kvt_cache;
+typedef struct kvt_cache_job kvt_cache_job;
+
+/** kvt_cache_config.flags */
+enum {
+	KVT_CACHE_NO_VERIFY = 1u << 0,  /* keep no checksums (unchecked) */
+	KVT_CACHE_STAGE_SSD = 1u << 1,  /* stage ssd -> engine loads through a
+					   bounce tier even into host memory
+					   (automatic for GPU memory) */
+	KVT_CACHE_NO_BACKGROUND = 1u << 2, /* no background demotion: tiers
+					   fill, then inserts evict
+					   synchronously (tests, ablation) */
+};
 
 /**
- * struct kvt_cache_config - how to build a cache (zero = defaults).
- * @tiers:     tier spec (include/kvtier/tier.h); must name one hbm or
- *             hostdev tier (the fastest, where pages are used) and at most
- *             one tier of each kind.
- * @geom:      the KV geometry (page_tokens is the index's P).
- * @evict, @write, @selective_hits: the index's policies (index.h).
- * @high, @low: watermarks of every tier (0: 0.95 and 0.85).
- * @xfer:      transfer engine settings (zero: defaults).
- * @no_verify: 1: keep no checksums (faster, unchecked).
- * @stage_ssd: 1: stage ssd -> hbm loads through the bounce tier even when
- *             a direct path exists (tests); automatic for CUDA hbm.
+ * struct kvt_cache_config - how to build a cache. Start from
+ * KVT_CACHE_CONFIG_INIT (or zero it and set @size), then set fields; zero
+ * means the default for every field but @size.
+ *
+ * @size:       sizeof(kvt_cache_config) as the caller knows it: the
+ *              version. Fields past it are taken as zero.
+ * @tiers:      owned tiers (tier.h spec): fabric, dram and/or ssd, at most
+ *              one of each. hbm and hostdev are the engine's: register them
+ *              with kvt_cache_register().
+ * @model:      geometry: a preset name or a config.json path, used when
+ *              @geom is NULL.
+ * @geom:       geometry (C callers); copied. Overrides @model.
+ * @page_tokens, @tp_size, @tp_rank: with @model (16, 1, 0).
+ * @evict:      enum kvt_evict_policy (LRU).
+ * @write:      enum kvt_write_policy (write-back).
+ * @selective_hits: for KVT_WRITE_SELECTIVE.
+ * @high, @low: background demotion watermarks of every owned tier, as
+ *              fractions of its slots (0.90, 0.75).
+ * @xfer_threads: transfer engine cpu workers (default of kvt_xfer).
+ * @flags:      KVT_CACHE_* bits.
  */
 typedef struct kvt_cache_config {
+	uint32_t size;
+	uint32_t flags;
 	const char *tiers;
-	kvt_geom geom;
-	int evict;
-	int write;
+	const char *model;
+	const kvt_geom *geom;
+	uint32_t page_tokens, tp_size, tp_rank;
+	int evict, write;
 	uint32_t selective_hits;
 	double high, low;
-	kvt_xfer_config xfer;
-	int no_verify;
-	int stage_ssd;
+	uint32_t xfer_threads;
 } kvt_cache_config;
 
+#define KVT_CACHE_CONFIG_INIT { .size = sizeof(kvt_cache_config) }
+
 /**
- * kvt_cache_open() - build the tiers, the index (token keys) and the
- * transfer engine. Returns 0 and *@out; KVT_ESPEC for a spec without a
- * fastest tier or with two tiers of one kind; any error of
- * kvt_tier_spec_parse(), kvt_tier_open(), kvt_index_create() and
- * kvt_xfer_create(). On failure nothing is left open. Free with
- * kvt_cache_close().
+ * kvt_cache_open() - build the owned tiers, the index (page keys) and the
+ * transfer engine, and start the background demotion thread. Returns 0 and
+ * *@out; -EINVAL for a bad @size or field (kvt_errdetail() names it);
+ * KVT_ESPEC for a spec with no owned tier, an hbm/hostdev tier or two
+ * tiers of one kind; the errors of kvt_geom_preset(),
+ * kvt_geom_from_config(), kvt_tier_open(), kvt_index_create(),
+ * kvt_xfer_create(). Nothing is left open on failure.
  */
 KVT_API int kvt_cache_open(kvt_cache **out, const kvt_cache_config *cfg);
-/** Stop the engine, destroy the index, close (and for temp tiers remove)
- *  the tiers. NULL is fine. */
+
+/** Cancel and wait for every job, stop the background thread, close (and
+ *  for temp tiers remove) the tiers. Jobs not yet freed stay valid (done,
+ *  -ECANCELED if they had not finished) until kvt_cache_job_free(). NULL
+ *  is fine. */
 KVT_API void kvt_cache_close(kvt_cache *c);
 
 /**
- * kvt_cache_reset() - forget every page (the index is rebuilt empty with
- * policies @evict and @write, every slot goes back to its pool, every sum
- * and counter is cleared) while the tiers stay mapped and the engine stays
- * up: a second run on warm memory. Nothing may be leased. Returns 0, or the
- * error of kvt_index_create() (then the cache has no index and only
- * kvt_cache_close() may follow).
+ * kvt_cache_register() - the engine's KV memory, once per cache.
+ * @base:         per layer, the address of block 0, K (MLA: the latent);
+ *                @nlayers of them (must equal the geometry's L).
+ * @nblocks:      blocks per layer; block ids are 0..nblocks-1.
+ * @block_stride, @kv_stride, @token_stride: byte strides between blocks,
+ *                between K and V of a block (ignored for MLA), between
+ *                tokens of a block. A token's H*D elements must be
+ *                contiguous: @token_stride == H*D*s; the chunks of
+ *                different (block, kv) must not overlap: K/V outer
+ *                (vLLM flash-attn: kv_stride >= nblocks*block_stride) or
+ *                block outer (block_stride >= 2*kv_stride).
+ * @device:       -1: host memory (CPU engines, tests, the demo without a
+ *                GPU); >= 0: CUDA device pointers on that device.
+ *
+ * Returns 0; KVT_EBUSY if memory is already registered; KVT_EGEOM for
+ * strides or a layer count that do not fit the geometry (kvt_errdetail()
+ * says which); KVT_ENOTBUILT / KVT_ENODEV for GPU memory without CUDA or
+ * a GPU; -ENOMEM. The memory must stay valid until kvt_cache_close().
  */
-KVT_API int kvt_cache_reset(kvt_cache *c, int evict, int write);
+KVT_API int kvt_cache_register(kvt_cache *c, void *const *base,
+			       uint32_t nlayers, uint64_t nblocks,
+			       uint64_t block_stride, uint64_t kv_stride,
+			       uint64_t token_stride, int device);
 
-KVT_API kvt_index *kvt_cache_index(kvt_cache *c);
-KVT_API kvt_xfer *kvt_cache_xfer(kvt_cache *c);
-/** The tier of kind @k, or NULL if the cache has none. hbm and hostdev are
- *  both KVT_TIER_HBM. */
-KVT_API kvt_tier *kvt_cache_tier(kvt_cache *c, kvt_tier_kind k);
-KVT_API const kvt_geom *kvt_cache_geom(const kvt_cache *c);
+/** Register @tenant with @salt (its keys never match another's).
+ *  0, -EEXIST, -ENOMEM. Tenant 0 (salt 0) always exists. */
+KVT_API int kvt_cache_tenant_add(kvt_cache *c, uint32_t tenant,
+				 uint64_t salt);
 
-/** What one kvt_cache_acquire() did. */
-typedef struct kvt_cache_fill {
-	uint64_t pages;                     /* pages of the prefix in hbm */
-	uint64_t from[KVT_TIER_COUNT];      /* pages found in each tier
-					       (hbm: already there; others:
-					       loaded from there) */
-	uint64_t compute;                   /* pages with no copy anywhere:
-					       the caller computes and puts
-					       them (kvt_cache_put()) */
-	uint64_t bytes_loaded;
-	uint64_t verified;                  /* pages whose checksum matched */
-	double load_s;                      /* wall time of the loads */
-	double evict_s;                     /* wall time of the copies the
-					       insert's evictions issued */
-} kvt_cache_fill;
+/** The chained keys of @tokens for @tenant (ntokens / P of them; a partial
+ *  last page is ignored). 0, KVT_ENOTFOUND (tenant), -EINVAL. */
+KVT_API int kvt_cache_hash_tokens(kvt_cache *c, uint32_t tenant,
+				  const uint32_t *tokens, size_t ntokens,
+				  kvt_page_key *keys);
+
+/** What kvt_cache_lookup() found, in pages. */
+typedef struct kvt_cache_lookup_result {
+	uint64_t pages;                    /* leading pages a load can supply
+					      now (committed) */
+	uint64_t tier_pages[KVT_TIER_COUNT]; /* of which, by fastest copy */
+	uint64_t inflight;                 /* pages right after them that are
+					      being stored or moved: ask
+					      again soon */
+} kvt_cache_lookup_result;
+
+/** kvt_cache_lookup() flags */
+enum {
+	KVT_LOOKUP_TOUCH = 1u << 0, /* count a hit (recency, LFU counts) */
+};
 
 /**
- * kvt_cache_acquire() - make every whole page of @px present in the
- * fastest tier and lease it: pages already there stay, pages held by a
- * lower tier are loaded from the fastest copy (checksums verified), pages
- * nowhere get a fresh slot for the caller to fill. Making room evicts and
- * demotes other pages (their copies run before this returns).
- *
- * @locs: optional, @nlocs entries: per page, its hbm slot and whether it
- *        still needs computing (locs[i].fresh && locs[i].src_tier ==
- *        KVT_TIER_COUNT).
- *
- * The pages stay pinned until kvt_cache_release() of the same prefix.
- * Returns 0; KVT_EFULL if the fastest tier cannot hold the prefix even
- * after eviction (nothing leased); KVT_ECORRUPT if a loaded page failed its
- * checksum or a copy it depends on had failed (kvt_errdetail() names the
- * page; nothing is leased; the hbm slots of the failed pages are marked bad
- * and every later acquire of them fails the same way); the errors of
- * kvt_index_insert() and kvt_xfer_submit(). A prefix whose length is not
- * whole pages is cut to whole pages.
- *
- * ssd -> hbm: the transfer engine has no direct path from ssd to a CUDA
- * pool; such loads are staged through a small page-first bounce tier the
- * cache owns (also used for hostdev when @stage_ssd is set, for tests).
+ * kvt_cache_lookup() - how many leading pages of keys[0..nkeys) the cache
+ * can load now. Read-only unless KVT_LOOKUP_TOUCH; takes no lease, so a
+ * page may be evicted before a later load (the load then reports that
+ * block failed, and the engine computes it). 0, KVT_ENOTFOUND (tenant),
+ * -EINVAL, -E2BIG.
  */
-KVT_API int kvt_cache_acquire(kvt_cache *c, const kvt_prefix *px,
-			      uint64_t now, kvt_cache_fill *f,
-			      kvt_page_loc *locs, size_t nlocs);
+KVT_API int kvt_cache_lookup(kvt_cache *c, uint32_t tenant,
+			     const kvt_page_key *keys, size_t nkeys,
+			     unsigned flags, kvt_cache_lookup_result *r);
 
 /**
- * kvt_cache_put() - write one computed page (page_bytes, page-first order)
- * into hbm slot @slot and record its checksum. @slot must be a slot the
- * caller leased with kvt_cache_acquire(). Returns 0, -ERANGE, or the
- * error of the tier's write.
+ * kvt_cache_load() - start copying pages first..nkeys-1 of the prefix
+ * keys[0..nkeys) into engine blocks blocks[0..nkeys-first).
+ *
+ * The pages are leased for the job's life (no eviction takes them); each
+ * comes from its fastest committed copy. The call never waits: a page
+ * that is not in the cache (never stored, evicted since the lookup, failed
+ * its checksum: KVT_ENOTFOUND) or not loadable yet (being stored, or moved
+ * between tiers at this instant: KVT_EBUSY) is not an error of the call:
+ * its block goes on the job's failed list and nothing is written to it.
+ * Needs registered memory.
+ *
+ * Returns 0 and *@out (free with kvt_cache_job_free()); -EINVAL (first >
+ * nkeys, NULL arrays, a block out of range or named twice), KVT_ENOTFOUND
+ * (tenant), KVT_EBUSY (no memory registered), -ENOMEM, the submit errors of
+ * kvt_xfer_submit(). On error nothing was started.
  */
-KVT_API int kvt_cache_put(kvt_cache *c, uint32_t slot, const void *page);
+KVT_API int kvt_cache_load(kvt_cache *c, uint32_t tenant,
+			   const kvt_page_key *keys, size_t nkeys,
+			   size_t first, const uint32_t *blocks,
+			   kvt_cache_job **out);
 
-/** End the lease kvt_cache_acquire() took on @px (same prefix). Returns as
- *  kvt_index_unpin(). */
-KVT_API int kvt_cache_release(kvt_cache *c, const kvt_prefix *px);
+/**
+ * kvt_cache_store() - start copying pages first..nkeys-1 of the prefix
+ * keys[0..nkeys) out of engine blocks blocks[0..nkeys-first) into the
+ * fastest owned tier. The blocks must hold their final bytes and must not
+ * change until the job is done (kvt_cache_job_wait()).
+ *
+ * Pages already cached (committed or being stored) are skipped. The pages
+ * before @first must be cached or being stored (the prefix's parents):
+ * KVT_ENOTFOUND names the first that is not. The stored pages become
+ * visible when the job is done and every page verified (COMMIT above); a
+ * cancelled or failed store leaves nothing visible (its slots are marked
+ * bad until eviction or the next store of the same pages reuses them).
+ * Pages before @first that live only in lower tiers are promoted into the
+ * top tier by the same job (the index keeps each tier prefix-closed).
+ *
+ * Returns 0 and *@out; -EINVAL, KVT_ENOTFOUND, KVT_EBUSY as for load;
+ * KVT_EFULL if the top tier cannot hold the pages even after evicting
+ * (everything else leased); -ENOMEM; submit errors. On error nothing was
+ * started or reserved.
+ */
+KVT_API int kvt_cache_store(kvt_cache *c, uint32_t tenant,
+			    const kvt_page_key *keys, size_t nkeys,
+			    size_t first, const uint32_t *blocks,
+			    kvt_cache_job **out);
+
+/**
+ * kvt_cache_job_wait_layer() - block until layer @layer of every block of a
+ * load is in place and verified (blocks that fail excepted: they are on
+ * the failed list once the job is done), or
+ * @timeout_ns passed (< 0: no limit). For a store: until layer @layer of
+ * every page has landed in the tier and is summed.
+ * Returns 0, -ETIMEDOUT, -ERANGE (layer >= L), -ECANCELED (cancelled before
+ * that layer), or an error (KVT_ECORRUPT, KVT_ENOTFOUND, KVT_EBUSY, -EIO)
+ * as soon as every block is known to have failed at or before @layer: a
+ * layer is never reported ready for a block whose copy of it failed.
+ */
+KVT_API int kvt_cache_job_wait_layer(kvt_cache_job *j, uint32_t layer,
+				     int64_t timeout_ns);
+
+/**
+ * kvt_cache_job_wait() - block until the job is done (every layer, the
+ * commit of a store, the release of a load's leases). Returns 0 when every
+ * block succeeded; otherwise the first failure's code (KVT_ECORRUPT,
+ * KVT_ENOTFOUND for a page not in the cache, KVT_EBUSY for one not
+ * loadable yet, -EIO, -ECANCELED, ...) with
+ * the blocks on kvt_cache_job_failed(); -ETIMEDOUT.
+ */
+KVT_API int kvt_cache_job_wait(kvt_cache_job *j, int64_t timeout_ns);
+
+/** As kvt_cache_job_wait() with no blocking: -EINPROGRESS while it runs. */
+KVT_API int kvt_cache_job_poll(kvt_cache_job *j);
+
+/**
+ * kvt_cache_job_fd() - an eventfd (nonblocking, close-on-exec) that becomes
+ * readable when the job is done, for poll/epoll/asyncio loops. Owned by
+ * the job; closed by kvt_cache_job_free().
+ */
+KVT_API int kvt_cache_job_fd(kvt_cache_job *j);
+
+/**
+ * kvt_cache_job_cancel() - stop a job: copies not started are dropped. A
+ * cancelled load puts every block not yet complete on the failed list; a
+ * cancelled store commits nothing (its pages are dropped, never served).
+ * Returns 0, or -EALREADY if the job was done. Waiting still applies.
+ */
+KVT_API int kvt_cache_job_cancel(kvt_cache_job *j);
+
+/**
+ * kvt_cache_job_failed() - the engine block ids whose copy failed, in
+ * request order, once the job is done: writes min(n, @max) of them to
+ * @blocks and returns n (0: every block succeeded; -EINPROGRESS before
+ * done). An engine recomputes these blocks (vLLM:
+ * get_block_ids_with_load_errors()).
+ */
+KVT_API long kvt_cache_job_failed(kvt_cache_job *j, uint32_t *blocks,
+				  size_t max);
+
+/** What one job did and waited for (plain values; read once done). */
+typedef struct kvt_cache_job_stat {
+	uint64_t pages;          /* pages the job was asked for */
+	uint64_t copied;         /* pages copied (load: loaded; store:
+				    stored, not skipped) */
+	uint64_t skipped;        /* store: already cached */
+	uint64_t failed;         /* blocks on the failed list */
+	uint64_t verified;       /* pages whose every layer sum matched */
+	uint64_t from[KVT_TIER_COUNT]; /* load: pages by source tier */
+	uint64_t bytes;
+	double wait_s;           /* waited for room: synchronous eviction,
+				    slots still read by background copies */
+	double layer0_s;         /* submit -> layer 0 ready (every
+				    transfer of the job past layer 0) */
+	double total_s;          /* submit -> done */
+} kvt_cache_job_stat;
+KVT_API void kvt_cache_job_stat_get(kvt_cache_job *j, kvt_cache_job_stat *st);
+
+/** Release a job handle: a job not done is cancelled and waited for. NULL
+ *  is fine. */
+KVT_API void kvt_cache_job_free(kvt_cache_job *j);
+
+/* ------------------------------------------------------------------------
+ * Accounting, checking
+ * ------------------------------------------------------------------------ */
+
+/** Running totals (a consistent snapshot). */
+typedef struct kvt_cache_stat {
+	uint64_t loads, load_pages, load_bytes;   /* into engine memory */
+	uint64_t stores, store_pages, store_bytes;/* out of engine memory */
+	uint64_t moves, move_pages, move_bytes;   /* demotions and copies
+						     between owned tiers */
+	uint64_t move_errors;   /* page copies between tiers that failed
+				   with an I/O error (page dropped) */
+	uint64_t evicted;       /* pages that left a tier */
+	uint64_t verified;      /* page copies verified, all moves */
+	uint64_t corrupt;       /* page copies that failed verification */
+	uint64_t failed_blocks; /* blocks put on a load's failed list */
+	uint64_t bg_passes;     /* background demotion passes that moved */
+	double bg_s;            /* background time spent moving */
+	double wait_s;          /* foreground waits for room, all jobs */
+} kvt_cache_stat;
+KVT_API void kvt_cache_stat_get(kvt_cache *c, kvt_cache_stat *st);
 
 /** What kvt_cache_verify() found. */
 typedef struct kvt_cache_check {
-	uint64_t checked;   /* page copies read back and hashed */
-	uint64_t bad;       /* of which did not match (or a copy had failed) */
-	uint64_t unsummed;  /* slots in use with no sum: acquired for
-			       computing but never put */
+	uint64_t checked;   /* committed page copies read back and hashed */
+	uint64_t bad;       /* of which did not match */
 	uint64_t per_tier[KVT_TIER_COUNT]; /* checked, by tier */
 } kvt_cache_check;
 
 /**
- * kvt_cache_verify() - read back every page copy the index holds, in every
- * tier, and check it against its recorded sum. Returns 0 when every copy
- * matched (and fills @r), KVT_ECORRUPT naming the first bad (tier, slot),
- * or the error of a tier read.
+ * kvt_cache_verify() - wait until no job or background copy runs, then read
+ * back every committed page copy in every owned tier and check its layer
+ * sums. Returns 0 when every copy matched (and fills @r), KVT_ECORRUPT
+ * naming the first bad (tier, slot), or a tier read's error (-EIO, ...).
+ * For tests and the end of the demo; holds the cache's lock throughout.
  */
 KVT_API int kvt_cache_verify(kvt_cache *c, kvt_cache_check *r);
 
-/** Running totals of the data the cache moved. */
-typedef struct kvt_cache_stat {
-	uint64_t loads, load_pages, load_bytes;       /* into hbm */
-	uint64_t moves, move_pages, move_bytes;       /* demotions + copies */
-	uint64_t move_waves;
-	uint64_t move_errors;    /* copies that failed (pages dropped) */
-	uint64_t verified;       /* pages verified in flight, all moves */
-	uint64_t corrupt;        /* pages that failed verification */
-	uint64_t puts;
-	double load_s, move_s;   /* wall time spent waiting on jobs */
-} kvt_cache_stat;
-KVT_API void kvt_cache_stat_get(kvt_cache *c, kvt_cache_stat *st);
+/** The geometry in use; the tier of kind @k or NULL; the index and the
+ *  transfer engine (for statistics; do not call the index directly while
+ *  jobs run). */
+KVT_API const kvt_geom *kvt_cache_geom(const kvt_cache *c);
+KVT_API kvt_tier *kvt_cache_tier(kvt_cache *c, kvt_tier_kind k);
+KVT_API kvt_index *kvt_cache_index(kvt_cache *c);
+KVT_API kvt_xfer *kvt_cache_xfer(kvt_cache *c);
+
+/**
+ * kvt_cache_quiesce() - wait until the background thread has nothing
+ * running and every owned tier is at or below its high watermark (or
+ * nothing more can be demoted). For tests and benchmarks that want a
+ * settled state.
+ */
+KVT_API void kvt_cache_quiesce(kvt_cache *c);
 
 #ifdef __cplusplus
 }

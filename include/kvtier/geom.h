@@ -148,6 +148,9 @@ typedef enum kvt_layout_kind {
 	KVT_LAYOUT_PAGE_FIRST = 0, /* host tiers: [slot][layer][kv][P][H][D] */
 	KVT_LAYOUT_VLLM = 1,       /* per layer: [kv][slot][P][H][D] */
 	KVT_LAYOUT_SGLANG = 2,     /* per layer and kv: [slot*P+t][H][D] */
+	KVT_LAYOUT_STRIDED = 3,    /* an engine's own memory: per layer a
+				      base, chunk at slot*block_stride +
+				      kv*kv_stride (kvt_layout_init_strided) */
 } kvt_layout_kind;
 
 /**
@@ -161,8 +164,11 @@ typedef struct kvt_layout {
 	uint32_t kv;          /* 2, or 1 for MLA */
 	uint64_t chunk_bytes; /* P*H*D*s */
 	uint64_t page_bytes;  /* L*kv*chunk */
-	uint32_t nbufs;       /* 1 (page-first), L (vLLM), L*kv (SGLang) */
-	uint64_t buf_bytes;   /* size of each buffer */
+	uint32_t nbufs;       /* 1 (page-first), L (vLLM, strided), L*kv
+				 (SGLang) */
+	uint64_t buf_bytes;   /* size of each buffer (strided: the span from
+				 the base to the end of its last chunk) */
+	uint64_t block_stride, kv_stride; /* strided only */
 } kvt_layout;
 
 /** Where one chunk lives: buffer index and byte offset inside it. */
@@ -179,7 +185,21 @@ typedef struct kvt_chunk_loc {
 KVT_API int kvt_layout_init(kvt_layout *l, kvt_layout_kind kind, const kvt_geom *g,
 		    uint64_t slots);
 
-/** Short name: "page-first", "vllm", "sglang". */
+/**
+ * kvt_layout_init_strided() - @slots blocks of an engine's per-layer KV
+ * memory: chunk (slot, layer, kv) at buffer @layer, offset slot *
+ * @block_stride + kv * @kv_stride; a chunk's tokens @token_stride apart.
+ * A chunk must be contiguous ([P][H][D]: @token_stride == H*D*s) and no two
+ * chunks may overlap: K/V outer (kv_stride >= slots * block_stride, block
+ * stride >= chunk) or block outer (block_stride >= kv * kv_stride,
+ * kv_stride >= chunk); MLA ignores @kv_stride. Returns 0, KVT_EGEOM naming
+ * the stride that does not fit, the errors of kvt_layout_init().
+ */
+KVT_API int kvt_layout_init_strided(kvt_layout *l, const kvt_geom *g,
+				    uint64_t slots, uint64_t block_stride,
+				    uint64_t kv_stride, uint64_t token_stride);
+
+/** Short name: "page-first", "vllm", "sglang", "strided". */
 KVT_API const char *kvt_layout_name(kvt_layout_kind kind);
 /** Parse such a name; -EINVAL if unknown. */
 KVT_API int kvt_layout_parse(const char *s, kvt_layout_kind *out);
@@ -202,6 +222,10 @@ static inline kvt_chunk_loc kvt_layout_chunk(const kvt_layout *l,
 	case KVT_LAYOUT_SGLANG:
 		c.buf = layer * l->kv + kv;
 		c.off = slot * l->chunk_bytes;
+		break;
+	case KVT_LAYOUT_STRIDED:
+		c.buf = layer;
+		c.off = slot * l->block_stride + kv * l->kv_stride;
 		break;
 	default: /* KVT_LAYOUT_PAGE_FIRST */
 		c.buf = 0;

@@ -163,6 +163,7 @@ typedef enum kvt_backing {
 	KVT_BACK_CUDA,      /* cudaMalloc */
 	KVT_BACK_HOSTDEV,   /* host memory standing in for GPU memory */
 	KVT_BACK_NONE,      /* remote: not built */
+	KVT_BACK_ENGINE,    /* an engine's own KV memory (kvt_tier_wrap) */
 } kvt_backing;
 
 enum kvt_huge_mode {
@@ -260,6 +261,19 @@ typedef struct kvt_tier_desc {
  */
 KVT_API int kvt_tier_open(kvt_tier **out, const kvt_tier_spec *spec,
 			  const kvt_geom *g);
+/**
+ * kvt_tier_wrap() - a tier over memory someone else owns: an engine's KV
+ * blocks, described by @layout (usually kvt_layout_init_strided()) and its
+ * buffers @bufs (layout->nbufs pointers, copied). Kind hbm; host memory
+ * (@device < 0, reported as hostdev) or CUDA device memory on @device.
+ * Slots are the engine's block ids; the pool accounts nothing for anyone
+ * (the engine allocates its blocks). kvt_tier_close() frees only the
+ * tier's own bookkeeping, never the memory. Returns 0, -EINVAL (NULL or
+ * NULL buffers), KVT_ENOTBUILT (device memory without CUDA), -ENOMEM.
+ */
+KVT_API int kvt_tier_wrap(kvt_tier **out, const kvt_layout *layout,
+			  void *const *bufs, int device);
+
 /** Unmap, close, remove temp files, free. NULL is fine. */
 KVT_API void kvt_tier_close(kvt_tier *t);
 

@@ -48,6 +48,19 @@
  * lanes hash on the host side: after a read or the GPU copy, before a
  * write.
  *
+ * LAYER SUMS. With KVT_XFER_LSUM / KVT_XFER_LVERIFY the sums are per page
+ * and layer instead: sums[i * L + l] is the XXH3-64 of layer l of page i
+ * (its K then V chunks, page-first byte order, L*kv*chunk / L bytes), so a
+ * load can report layer l ready as soon as layer l is verified. The cpu
+ * lane hashes what landed in the destination, chunk by chunk right after
+ * copying it (still in cache); the io lane hashes the page-first buffer the
+ * I/O used (the slot itself, or its bounce buffer); the cuda lane hashes
+ * the host side: the source of a load just before that layer's DMA, the
+ * destination of a store after it. With @bad given, a page that fails
+ * LVERIFY is marked there (bad[i] = 1) and the job goes on with the other
+ * pages (its layers are still reported: the caller must not use a bad
+ * page); without @bad it fails the job with KVT_ECORRUPT like VERIFY.
+ *
  * THREADS
  *
  * The engine is fully thread-safe: any thread may submit, wait, poll and
@@ -176,6 +189,8 @@ KVT_API void kvt_xfer_info_get(kvt_xfer *x, kvt_xfer_info *info);
 #define KVT_XFER_SUM     0x1u /* write each page's XXH3-64 into sums[] */
 #define KVT_XFER_VERIFY  0x2u /* check each page against sums[] */
 #define KVT_XFER_DURABLE 0x4u /* ssd writes: fdatasync before done */
+#define KVT_XFER_LSUM    0x8u /* write per-layer sums: sums[i * L + l] */
+#define KVT_XFER_LVERIFY 0x10u/* check them, layer by layer */
 
 typedef void (*kvt_xfer_done_fn)(kvt_xfer_job *job, int err, void *arg);
 typedef void (*kvt_xfer_layer_fn)(kvt_xfer_job *job, uint32_t layer,
@@ -212,14 +227,18 @@ typedef struct kvt_xfer_desc {
 	kvt_xfer_layer_fn layer; /* optional: called as each layer lands, in
 				    layer order, on engine threads */
 	void *arg;               /* for both callbacks */
+	uint8_t *bad;            /* LVERIFY: optional, npages flags set to 1
+				    for pages that failed (caller-owned; read
+				    with atomic loads while the job runs) */
 } kvt_xfer_desc;
 
 /**
  * kvt_xfer_submit() - queue a job; returns at once.
  *
  * Returns 0 and *@out (the caller owns it: kvt_xfer_job_free()), or, with
- * nothing queued and no callback run: -EINVAL (NULL tiers or arrays, both
- * SUM and VERIFY, sums missing, duplicate destination slots, a slot both
+ * nothing queued and no callback run: -EINVAL (NULL tiers or arrays, more
+ * than one of SUM, VERIFY, LSUM, LVERIFY, sums missing, bad without
+ * LVERIFY, duplicate destination slots, a slot both
  * read and written), -ERANGE (a slot out of range; kvt_errdetail() names
  * the page), KVT_EGEOM (tiers of different KV shape), -EOPNOTSUPP (no path
  * between these tiers, or a forced method that cannot move them),

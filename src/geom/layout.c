@@ -12,7 +12,8 @@
 #include <errno.h>
 #include <string.h>
 
-static const char *layout_names[] = { "page-first", "vllm", "sglang" };
+static const char *layout_names[] = { "page-first", "vllm", "sglang",
+				       "strided" };
 
 const char *kvt_layout_name(kvt_layout_kind kind)
 {
@@ -22,7 +23,7 @@ const char *kvt_layout_name(kvt_layout_kind kind)
 
 int kvt_layout_parse(const char *s, kvt_layout_kind *out)
 {
-	for (size_t i = 0; i < KVT_ARRAY_SIZE(layout_names); i++)
+	for (size_t i = 0; i <= KVT_LAYOUT_SGLANG; i++) /* not strided */
 		if (kvti_streq_ci(s, layout_names[i])) {
 			*out = (kvt_layout_kind)i;
 			return 0;
@@ -76,6 +77,53 @@ int kvt_layout_init(kvt_layout *l, kvt_layout_kind kind, const kvt_geom *g,
 		l->buf_bytes = region;
 		break;
 	}
+	return 0;
+}
+
+int kvt_layout_init_strided(kvt_layout *l, const kvt_geom *g,
+			    uint64_t slots, uint64_t block_stride,
+			    uint64_t kv_stride, uint64_t token_stride)
+{
+	uint64_t row, last, end;
+	int err, ok;
+
+	if ((err = kvt_layout_init(l, KVT_LAYOUT_VLLM, g, slots)))
+		return err;
+	row = (uint64_t)l->geom.kv_heads * l->geom.head_dim *
+	      l->geom.dtype_bytes;
+	if (token_stride != row)
+		return kvti_fail(KVT_EGEOM, "token stride %llu: a token's "
+				 "%u heads x %u dims must be contiguous (%llu "
+				 "bytes)", (unsigned long long)token_stride,
+				 l->geom.kv_heads, l->geom.head_dim,
+				 (unsigned long long)row);
+	if (l->kv == 1)
+		kv_stride = 0;
+	if (l->kv == 1)
+		ok = block_stride >= l->chunk_bytes;
+	else
+		ok = (block_stride >= l->chunk_bytes &&
+		      kv_stride / slots >= block_stride) ||
+		     (kv_stride >= l->chunk_bytes &&
+		      block_stride >= 2 * kv_stride);
+	if (!ok)
+		return kvti_fail(KVT_EGEOM, "strides block %llu, kv %llu over "
+				 "%llu blocks of %llu-byte chunks: chunks "
+				 "overlap (need K/V outer: kv >= blocks * "
+				 "block, block >= chunk; or block outer: block "
+				 ">= 2 * kv, kv >= chunk)",
+				 (unsigned long long)block_stride,
+				 (unsigned long long)kv_stride,
+				 (unsigned long long)slots,
+				 (unsigned long long)l->chunk_bytes);
+	if (__builtin_mul_overflow(slots - 1, block_stride, &last) ||
+	    __builtin_add_overflow(last, (l->kv - 1) * kv_stride, &end) ||
+	    __builtin_add_overflow(end, l->chunk_bytes, &end))
+		return kvti_fail(-EOVERFLOW, "strided layout overflows 64 bits");
+	l->kind = KVT_LAYOUT_STRIDED;
+	l->block_stride = block_stride;
+	l->kv_stride = kv_stride;
+	l->buf_bytes = end;
 	return 0;
 }
 

@@ -17,7 +17,7 @@
 static const char *kind_names[] = { "hbm", "fabric", "dram", "ssd", "remote" };
 static const char *backing_names[] = { "anon", "numa", "devdax", "file",
 				       "memfd", "dir", "cuda", "hostdev",
-				       "none" };
+				       "none", "engine" };
 static const char *huge_names[] = { "auto", "explicit", "thp", "none" };
 
 const char *kvt_tier_kind_name(kvt_tier_kind k)

@@ -8,6 +8,7 @@
  * failed open leaves no mapping, file or fd behind.
  */
 #include "tier/tier_impl.h"
+#include "core/cuda.h"
 
 #include <errno.h>
 #include <numa.h>
@@ -141,6 +142,118 @@ int kvt_tier_open(kvt_tier **out, const kvt_tier_spec *spec,
 err_close:
 	t->ops->close(t);
 err_free:
+	kvt_free(t->bufs);
+	kvt_free(t);
+	return err;
+}
+
+/* ---- memory someone else owns ---------------------------------------- */
+
+static int wrap_open(kvt_tier *t)
+{
+	return 0;
+}
+
+static void wrap_close(kvt_tier *t)
+{
+}
+
+static int wrap_dev_copy(kvt_tier *t, uint32_t slot, void *page, int to_page)
+{
+	const kvt_layout *l = &t->layout;
+	char *p = page;
+	int err;
+
+	for (uint32_t layer = 0; layer < l->geom.layers; layer++)
+		for (uint32_t kv = 0; kv < l->kv; kv++, p += l->chunk_bytes) {
+			kvt_chunk_loc c = kvt_layout_chunk(l, slot, layer, kv);
+			char *chunk = (char *)t->bufs[c.buf] + c.off;
+
+			err = to_page ? kvti_cuda_d2h(p, chunk, l->chunk_bytes) :
+					kvti_cuda_h2d(chunk, p, l->chunk_bytes);
+			if (err)
+				return err;
+		}
+	return 0;
+}
+
+static int wrap_dev_read(kvt_tier *t, uint32_t slot, void *buf)
+{
+	return wrap_dev_copy(t, slot, buf, 1);
+}
+
+static int wrap_dev_write(kvt_tier *t, uint32_t slot, const void *buf)
+{
+	return wrap_dev_copy(t, slot, (void *)buf, 0);
+}
+
+static const struct tier_ops wrap_host_ops = {
+	.name = "engine", .open = wrap_open, .close = wrap_close,
+};
+static const struct tier_ops wrap_dev_ops = {
+	.name = "engine", .open = wrap_open, .close = wrap_close,
+	.read = wrap_dev_read, .write = wrap_dev_write,
+};
+
+int kvt_tier_wrap(kvt_tier **out, const kvt_layout *l, void *const *bufs,
+		  int device)
+{
+	kvt_tier *t;
+	int err;
+
+	kvti_errclear();
+	if (!out || !l || !bufs)
+		return kvti_fail(-EINVAL, "tier wrap: NULL argument");
+	for (uint32_t i = 0; i < l->nbufs; i++)
+		if (!bufs[i])
+			return kvti_fail(-EINVAL, "tier wrap: buffer %u is NULL", i);
+	if (device >= 0 && !kvti_cuda_built())
+		return kvti_fail(KVT_ENOTBUILT, "engine memory on cuda:%d needs a "
+				 "CUDA build", device);
+	t = kvt_calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->ops = device >= 0 ? &wrap_dev_ops : &wrap_host_ops;
+	t->fd = -1;
+	t->geom = l->geom;
+	t->layout = *l;
+	t->spec.kind = KVT_TIER_HBM;
+	t->spec.backing = KVT_BACK_ENGINE;
+	t->spec.hostdev = device < 0;
+	t->spec.device = device;
+	t->spec.numa_node = -1;
+	t->spec.layout = l->kind;
+	snprintf(t->spec.text, sizeof(t->spec.text), "engine memory");
+	t->bufs = kvt_calloc(l->nbufs, sizeof(void *));
+	if (!t->bufs) {
+		err = -ENOMEM;
+		goto fail;
+	}
+	memcpy(t->bufs, bufs, l->nbufs * sizeof(void *));
+	if ((err = kvt_pool_create(&t->pool, l->slots, l->page_bytes)))
+		goto fail;
+	if (device >= 0)
+		snprintf(t->where, sizeof(t->where), "engine memory, cuda:%d, %s "
+			 "layout", device, kvt_layout_name(l->kind));
+	else
+		snprintf(t->where, sizeof(t->where), "engine memory (host), %s "
+			 "layout", kvt_layout_name(l->kind));
+	t->desc.kind = KVT_TIER_HBM;
+	t->desc.backing = KVT_BACK_ENGINE;
+	t->desc.hostdev = device < 0;
+	t->desc.emulated = device < 0;
+	t->desc.name = device < 0 ? "hostdev" : "hbm";
+	t->desc.where = t->where;
+	t->desc.note = t->note;
+	t->desc.nslots = l->slots;
+	t->desc.slot_bytes = l->page_bytes;
+	t->desc.page_bytes = l->page_bytes;
+	t->desc.bytes = (uint64_t)l->nbufs * l->buf_bytes;
+	t->desc.numa_node = -1;
+	t->desc.layer_first = 1;
+	*out = t;
+	return 0;
+fail:
 	kvt_free(t->bufs);
 	kvt_free(t);
 	return err;

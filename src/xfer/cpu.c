@@ -68,7 +68,7 @@ int kvti_cpu_plan(struct kvt_xfer *x, struct kvt_xfer_job *j)
 	}
 	if ((j->dl->kind != KVT_LAYOUT_PAGE_FIRST ||
 	     j->sl->kind != KVT_LAYOUT_PAGE_FIRST) &&
-	    !(j->d.flags & (KVT_XFER_SUM | KVT_XFER_VERIFY)))
+	    !(j->d.flags & XFER_PAGE_SUMS))
 		j->order = ORDER_LAYER;
 	unit = j->order == ORDER_LAYER ? l->kv * l->chunk_bytes : l->page_bytes;
 	j->ppt = (size_t)KVT_MAX(x->cfg.task_bytes / unit, 1);
@@ -205,12 +205,47 @@ static inline char *chunk_at(const kvt_layout *l, void *const *bufs,
 
 /* ---- tasks ---------------------------------------------------------- */
 
+/* Layer @layer of pages [a, b) with per-layer sums: page by page, each
+ * chunk copied with plain stores (so it stays in cache) and hashed right
+ * away where it landed. Plain stores cost a read for ownership that
+ * streaming stores avoid; reading the destination back after streaming
+ * stores costs the same read from memory, and hashing only the source
+ * would not check what landed. */
+static void layer_sums_task(struct kvt_xfer_job *j, uint32_t layer, size_t a,
+			    size_t b)
+{
+	const kvt_layout *sl = j->sl, *dl = j->dl;
+
+	XXH3_state_t h;
+
+	for (size_t p = a; p < b && !kvti_job_stopped(j); p++) {
+		uint32_t ds = job_dst_slot(j, p), ss = job_src_slot(j, p);
+
+		XXH3_64bits_reset(&h);
+		for (uint32_t k = 0; k < sl->kv; k++) {
+			char *d = chunk_at(dl, j->dbufs, ds, layer, k);
+
+			memcpy(d, chunk_at(sl, j->sbufs, ss, layer, k),
+			       sl->chunk_bytes);
+			/* hashed where it landed while still in L1/L2 */
+			XXH3_64bits_update(&h, d, sl->chunk_bytes);
+		}
+		kvti_job_lsum(j, p, layer, XXH3_64bits_digest(&h));
+	}
+	atomic_fetch_add(&j->bytes_done, (b - a) * sl->kv * sl->chunk_bytes);
+}
+
 static void layer_task(struct kvt_xfer *x, struct kvt_xfer_job *j,
 		       uint32_t layer, size_t a, size_t b)
 {
 	const kvt_layout *sl = j->sl, *dl = j->dl;
 	struct run r = { .nt = x->copy_nt, .nt_min = j->nt_min,
 			 .nt_small = j->nt_small };
+
+	if (j->d.flags & XFER_LAYER_SUMS) {
+		layer_sums_task(j, layer, a, b);
+		return;
+	}
 
 	for (uint32_t k = 0; k < sl->kv; k++)
 		for (size_t p = a; p < b; p++)
@@ -279,7 +314,7 @@ static void page_task(struct kvt_xfer *x, struct kvt_xfer_job *j, size_t a,
 	struct run r = { .nt = x->copy_nt, .nt_min = j->nt_min,
 			 .nt_small = j->nt_small };
 
-	if (j->d.flags & (KVT_XFER_SUM | KVT_XFER_VERIFY)) {
+	if (j->d.flags & XFER_PAGE_SUMS) {
 		sums_task(x, j, a, b);
 		return;
 	}
@@ -294,6 +329,13 @@ static void page_task(struct kvt_xfer *x, struct kvt_xfer_job *j, size_t a,
 		atomic_fetch_add(&j->bytes_done, sl->page_bytes);
 	}
 	run_done(&r);
+	if (!(j->d.flags & XFER_LAYER_SUMS))
+		return;
+	/* per-layer sums of what landed (both sides are page-first here) */
+	kvti_copy_fence();
+	for (size_t p = a; p < b && !kvti_job_stopped(j); p++)
+		kvti_job_sum_pf(j, p, chunk_at(dl, j->dbufs, job_dst_slot(j, p),
+					       0, 0));
 }
 
 static void run_task(struct kvt_xfer *x, struct kvt_xfer_job *j, size_t t)

@@ -88,7 +88,7 @@ int kvti_cuda_plan(struct kvt_xfer *x, struct kvt_xfer_job *j)
 					 "reads and writes host memory directly: "
 					 "open the %s tier with 'pin'", d.name);
 	}
-	if ((j->d.flags & (KVT_XFER_SUM | KVT_XFER_VERIFY)) &&
+	if ((j->d.flags & XFER_ANY_SUMS) &&
 	    side_gpu(j->d.src) && side_gpu(j->d.dst))
 		return kvti_fail(-EOPNOTSUPP, "checksums are taken on the host "
 				 "side; an hbm -> hbm move has none");
@@ -142,9 +142,22 @@ static void job_sums(struct kvt_xfer_job *j)
 
 	for (size_t p = 0; p < j->d.npages && !kvti_job_stopped(j); p++) {
 		uint32_t slot = host_src ? job_src_slot(j, p) : job_dst_slot(j, p);
-		kvti_job_sum(j, p, kvti_page_sum(kvt_tier_layout(h),
-						 kvt_tier_bufs(h), slot));
+		kvti_job_sum_side(j, p, kvt_tier_layout(h), kvt_tier_bufs(h),
+				  slot);
 	}
+}
+
+/* LVERIFY of a load: layer @layer of every page's host source, checked
+ * just before that layer's DMA is enqueued (so layers stay reportable one
+ * by one). */
+static void layer_src_sums(struct kvt_xfer_job *j, uint32_t layer)
+{
+	const kvt_layout *l = kvt_tier_layout(j->d.src);
+
+	for (size_t p = 0; p < j->d.npages && !kvti_job_stopped(j); p++)
+		kvti_job_lsum(j, p, layer,
+			      kvti_layer_sum(l, j->sbufs, job_src_slot(j, p),
+					     layer));
 }
 
 static void cuda_run(struct kvt_xfer *x, struct cuda_thread *ct,
@@ -153,6 +166,7 @@ static void cuda_run(struct kvt_xfer *x, struct cuda_thread *ct,
 	size_t m = j->d.npages * j->sl->kv;
 	int progress = j->dl->kind != KVT_LAYOUT_PAGE_FIRST &&
 		       !(j->d.flags & KVT_XFER_VERIFY);
+	int lsrc = (j->d.flags & KVT_XFER_LVERIFY) && !side_gpu(j->d.src);
 	uint32_t told = 0, queued = 0;
 	char *sdev, *ddev;
 	const void **srcs;
@@ -168,6 +182,11 @@ static void cuda_run(struct kvt_xfer *x, struct cuda_thread *ct,
 	for (; !err && queued < j->layers && !kvti_job_stopped(j); queued++) {
 		size_t o = (size_t)queued * m;
 
+		if (lsrc) {
+			layer_src_sums(j, queued);
+			if (kvti_job_stopped(j))
+				break;
+		}
 		fill_layer(j, queued, o, sdev, ddev, dsts, srcs);
 		err = kvti_cu_enqueue(ct->cu, j->method, o, m,
 				      j->sl->chunk_bytes, x->cfg.cuda_blocks);
@@ -187,8 +206,7 @@ static void cuda_run(struct kvt_xfer *x, struct cuda_thread *ct,
 		else if (progress)
 			kvti_job_layer_landed(j, told);
 	}
-	if (!kvti_job_stopped(j) &&
-	    (j->d.flags & (KVT_XFER_SUM | KVT_XFER_VERIFY)))
+	if (!kvti_job_stopped(j) && (j->d.flags & XFER_ANY_SUMS) && !lsrc)
 		job_sums(j);
 	if (!kvti_job_stopped(j))
 		atomic_store(&j->bytes_done, j->bytes);

@@ -166,7 +166,7 @@ static void bounce_drain(struct kvt_xfer_job *j, struct io_req *r)
 
 static int want_sums(struct kvt_xfer_job *j)
 {
-	return (j->d.flags & (KVT_XFER_SUM | KVT_XFER_VERIFY)) != 0;
+	return (j->d.flags & XFER_ANY_SUMS) != 0;
 }
 
 /* Give the request back and count the page (no lock held). */
@@ -216,7 +216,7 @@ static void req_complete(struct kvt_xfer *x, struct io_req *r, int64_t res)
 	} else if (!j->io_write && !kvti_job_stopped(j)) {
 		uint64_t pb = j->sl->page_bytes;
 		if (want_sums(j))
-			kvti_job_sum(j, r->page, XXH3_64bits(r->buf, pb));
+			kvti_job_sum_pf(j, r->page, r->buf);
 		if (r->bounced && !kvti_job_stopped(j))
 			bounce_drain(j, r);
 		atomic_fetch_add(&j->bytes_done, pb);
@@ -262,7 +262,7 @@ static int req_prepare(struct kvt_xfer *x, struct io_req *r)
 			bounce_fill(j, r);
 	}
 	if (j->io_write && want_sums(j)) {
-		kvti_job_sum(j, r->page, XXH3_64bits(r->buf, j->sl->page_bytes));
+		kvti_job_sum_pf(j, r->page, r->buf);
 		if (kvti_job_stopped(j))
 			return 1; /* VERIFY failed: write nothing more */
 	}

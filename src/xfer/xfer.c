@@ -10,6 +10,7 @@
  */
 #include "xfer/xfer_impl.h"
 #include "core/cuda.h"
+#include "xfer/xxh.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -256,6 +257,70 @@ void kvti_job_sum(struct kvt_xfer_job *j, size_t i, uint64_t h)
 		      job_src_slot(j, i), kvt_tier_kind_name(
 			      kvt_tier_kind_of(j->d.src)),
 		      (unsigned long long)h, (unsigned long long)j->d.sums[i]);
+}
+
+void kvti_job_lsum(struct kvt_xfer_job *j, size_t i, uint32_t layer,
+		   uint64_t h)
+{
+	size_t k = i * j->layers + layer;
+
+	if (j->d.flags & KVT_XFER_LSUM) {
+		j->d.sums[k] = h;
+		return;
+	}
+	if (!(j->d.flags & KVT_XFER_LVERIFY) || j->d.sums[k] == h)
+		return;
+	if (j->d.bad) {
+		__atomic_store_n(&j->d.bad[i], 1, __ATOMIC_RELAXED);
+		return;
+	}
+	size_t cur = atomic_load(&j->bad_page);
+	while (i < cur && !atomic_compare_exchange_weak(&j->bad_page, &cur, i))
+		;
+	kvti_job_fail(j, KVT_ECORRUPT, "page %zu (slot %u of %s) layer %u "
+		      "failed its checksum: XXH3 %016llx, expected %016llx", i,
+		      job_src_slot(j, i), kvt_tier_kind_name(
+			      kvt_tier_kind_of(j->d.src)), layer,
+		      (unsigned long long)h, (unsigned long long)j->d.sums[k]);
+}
+
+void kvti_job_sum_pf(struct kvt_xfer_job *j, size_t i, const void *pf)
+{
+	const kvt_layout *l = j->sl;
+	uint64_t lb = l->page_bytes / j->layers;
+
+	if (j->d.flags & XFER_PAGE_SUMS) {
+		kvti_job_sum(j, i, XXH3_64bits(pf, l->page_bytes));
+		return;
+	}
+	for (uint32_t layer = 0; layer < j->layers; layer++)
+		kvti_job_lsum(j, i, layer,
+			      XXH3_64bits((const char *)pf + layer * lb, lb));
+}
+
+uint64_t kvti_layer_sum(const kvt_layout *l, void *const *bufs, uint32_t slot,
+			uint32_t layer)
+{
+	XXH3_state_t h;
+
+	XXH3_64bits_reset(&h);
+	for (uint32_t k = 0; k < l->kv; k++) {
+		kvt_chunk_loc c = kvt_layout_chunk(l, slot, layer, k);
+		XXH3_64bits_update(&h, (const char *)bufs[c.buf] + c.off,
+				   l->chunk_bytes);
+	}
+	return XXH3_64bits_digest(&h);
+}
+
+void kvti_job_sum_side(struct kvt_xfer_job *j, size_t i, const kvt_layout *l,
+		       void *const *bufs, uint32_t slot)
+{
+	if (j->d.flags & XFER_PAGE_SUMS) {
+		kvti_job_sum(j, i, kvti_page_sum(l, bufs, slot));
+		return;
+	}
+	for (uint32_t layer = 0; layer < j->layers; layer++)
+		kvti_job_lsum(j, i, layer, kvti_layer_sum(l, bufs, slot, layer));
 }
 
 /* ---- create / destroy ---------------------------------------------- */
@@ -567,7 +632,7 @@ out:
 
 static int check_desc(const kvt_xfer_desc *d)
 {
-	unsigned sums = d->flags & (KVT_XFER_SUM | KVT_XFER_VERIFY);
+	unsigned sums = d->flags & XFER_ANY_SUMS;
 
 	if (!d->src || !d->dst)
 		return kvti_fail(-EINVAL, "transfer without a %s tier",
@@ -575,12 +640,15 @@ static int check_desc(const kvt_xfer_desc *d)
 	if (d->npages && (!d->src_slots || !d->dst_slots))
 		return kvti_fail(-EINVAL, "transfer of %zu pages without slot "
 				 "lists", d->npages);
-	if (d->flags & ~(KVT_XFER_SUM | KVT_XFER_VERIFY | KVT_XFER_DURABLE))
+	if (d->flags & ~(XFER_ANY_SUMS | KVT_XFER_DURABLE))
 		return kvti_fail(-EINVAL, "unknown transfer flags 0x%x",
 				 d->flags);
-	if (sums == (KVT_XFER_SUM | KVT_XFER_VERIFY))
-		return kvti_fail(-EINVAL, "a transfer either records checksums "
-				 "(SUM) or verifies them (VERIFY), not both");
+	if (sums & (sums - 1))
+		return kvti_fail(-EINVAL, "a transfer records checksums (SUM, "
+				 "LSUM) or verifies them (VERIFY, LVERIFY): one "
+				 "of the four, not 0x%x", sums);
+	if (d->bad && !(sums & KVT_XFER_LVERIFY))
+		return kvti_fail(-EINVAL, "a bad-page array without LVERIFY");
 	if (sums && d->npages && !d->sums)
 		return kvti_fail(-EINVAL, "checksum flag without a sums array");
 	if (d->prio < KVT_XFER_PRIO_DEFAULT || d->prio > KVT_XFER_PRIO_LOW)

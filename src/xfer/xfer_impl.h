@@ -199,6 +199,23 @@ void kvti_page_convert(const kvt_layout *l, void *const *bufs, uint32_t slot,
 uint64_t kvti_page_sum(const kvt_layout *l, void *const *bufs, uint32_t slot);
 /* Check/record page @i's sum; KVT_ECORRUPT recorded on mismatch. */
 void kvti_job_sum(struct kvt_xfer_job *j, size_t i, uint64_t h);
+/* Per-layer sum @h of layer @layer of page @i (LSUM: record; LVERIFY:
+ * check, marking d.bad or failing the job). */
+void kvti_job_lsum(struct kvt_xfer_job *j, size_t i, uint32_t layer,
+		   uint64_t h);
+/* Record or check page @i's sums, page or per layer as the job's flags
+ * say, from the page-first bytes at @pf. */
+void kvti_job_sum_pf(struct kvt_xfer_job *j, size_t i, const void *pf);
+/* The same from the page as held by side (@l, @bufs) at @slot. */
+void kvti_job_sum_side(struct kvt_xfer_job *j, size_t i, const kvt_layout *l,
+		       void *const *bufs, uint32_t slot);
+/* XXH3-64 of layer @layer of the page at @slot of (@l, @bufs): its kv
+ * chunks in order. */
+uint64_t kvti_layer_sum(const kvt_layout *l, void *const *bufs, uint32_t slot,
+			uint32_t layer);
+#define XFER_PAGE_SUMS (KVT_XFER_SUM | KVT_XFER_VERIFY)
+#define XFER_LAYER_SUMS (KVT_XFER_LSUM | KVT_XFER_LVERIFY)
+#define XFER_ANY_SUMS (XFER_PAGE_SUMS | XFER_LAYER_SUMS)
 
 /* ---- copies (copy.c) --------------------------------------------------- */
 
