@@ -57,9 +57,15 @@ extern "C" {
  * Version
  * ------------------------------------------------------------------------ */
 #define KVT_VERSION_MAJOR 0
-#define KVT_VERSION_MINOR 1
+#define KVT_VERSION_MINOR 2
 #define KVT_VERSION_PATCH 0
-#define KVT_VERSION_STRING "0.1.0"
+#define KVT_VERSION_STRING "0.2.0"
+/* The ABI: the shared library's SONAME is libkvtier.so.KVT_ABI_VERSION,
+ * raised on every change that breaks a binary built against an older
+ * one. 1: the engine-facing cache (kvt_cache_config with its size field,
+ * opaque jobs). Versioned structs (a size field first) may grow without a
+ * new ABI. */
+#define KVT_ABI_VERSION 1
 /** Encode a version as one comparable integer. */
 #define KVT_VERSION_NUM(a, b, c) (((a) << 16) | ((b) << 8) | (c))
 #define KVT_VERSION \
@@ -71,7 +77,7 @@ extern "C" {
 #define KVT_API
 #endif
 
-/** The library's version string ("0.1.0"); the header's may differ when an
+/** The library's version string ("0.2.0"); the header's may differ when an
  *  application runs against a newer shared library. */
 KVT_API const char *kvt_version(void);
 

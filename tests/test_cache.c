@@ -1,220 +1,770 @@
 /*
- * test_cache — the node cache end to end on tiny pages: pages pushed down
- * hostdev -> fabric -> dram -> ssd and back come back bit-exact; demotion
- * chains inside one call keep their order (every copy is checksummed, so a
- * misordered copy shows); corruption in a tier is caught on load and by
- * kvt_cache_verify(); ssd staging; reset; bad configs; failed allocations
- * along open leave nothing behind.
+ * test_cache — the node cache through its engine-facing calls, trying to
+ * break them: engine memory from malloc in vLLM-like (K/V outer) and
+ * FlashInfer-like (block outer) strides with gaps between chunks; owned
+ * tiers fabric (memfd) -> dram -> ssd, small enough that pages are pushed
+ * down to ssd and come back bit-exact; registration errors; lookup counts
+ * by tier; loads of absent pages (failed list, nothing written); stores
+ * cancelled before they ran are never served; stores whose parents are
+ * missing; bad arguments; tenant isolation; kvt_cache_verify() after all
+ * of it; and a failed allocation at every point of open, register, store
+ * and load (no leak, no crash, nothing half-visible).
+ *
+ * Layer readiness and corruption are in test_cache_layers.c, threads in
+ * test_cache_threads.c, GPU memory in test_cache_cuda.c.
  */
-#include "harness.h"
+#include "cache_util.h"
 
-#include <dirent.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define P 4
+#define NB 64 /* engine blocks */
 
 static kvt_geom geom;
-static uint64_t page_bytes;
 static char spec[1024];
 
-/* A tiny model: 2 layers, 2 KV heads of 64, bf16: 4 KiB pages of 4 tokens. */
-static void tiny_geom(void)
+static int open_cache(kvt_cache **c, unsigned flags, int write)
 {
-	CHECK_OK(kvt_geom_from_json(&geom, "{\"num_hidden_layers\":2,"
-		"\"num_attention_heads\":2,\"hidden_size\":128,"
-		"\"num_key_value_heads\":2,\"torch_dtype\":\"bfloat16\"}",
-		"tiny", P, 1, 0));
-	page_bytes = kvt_geom_page_bytes(&geom);
-	CHECK_EQ(page_bytes, 4096);
-}
-
-/* Session s: tokens derived from (s, i); page bytes from the prefix hash. */
-static uint32_t tok(uint32_t s, uint32_t i)
-{
-	uint64_t k[2] = { s, i };
-	return (uint32_t)XXH3_64bits(k, sizeof(k));
-}
-
-static void page_of(const uint32_t *tokens, size_t page, unsigned char *out)
-{
-	uint64_t h = XXH3_64bits(tokens, (page + 1) * P * sizeof(uint32_t));
-	for (uint64_t i = 0; i < page_bytes; i += 8) {
-		h = h * 6364136223846793005ull + 1442695040888963407ull;
-		memcpy(out + i, &h, 8);
-	}
-}
-
-static int open_cache(kvt_cache **c, int write, int stage)
-{
-	kvt_cache_config cfg = { 0 };
+	kvt_cache_config cfg = KVT_CACHE_CONFIG_INIT;
 
 	cfg.tiers = spec;
-	cfg.geom = geom;
+	cfg.geom = &geom;
+	cfg.flags = flags;
 	cfg.write = write;
-	cfg.stage_ssd = stage;
 	return kvt_cache_open(c, &cfg);
 }
 
-/* Acquire tokens[0..n), put what needs computing, check every page's
- * bytes in hbm, release. Returns the fill. */
-static kvt_cache_fill use(kvt_cache *c, const uint32_t *tokens, size_t n)
+/* An open cache with registered host memory, or a failed check. */
+static kvt_cache *setup(eng *e, int outer, unsigned flags, int write)
 {
-	kvt_prefix px = { .tenant = 0, .tokens = tokens, .ntokens = n };
-	kvt_page_loc locs[256];
-	unsigned char want[4096], got[4096];
-	kvt_cache_fill f;
+	kvt_cache *c = NULL;
 	int err;
 
-	memset(&f, 0, sizeof(f));
-	err = kvt_cache_acquire(c, &px, 1000 + n, &f, locs, 256);
-	CHECK_OK(err);
-	if (err)
-		return f;
-	for (size_t i = 0; i < n / P; i++) {
-		page_of(tokens, i, want);
-		if (locs[i].fresh && locs[i].src_tier == KVT_TIER_COUNT)
-			CHECK_OK(kvt_cache_put(c, locs[i].slot, want));
-		CHECK_OK(kvt_tier_read(kvt_cache_tier(c, KVT_TIER_HBM),
-				       locs[i].slot, got));
-		if (memcmp(want, got, page_bytes)) {
-			fprintf(stderr, "page %zu differs in hbm slot %u\n", i,
-				locs[i].slot);
-			CHECK(0);
-			break;
-		}
+	if ((err = open_cache(&c, flags, write))) {
+		fprintf(stderr, "open: %s (%s)\n", kvt_strerror(err),
+			kvt_errdetail());
+		kvt_test_failures++;
+		return NULL;
 	}
-	CHECK_OK(kvt_cache_release(c, &px));
-	CHECK_OK(kvt_index_check(kvt_cache_index(c)));
-	return f;
+	CHECK_OK(eng_init(e, &geom, NB, outer, 64, -1));
+	CHECK_OK(eng_register(c, e));
+	return c;
 }
 
-static void test_round_trip(int write, int stage)
+static void lookup_n(kvt_cache *c, uint32_t tenant, const kvt_page_key *k,
+		     size_t n, kvt_cache_lookup_result *r)
 {
-	enum { S = 12, LEN = 32 * P };
-	static uint32_t t[S][LEN];
-	kvt_cache *c;
-	kvt_cache_check chk;
-	kvt_cache_stat st;
-	uint64_t from[KVT_TIER_COUNT] = { 0 };
-
-	CHECK_OK(open_cache(&c, write, stage));
-	for (uint32_t s = 0; s < S; s++)
-		for (uint32_t i = 0; i < LEN; i++)
-			t[s][i] = tok(s, i);
-	/* three rounds over 12 sessions of 32 pages: 384 pages through a
-	 * hostdev of 48, fabric 64, dram 96: the cycle pushes pages to ssd */
-	for (int round = 0; round < 3; round++)
-		for (uint32_t s = 0; s < S; s++) {
-			kvt_cache_fill f = use(c, t[s], LEN - (round ? 0 : 2 * P));
-			for (int k = 0; k < KVT_TIER_COUNT; k++)
-				from[k] += f.from[k];
-			if (round)
-				CHECK_EQ(f.compute, round == 1 ? 2 : 0);
-			CHECK_EQ(f.verified, f.bytes_loaded / page_bytes);
-		}
-	CHECK(from[KVT_TIER_FABRIC] > 0 || write == KVT_WRITE_THROUGH);
-	CHECK(from[KVT_TIER_DRAM] > 0);
-	CHECK(from[KVT_TIER_SSD] > 0);
-	kvt_cache_stat_get(c, &st);
-	CHECK_EQ(st.move_errors, 0);
-	CHECK_EQ(st.corrupt, 0);
-	CHECK(st.verified > 0);
-	CHECK_OK(kvt_cache_verify(c, &chk));
-	CHECK_EQ(chk.bad, 0);
-	CHECK_EQ(chk.unsummed, 0);
-	CHECK(chk.per_tier[KVT_TIER_SSD] > 0);
-
-	/* reset: empty pools, and it runs again */
-	CHECK_OK(kvt_cache_reset(c, KVT_EVICT_LFU, KVT_WRITE_BACK));
-	for (int k = 0; k < KVT_TIER_COUNT; k++)
-		if (kvt_cache_tier(c, (kvt_tier_kind)k))
-			CHECK_EQ(kvt_pool_used(kvt_tier_pool(kvt_cache_tier(c,
-						(kvt_tier_kind)k))), 0);
-	{
-		kvt_cache_fill f = use(c, t[0], LEN);
-		CHECK_EQ(f.compute, LEN / P);
-	}
-	kvt_cache_close(c);
+	memset(r, 0xff, sizeof(*r));
+	CHECK_OK(kvt_cache_lookup(c, tenant, k, n, 0, r));
 }
 
-/* Flip a byte of a page in dram: the load that reads it fails, and the
- * final check names it. */
-static void test_corruption(void)
+/* ---- configuration and registration --------------------------------- */
+
+static void test_config(const char *dir)
 {
-	enum { S = 8, LEN = 32 * P };
-	static uint32_t t[S][LEN];
-	kvt_cache *c;
-	kvt_cache_check chk;
-	kvt_page_info info[LEN / P];
-	kvt_prefix px = { .tenant = 0, .ntokens = LEN };
-	kvt_cache_fill f;
-	size_t found;
-	int victim = -1;
+	kvt_cache_config cfg = KVT_CACHE_CONFIG_INIT;
+	kvt_cache *c = NULL;
+	char s[700];
 
-	CHECK_OK(open_cache(&c, KVT_WRITE_BACK, 0));
-	for (uint32_t s = 0; s < S; s++) {
-		for (uint32_t i = 0; i < LEN; i++)
-			t[s][i] = tok(100 + s, i);
-		use(c, t[s], LEN);
-	}
-	/* find a session with a page whose only copy is in dram */
-	for (uint32_t s = 0; s < S && victim < 0; s++) {
-		px.tokens = t[s];
-		CHECK_OK(kvt_index_inspect(kvt_cache_index(c), &px, info,
-					   LEN / P, &found));
-		for (size_t i = 0; i < found; i++)
-			if (info[i].resident == 1u << KVT_TIER_DRAM) {
-				unsigned char *p = kvt_tier_slot_ptr(
-					kvt_cache_tier(c, KVT_TIER_DRAM),
-					info[i].slot[KVT_TIER_DRAM]);
-				p[100] ^= 0x40;
-				victim = (int)s;
-				break;
-			}
-	}
-	CHECK(victim >= 0);
-	CHECK_ERR(kvt_cache_verify(c, &chk), KVT_ECORRUPT);
-	CHECK_EQ(chk.bad, 1);
-	CHECK(strstr(kvt_errdetail(), "dram"));
-	px.tokens = t[victim];
-	CHECK_ERR(kvt_cache_acquire(c, &px, 99999, &f, NULL, 0), KVT_ECORRUPT);
-	CHECK(strstr(kvt_errdetail(), "checksum"));
-	/* nothing stays leased after the failure, and asking again fails the
-	 * same way instead of serving the bad bytes */
-	CHECK_OK(kvt_index_check(kvt_cache_index(c)));
-	CHECK_ERR(kvt_cache_acquire(c, &px, 100000, &f, NULL, 0), KVT_ECORRUPT);
-	kvt_cache_close(c);
-}
-
-static void test_bad_config(const char *dir)
-{
-	kvt_cache_config cfg = { 0 };
-	kvt_cache *c;
-	char s[600];
-
-	cfg.geom = geom;
+	cfg.geom = &geom;
+	cfg.tiers = "dram:1M";
+	cfg.size = 0;
+	CHECK_ERR(kvt_cache_open(&c, &cfg), -EINVAL);
+	cfg.size = sizeof(cfg);
+	CHECK_ERR(kvt_cache_open(NULL, &cfg), -EINVAL);
+	CHECK_ERR(kvt_cache_open(&c, NULL), -EINVAL);
+	cfg.tiers = NULL;
+	CHECK_ERR(kvt_cache_open(&c, &cfg), KVT_ESPEC);
+	cfg.tiers = "hostdev:1M";
+	CHECK_ERR(kvt_cache_open(&c, &cfg), KVT_ESPEC);
+	cfg.tiers = "hostdev:1M dram:1M";
+	CHECK_ERR(kvt_cache_open(&c, &cfg), KVT_ESPEC);
+	cfg.tiers = "hbm:1M dram:1M";
+	CHECK_ERR(kvt_cache_open(&c, &cfg), KVT_ESPEC);
+	cfg.tiers = "dram:1M dram:1M";
+	CHECK_ERR(kvt_cache_open(&c, &cfg), KVT_ESPEC);
+	cfg.tiers = "dram:1M,bogus";
+	CHECK_ERR(kvt_cache_open(&c, &cfg), KVT_ESPEC);
+	snprintf(s, sizeof(s), "dram:1M ssd:%s/x,1K", dir);
+	cfg.tiers = s; /* holds no page */
 	CHECK_ERR(kvt_cache_open(&c, &cfg), KVT_ESPEC);
 	cfg.tiers = "dram:1M";
-	CHECK_ERR(kvt_cache_open(&c, &cfg), KVT_ESPEC);
-	CHECK(strstr(kvt_errdetail(), "no hbm"));
-	cfg.tiers = "hostdev:1M,dram:1M,dram:1M";
-	CHECK_ERR(kvt_cache_open(&c, &cfg), KVT_ESPEC);
-	CHECK(strstr(kvt_errdetail(), "two dram"));
-	cfg.tiers = "hostdev:1M,remote:redis://127.0.0.1:1";
-	CHECK_ERR(kvt_cache_open(&c, &cfg), KVT_ENOTBUILT);
-	snprintf(s, sizeof(s), "hostdev:1M,ssd:%s/x,1K", dir);
-	cfg.tiers = s;
-	CHECK_ERR(kvt_cache_open(&c, &cfg), KVT_ESPEC);
+	cfg.high = 0.5, cfg.low = 0.7;
+	CHECK_ERR(kvt_cache_open(&c, &cfg), -EINVAL);
+	cfg.high = 1.5, cfg.low = 0.5;
+	CHECK_ERR(kvt_cache_open(&c, &cfg), -EINVAL);
+	cfg.high = cfg.low = 0;
+	cfg.evict = 9;
+	CHECK_ERR(kvt_cache_open(&c, &cfg), -EINVAL);
+	cfg.evict = 0, cfg.write = 9;
+	CHECK_ERR(kvt_cache_open(&c, &cfg), -EINVAL);
+	cfg.write = 0;
+	cfg.geom = NULL, cfg.model = "no-such-model";
+	CHECK_ERR(kvt_cache_open(&c, &cfg), KVT_EPRESET);
+	CHECK(c == NULL);
+	/* a preset by name: llama-3.1-8b, P = 16 by default: 2 MiB pages */
+	cfg.model = "llama-3.1-8b";
+	cfg.tiers = "dram:16M";
+	CHECK_OK(kvt_cache_open(&c, &cfg));
+	if (c) {
+		CHECK_EQ(kvt_cache_geom(c)->layers, 32);
+		CHECK_EQ(kvt_cache_geom(c)->page_tokens, 16);
+		CHECK(kvt_cache_tier(c, KVT_TIER_DRAM) != NULL);
+		CHECK(kvt_cache_tier(c, KVT_TIER_FABRIC) == NULL);
+		CHECK(kvt_cache_tier(c, KVT_TIER_HBM) == NULL);
+		CHECK(kvt_cache_index(c) && kvt_cache_xfer(c));
+	}
+	kvt_cache_close(c);
+	/* a size smaller than the first version's */
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.size = (uint32_t)offsetof(kvt_cache_config, xfer_threads);
+	cfg.tiers = "dram:1M";
+	cfg.geom = &geom;
+	CHECK_ERR(kvt_cache_open(&c, &cfg), -EINVAL);
+	kvt_cache_close(NULL);
 }
 
-static void test_open_faults(const char *dir)
+static void test_register(void)
+{
+	kvt_cache *c;
+	eng e;
+	void *base[ENG_MAXL];
+	uint64_t ch, ts;
+
+	CHECK_OK(open_cache(&c, 0, 0));
+	if (!c)
+		return;
+	CHECK_OK(eng_init(&e, &geom, NB, ENG_KV_OUTER, 0, -1));
+	ch = e.chunk, ts = e.ts;
+	memcpy(base, e.base, sizeof(base));
+	CHECK_ERR(kvt_cache_register(c, e.base, e.L - 1, NB, e.bs, e.ks, ts, -1),
+		  KVT_EGEOM);
+	CHECK_ERR(kvt_cache_register(c, e.base, e.L + 1, NB, e.bs, e.ks, ts, -1),
+		  KVT_EGEOM);
+	/* a token's H*D elements not contiguous */
+	CHECK_ERR(kvt_cache_register(c, e.base, e.L, NB, 2 * ch, NB * 2 * ch,
+				     2 * ts, -1), KVT_EGEOM);
+	CHECK_ERR(kvt_cache_register(c, e.base, e.L, NB, e.bs, e.ks, ts / 2, -1),
+		  KVT_EGEOM);
+	/* blocks overlap (block stride below a chunk) */
+	CHECK_ERR(kvt_cache_register(c, e.base, e.L, NB, ch / 2, NB * ch, ts, -1),
+		  KVT_EGEOM);
+	/* K and V of different blocks overlap: neither K/V outer nor block
+	 * outer */
+	CHECK_ERR(kvt_cache_register(c, e.base, e.L, NB, ch, ch, ts, -1),
+		  KVT_EGEOM);
+	CHECK_ERR(kvt_cache_register(c, e.base, e.L, NB, ch, (NB - 1) * ch, ts,
+				     -1), KVT_EGEOM);
+	/* block outer with V inside the next block */
+	CHECK_ERR(kvt_cache_register(c, e.base, e.L, NB, ch + 1, ch, ts, -1),
+		  KVT_EGEOM);
+	/* no blocks, no bases */
+	CHECK(kvt_cache_register(c, e.base, e.L, 0, e.bs, e.ks, ts, -1) != 0);
+	CHECK(kvt_cache_register(c, NULL, e.L, NB, e.bs, e.ks, ts, -1) != 0);
+	base[1] = NULL;
+	CHECK(kvt_cache_register(c, base, e.L, NB, e.bs, e.ks, ts, -1) != 0);
+	/* GPU memory on a machine without CUDA or GPU */
+	{
+		kvt_machine m;
+		kvt_probe(&m);
+		if (!m.cuda_built)
+			CHECK_ERR(kvt_cache_register(c, e.base, e.L, NB, e.bs,
+						     e.ks, ts, 0), KVT_ENOTBUILT);
+		else if (m.ngpus == 0)
+			CHECK_ERR(kvt_cache_register(c, e.base, e.L, NB, e.bs,
+						     e.ks, ts, 0), KVT_ENODEV);
+	}
+	/* none of the failures registered anything: now it works, once */
+	CHECK_OK(eng_register(c, &e));
+	CHECK_ERR(eng_register(c, &e), KVT_EBUSY);
+	kvt_cache_close(c);
+	eng_free(&e);
+
+	/* block outer, no gaps, and a separate cache */
+	CHECK_OK(open_cache(&c, 0, 0));
+	CHECK_OK(eng_init(&e, &geom, NB, ENG_BLOCK_OUTER, 0, -1));
+	if (c)
+		CHECK_OK(eng_register(c, &e));
+	kvt_cache_close(c);
+	eng_free(&e);
+}
+
+/* ---- round trip through every tier ----------------------------------- */
+
+#define S 14     /* sessions */
+#define SP 20    /* pages per session */
+
+static void blocks_of(uint32_t *b, size_t n, uint32_t start)
+{
+	for (size_t i = 0; i < n; i++)
+		b[i] = (uint32_t)((start + i * 3) % NB); /* distinct: NB % 3 */
+}
+
+static void load_check(kvt_cache *c, const eng *e, uint32_t tenant,
+		       const kvt_page_key *keys, size_t n, uint32_t start,
+		       uint64_t *from)
+{
+	uint32_t b[NB], failed[NB];
+	kvt_cache_job *j;
+	kvt_cache_job_stat st;
+	int err;
+
+	blocks_of(b, n, start);
+	for (size_t i = 0; i < n; i++)
+		eng_poison(e, b[i]);
+	err = kvt_cache_load(c, tenant, keys, n, 0, b, &j);
+	CHECK_OK(err);
+	if (err)
+		return;
+	for (uint32_t l = 0; l < e->L; l++) {
+		CHECK_OK(kvt_cache_job_wait_layer(j, l, -1));
+		/* layer l is in place the moment it is reported */
+		for (size_t i = 0; i < n; i++) {
+			unsigned char img[16384];
+			page_img(e, keys[i], img);
+			if (!eng_layer_is(e, b[i], l, img)) {
+				fprintf(stderr, "layer %u of page %zu not in "
+					"place when reported ready\n", l, i);
+				kvt_test_failures++;
+				break;
+			}
+		}
+	}
+	CHECK_OK(kvt_cache_job_wait(j, -1));
+	CHECK_OK(kvt_cache_job_poll(j));
+	CHECK_EQ(kvt_cache_job_failed(j, failed, NB), 0);
+	kvt_cache_job_stat_get(j, &st);
+	CHECK_EQ(st.pages, n);
+	CHECK_EQ(st.copied, n);
+	CHECK_EQ(st.failed, 0);
+	CHECK_EQ(st.verified, n);
+	CHECK_EQ(st.bytes, n * e->page);
+	CHECK(st.layer0_s > 0); /* when layer 0 was ready: not when asked */
+	CHECK(st.layer0_s <= st.total_s);
+	{
+		uint64_t sum = 0;
+		for (int k = 0; k < KVT_TIER_COUNT; k++) {
+			sum += st.from[k];
+			from[k] += st.from[k];
+		}
+		CHECK_EQ(sum, n);
+		CHECK_EQ(st.from[KVT_TIER_HBM], 0);
+	}
+	kvt_cache_job_free(j);
+	for (size_t i = 0; i < n; i++)
+		if (!eng_block_is(e, b[i], keys[i])) {
+			fprintf(stderr, "page %zu differs in block %u\n", i, b[i]);
+			kvt_test_failures++;
+			break;
+		}
+}
+
+static void test_round_trip(int outer, unsigned flags, int write)
+{
+	static kvt_page_key keys[S][SP + 4];
+	uint64_t from[KVT_TIER_COUNT] = { 0 }, where[KVT_TIER_COUNT] = { 0 };
+	uint32_t b[NB];
+	kvt_cache_lookup_result r;
+	kvt_cache_job_stat st;
+	kvt_cache_stat cs;
+	kvt_cache_check chk;
+	kvt_cache *c;
+	eng e;
+
+	fprintf(stderr, "round trip: %s, flags %#x, %s\n",
+		outer ? "block outer" : "kv outer", flags,
+		kvt_write_policy_name(write));
+	if (!(c = setup(&e, outer, flags, write)))
+		return;
+	for (uint32_t s = 0; s < S; s++) {
+		CHECK_OK(session_keys(c, 0, s, SP + 4, keys[s]));
+		blocks_of(b, SP, s * 5);
+		eng_fill(&e, keys[s], SP, 0, b);
+		CHECK_OK(cache_store_wait(c, 0, keys[s], SP, 0, b, &st));
+		CHECK_EQ(st.pages, SP);
+		CHECK_EQ(st.copied, SP);
+		CHECK_EQ(st.skipped, 0);
+		CHECK_EQ(st.failed, 0);
+		CHECK_EQ(st.bytes, SP * e.page);
+		lookup_n(c, 0, keys[s], SP + 4, &r);
+		CHECK_EQ(r.pages, SP);
+		CHECK_EQ(r.inflight, 0);
+		CHECK_EQ(r.tier_pages[KVT_TIER_HBM], 0);
+		CHECK_EQ(r.tier_pages[KVT_TIER_FABRIC] + r.tier_pages[KVT_TIER_DRAM] +
+			 r.tier_pages[KVT_TIER_SSD], SP);
+		if (s == 0) {
+			/* stored again: every page skipped, nothing copied */
+			CHECK_OK(cache_store_wait(c, 0, keys[s], SP, 0, b, &st));
+			CHECK_EQ(st.skipped, SP);
+			CHECK_EQ(st.copied, 0);
+			/* the prefix extended: only the new pages */
+			blocks_of(b, 4, 40);
+			eng_fill(&e, keys[s], SP + 4, SP, b);
+			CHECK_OK(cache_store_wait(c, 0, keys[s], SP + 4, SP, b,
+						  &st));
+			CHECK_EQ(st.copied, 4);
+			CHECK_EQ(st.pages, 4);
+			lookup_n(c, 0, keys[s], SP + 4, &r);
+			CHECK_EQ(r.pages, SP + 4);
+			/* a prefix whose parents are not cached */
+			{
+				kvt_page_key k2[8];
+				kvt_cache_job *j = NULL;
+				CHECK_OK(session_keys(c, 0, 999, 8, k2));
+				CHECK_ERR(kvt_cache_store(c, 0, k2, 8, 4, b, &j),
+					  KVT_ENOTFOUND);
+				CHECK(j == NULL);
+				lookup_n(c, 0, k2, 8, &r);
+				CHECK_EQ(r.pages, 0);
+			}
+		}
+	}
+	kvt_cache_quiesce(c);
+	for (uint32_t s = 0; s < S; s++) {
+		size_t n = s ? SP : SP + 4;
+		lookup_n(c, 0, keys[s], n, &r);
+		CHECK_EQ(r.pages, n);
+		for (int k = 0; k < KVT_TIER_COUNT; k++)
+			where[k] += r.tier_pages[k];
+	}
+	fprintf(stderr, "  after quiesce: fabric %llu dram %llu ssd %llu pages\n",
+		(unsigned long long)where[KVT_TIER_FABRIC],
+		(unsigned long long)where[KVT_TIER_DRAM],
+		(unsigned long long)where[KVT_TIER_SSD]);
+	CHECK(where[KVT_TIER_FABRIC] > 0);
+	CHECK(where[KVT_TIER_DRAM] > 0);
+	CHECK(where[KVT_TIER_SSD] > 0);
+	for (uint32_t s = 0; s < S; s++)
+		load_check(c, &e, 0, keys[s], s ? SP : SP + 4, s * 7 + 1, from);
+	CHECK(from[KVT_TIER_FABRIC] > 0);
+	CHECK(from[KVT_TIER_DRAM] > 0);
+	CHECK(from[KVT_TIER_SSD] > 0);
+	CHECK(eng_gaps_intact(&e));
+	kvt_cache_stat_get(c, &cs);
+	CHECK_EQ(cs.corrupt, 0);
+	CHECK_EQ(cs.move_errors, 0);
+	CHECK_EQ(cs.failed_blocks, 0);
+	CHECK(cs.stores >= S + 1);
+	CHECK_EQ(cs.store_pages, S * SP + 4);
+	CHECK_EQ(cs.loads, S);
+	CHECK_EQ(cs.load_pages, S * SP + 4);
+	CHECK(cs.moves > 0 && cs.move_pages >= where[KVT_TIER_SSD]);
+	CHECK(cs.verified > 0);
+	if (!(flags & KVT_CACHE_NO_BACKGROUND))
+		CHECK(cs.bg_passes > 0);
+	CHECK_OK(kvt_cache_verify(c, &chk));
+	CHECK_EQ(chk.bad, 0);
+	CHECK(chk.checked >= S * SP + 4);
+	CHECK_EQ(chk.per_tier[KVT_TIER_FABRIC] + chk.per_tier[KVT_TIER_DRAM] +
+		 chk.per_tier[KVT_TIER_SSD], chk.checked);
+	CHECK(chk.per_tier[KVT_TIER_SSD] > 0);
+	kvt_cache_close(c);
+	eng_free(&e);
+}
+
+/* ---- absent pages ------------------------------------------------------ */
+
+static void test_absent(void)
+{
+	kvt_page_key a[8], z[8];
+	uint32_t b[8] = { 9, 3, 12, 0, 63, 31, 30, 7 }, failed[8];
+	kvt_cache_lookup_result r;
+	kvt_cache_job_stat st;
+	kvt_cache_job *j;
+	kvt_cache *c;
+	long nf = -1;
+	eng e;
+
+	if (!(c = setup(&e, ENG_KV_OUTER, 0, 0)))
+		return;
+	CHECK_OK(session_keys(c, 0, 500, 8, a));
+	CHECK_OK(session_keys(c, 0, 501, 8, z));
+	eng_fill(&e, a, 4, 0, b);
+	CHECK_OK(cache_store_wait(c, 0, a, 4, 0, b, NULL));
+	lookup_n(c, 0, a, 8, &r);
+	CHECK_EQ(r.pages, 4);
+	CHECK_EQ(r.inflight, 0);
+
+	/* half there: the rest fail, in request order, untouched */
+	for (int i = 0; i < 8; i++)
+		eng_poison(&e, b[i]);
+	CHECK_OK(kvt_cache_load(c, 0, a, 8, 0, b, &j));
+	for (uint32_t l = 0; l < e.L; l++)
+		CHECK_OK(kvt_cache_job_wait_layer(j, l, -1));
+	CHECK_ERR(kvt_cache_job_wait(j, -1), KVT_ENOTFOUND);
+	CHECK_EQ(kvt_cache_job_failed(j, failed, 8), 4);
+	CHECK_EQ(kvt_cache_job_failed(j, NULL, 0), 4);
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(failed[i], b[4 + i]);
+	kvt_cache_job_stat_get(j, &st);
+	CHECK_EQ(st.pages, 8);
+	CHECK_EQ(st.copied, 4);
+	CHECK_EQ(st.failed, 4);
+	kvt_cache_job_free(j);
+	for (int i = 0; i < 4; i++)
+		CHECK(eng_block_is(&e, b[i], a[i]));
+	for (int i = 4; i < 8; i++)
+		CHECK(eng_block_poisoned(&e, b[i]));
+
+	/* nothing there: every block fails, layers report the error */
+	for (int i = 0; i < 8; i++)
+		eng_poison(&e, b[i]);
+	CHECK_OK(kvt_cache_load(c, 0, z, 8, 0, b, &j));
+	CHECK_ERR(kvt_cache_job_wait_layer(j, 0, -1), KVT_ENOTFOUND);
+	CHECK_ERR(kvt_cache_job_wait_layer(j, e.L - 1, -1), KVT_ENOTFOUND);
+	CHECK_ERR(job_finish(j, failed, 8, &nf), KVT_ENOTFOUND);
+	CHECK_EQ(nf, 8);
+	for (int i = 0; i < 8; i++) {
+		CHECK_EQ(failed[i], b[i]);
+		CHECK(eng_block_poisoned(&e, b[i]));
+	}
+
+	/* a slice of the prefix: pages 2..3 into two blocks */
+	eng_poison(&e, 40);
+	eng_poison(&e, 41);
+	CHECK_OK(cache_load_wait(c, 0, a, 4, 2, (uint32_t[]){ 41, 40 }, failed,
+				 &nf, &st));
+	CHECK_EQ(nf, 0);
+	CHECK_EQ(st.pages, 2);
+	CHECK(eng_block_is(&e, 41, a[2]));
+	CHECK(eng_block_is(&e, 40, a[3]));
+	/* first == nkeys: an empty job */
+	CHECK_OK(cache_load_wait(c, 0, a, 4, 4, b, failed, &nf, &st));
+	CHECK_EQ(nf, 0);
+	CHECK_EQ(st.pages, 0);
+	CHECK(eng_gaps_intact(&e));
+	{
+		kvt_cache_stat cs;
+		kvt_cache_stat_get(c, &cs);
+		CHECK_EQ(cs.failed_blocks, 12);
+	}
+	kvt_cache_close(c);
+	eng_free(&e);
+}
+
+/* ---- cancel, abort, job handles ------------------------------------------ */
+
+static int fd_ready(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
+/* Calls run in a helper thread, to tell a call that blocks from one that
+ * returns (and to get out of it). */
+struct bg_load {
+	kvt_cache *c;
+	const kvt_page_key *keys;
+	size_t n;
+	const uint32_t *blocks;
+	kvt_cache_job *job;
+	int err;
+	atomic_int done;
+};
+
+static void *bg_load_main(void *arg)
+{
+	struct bg_load *b = arg;
+
+	b->err = kvt_cache_load(b->c, 0, b->keys, b->n, 0, b->blocks, &b->job);
+	atomic_store(&b->done, 1);
+	return NULL;
+}
+
+struct bg_close {
+	kvt_cache *c;
+	atomic_int done;
+};
+
+static void *bg_close_main(void *arg)
+{
+	struct bg_close *b = arg;
+
+	kvt_cache_close(b->c);
+	atomic_store(&b->done, 1);
+	return NULL;
+}
+
+/* 1 once *@flag is set, 0 after @ms milliseconds. */
+static int bg_wait(atomic_int *flag, int ms)
+{
+	for (int i = 0; i < ms && !atomic_load(flag); i++)
+		usleep(1000);
+	return atomic_load(flag);
+}
+
+static void test_cancel(void)
+{
+	kvt_page_key k[6], d[6];
+	uint32_t b[6] = { 1, 2, 3, 4, 5, 6 }, b2[6] = { 10, 11, 12, 13, 14, 15 };
+	uint32_t failed[6];
+	kvt_cache_lookup_result r;
+	kvt_cache_job_stat st;
+	kvt_cache_job *j, *lj;
+	kvt_cache *c;
+	kvt_xfer *x;
+	uint64_t used;
+	long nf;
+	eng e;
+
+	if (!(c = setup(&e, ENG_BLOCK_OUTER, 0, 0)))
+		return;
+	x = kvt_cache_xfer(c);
+	CHECK_OK(session_keys(c, 0, 600, 6, k));
+	CHECK_OK(session_keys(c, 0, 601, 6, d));
+	eng_fill(&e, k, 6, 0, b);
+	used = cache_used(c);
+
+	/* a store caught before it runs */
+	kvt_xfer_pause(x, 1);
+	CHECK_OK(kvt_cache_store(c, 0, k, 6, 0, b, &j));
+	CHECK_ERR(kvt_cache_job_poll(j), -EINPROGRESS);
+	CHECK_ERR(kvt_cache_job_failed(j, failed, 6), -EINPROGRESS);
+	CHECK_ERR(kvt_cache_job_wait(j, 1000000), -ETIMEDOUT);
+	CHECK_ERR(kvt_cache_job_wait_layer(j, 0, 1000000), -ETIMEDOUT);
+	CHECK_ERR(kvt_cache_job_wait_layer(j, e.L, 0), -ERANGE);
+	CHECK(kvt_cache_job_fd(j) >= 0);
+	CHECK(!fd_ready(kvt_cache_job_fd(j)));
+	/* not committed: in flight, not loadable */
+	lookup_n(c, 0, k, 6, &r);
+	CHECK_EQ(r.pages, 0);
+	CHECK_EQ(r.inflight, 6);
+	/* a load of those pages now: they are not committed, so its blocks
+	 * fail; the call itself must not wait for the store (asynchronous) */
+	for (int i = 0; i < 6; i++)
+		eng_poison(&e, b2[i]);
+	{
+		struct bg_load bl = { .c = c, .keys = k, .n = 6, .blocks = b2 };
+		pthread_t t;
+
+		CHECK(pthread_create(&t, NULL, bg_load_main, &bl) == 0);
+		if (!bg_wait(&bl.done, 2000)) {
+			fprintf(stderr, "kvt_cache_load() blocks while a page of "
+				"its prefix is being stored (still waiting after "
+				"2 s with the transfer engine paused)\n");
+			kvt_test_failures++;
+		}
+		CHECK_OK(kvt_cache_job_cancel(j));
+		kvt_xfer_pause(x, 0);
+		pthread_join(t, NULL);
+		CHECK_OK(bl.err);
+		lj = bl.job;
+	}
+	CHECK_ERR(kvt_cache_job_wait(j, -1), -ECANCELED);
+	CHECK_ERR(kvt_cache_job_cancel(j), -EALREADY);
+	CHECK(fd_ready(kvt_cache_job_fd(j)));
+	kvt_cache_job_free(j);
+	CHECK_ERR(job_finish(lj, failed, 6, &nf), KVT_ENOTFOUND);
+	CHECK_EQ(nf, 6);
+	for (int i = 0; i < 6; i++)
+		CHECK(eng_block_poisoned(&e, b2[i]));
+	/* never served */
+	lookup_n(c, 0, k, 6, &r);
+	CHECK_EQ(r.pages, 0);
+	CHECK_EQ(r.inflight, 0);
+	CHECK(cache_used(c) >= used);
+	CHECK_ERR(cache_load_wait(c, 0, k, 6, 0, b2, failed, &nf, NULL),
+		  KVT_ENOTFOUND);
+	CHECK_EQ(nf, 6);
+	for (int i = 0; i < 6; i++)
+		CHECK(eng_block_poisoned(&e, b2[i]));
+
+	/* stored again for real: copied (not skipped) and served */
+	CHECK_OK(cache_store_wait(c, 0, k, 6, 0, b, &st));
+	CHECK_EQ(st.copied, 6);
+	CHECK_EQ(st.skipped, 0);
+	CHECK_OK(cache_load_wait(c, 0, k, 6, 0, b2, failed, &nf, NULL));
+	CHECK_EQ(nf, 0);
+	for (int i = 0; i < 6; i++)
+		CHECK(eng_block_is(&e, b2[i], k[i]));
+
+	/* a load cancelled before it runs: every block failed, leases go */
+	for (int i = 0; i < 6; i++)
+		eng_poison(&e, b2[i]);
+	kvt_xfer_pause(x, 1);
+	CHECK_OK(kvt_cache_load(c, 0, k, 6, 0, b2, &lj));
+	CHECK_OK(kvt_cache_job_cancel(lj));
+	kvt_xfer_pause(x, 0);
+	CHECK_ERR(kvt_cache_job_wait_layer(lj, 0, -1), -ECANCELED);
+	CHECK_ERR(job_finish(lj, failed, 6, &nf), -ECANCELED);
+	CHECK_EQ(nf, 6);
+	lookup_n(c, 0, k, 6, &r);
+	CHECK_EQ(r.pages, 6);
+	CHECK_OK(cache_load_wait(c, 0, k, 6, 0, b2, failed, &nf, NULL));
+	CHECK_EQ(nf, 0);
+	for (int i = 0; i < 6; i++)
+		CHECK(eng_block_is(&e, b2[i], k[i]));
+
+	/* a job freed before it ran is cancelled */
+	eng_fill(&e, d, 6, 0, b);
+	kvt_xfer_pause(x, 1);
+	CHECK_OK(kvt_cache_store(c, 0, d, 6, 0, b, &j));
+	kvt_cache_job_free(j);
+	kvt_xfer_pause(x, 0);
+	lookup_n(c, 0, d, 6, &r);
+	CHECK_EQ(r.pages, 0);
+	CHECK_EQ(r.inflight, 0);
+
+	/* a job outlives the cache: close cancels it, the handle stays */
+	kvt_xfer_pause(x, 1);
+	CHECK_OK(kvt_cache_store(c, 0, d, 6, 0, b, &j));
+	{
+		struct bg_close bc = { .c = c };
+		pthread_t t;
+
+		CHECK(pthread_create(&t, NULL, bg_close_main, &bc) == 0);
+		if (!bg_wait(&bc.done, 2000)) {
+			fprintf(stderr, "kvt_cache_close() does not cancel a job "
+				"that has not started: it waits for it (still "
+				"waiting after 2 s with the engine paused)\n");
+			kvt_test_failures++;
+			kvt_cache_job_cancel(j); /* unblocks it */
+		}
+		pthread_join(t, NULL);
+	}
+	CHECK_ERR(kvt_cache_job_poll(j), -ECANCELED);
+	CHECK_ERR(kvt_cache_job_wait(j, -1), -ECANCELED);
+	kvt_cache_job_free(j);
+	kvt_cache_job_free(NULL);
+	eng_free(&e);
+}
+
+/* ---- bad arguments ---------------------------------------------------- */
+
+static void test_bad_args(void)
+{
+	kvt_page_key k[4];
+	uint32_t b[4] = { 0, 1, 2, 3 }, twice[4] = { 0, 1, 1, 3 };
+	uint32_t out_of_range[4] = { 0, 1, NB, 3 }, tok[8] = { 0 };
+	kvt_cache_lookup_result r;
+	kvt_cache_job *j = NULL;
+	kvt_cache *c;
+	eng e;
+
+	CHECK_OK(open_cache(&c, 0, 0));
+	if (!c)
+		return;
+	CHECK_OK(eng_init(&e, &geom, NB, ENG_KV_OUTER, 0, -1));
+	CHECK_OK(session_keys(c, 0, 700, 4, k));
+	eng_fill(&e, k, 4, 0, b);
+	/* no memory registered */
+	CHECK_ERR(kvt_cache_load(c, 0, k, 4, 0, b, &j), KVT_EBUSY);
+	CHECK_ERR(kvt_cache_store(c, 0, k, 4, 0, b, &j), KVT_EBUSY);
+	lookup_n(c, 0, k, 4, &r);
+	CHECK_EQ(r.pages, 0);
+	CHECK_OK(eng_register(c, &e));
+
+	CHECK_ERR(kvt_cache_lookup(c, 0, NULL, 4, 0, &r), -EINVAL);
+	CHECK_ERR(kvt_cache_lookup(c, 0, k, 4, 0, NULL), -EINVAL);
+	CHECK_ERR(kvt_cache_lookup(c, 5, k, 4, 0, &r), KVT_ENOTFOUND);
+	for (int store = 0; store < 2; store++) {
+		int (*fn)(kvt_cache *, uint32_t, const kvt_page_key *, size_t,
+			  size_t, const uint32_t *, kvt_cache_job **) =
+			store ? kvt_cache_store : kvt_cache_load;
+		CHECK_ERR(fn(c, 0, k, 4, 5, b, &j), -EINVAL);
+		CHECK_ERR(fn(c, 0, NULL, 4, 0, b, &j), -EINVAL);
+		CHECK_ERR(fn(c, 0, k, 4, 0, NULL, &j), -EINVAL);
+		CHECK_ERR(fn(c, 0, k, 4, 0, b, NULL), -EINVAL);
+		CHECK_ERR(fn(c, 0, k, 4, 0, twice, &j), -EINVAL);
+		CHECK_ERR(fn(c, 0, k, 4, 0, out_of_range, &j), -EINVAL);
+		CHECK_ERR(fn(c, 5, k, 4, 0, b, &j), KVT_ENOTFOUND);
+		CHECK(j == NULL);
+	}
+	CHECK_ERR(kvt_cache_hash_tokens(c, 5, tok, 8, k), KVT_ENOTFOUND);
+	CHECK_ERR(kvt_cache_hash_tokens(c, 0, NULL, 8, k), -EINVAL);
+	CHECK_ERR(kvt_cache_tenant_add(c, 0, 1), -EEXIST);
+	CHECK_OK(kvt_cache_tenant_add(c, 5, 1));
+	CHECK_ERR(kvt_cache_tenant_add(c, 5, 2), -EEXIST);
+	/* nothing of the refused calls is reserved or visible */
+	CHECK_EQ(cache_used(c), 0);
+	lookup_n(c, 0, k, 4, &r);
+	CHECK_EQ(r.pages, 0);
+	CHECK_EQ(r.inflight, 0);
+	/* and the same calls, right, work */
+	CHECK_OK(cache_store_wait(c, 0, k, 4, 0, b, NULL));
+	CHECK_ERR(kvt_cache_store(c, 0, k, 4, 0, twice, &j), -EINVAL);
+	lookup_n(c, 0, k, 4, &r);
+	CHECK_EQ(r.pages, 4);
+	kvt_cache_close(c);
+	eng_free(&e);
+}
+
+/* ---- tenants --------------------------------------------------------------- */
+
+static void test_tenants(void)
+{
+	kvt_page_key k0[8], k1[8], again[8];
+	uint32_t b[8] = { 0, 1, 2, 3, 4, 5, 6, 7 }, failed[8];
+	kvt_cache_lookup_result r;
+	kvt_cache *c, *c2;
+	long nf;
+	eng e;
+
+	if (!(c = setup(&e, ENG_KV_OUTER, 0, 0)))
+		return;
+	CHECK_OK(kvt_cache_tenant_add(c, 1, 0xfeedull));
+	CHECK_OK(session_keys(c, 0, 800, 8, k0));
+	CHECK_OK(session_keys(c, 1, 800, 8, k1));
+	for (int i = 0; i < 8; i++)
+		CHECK(k0[i].lo != k1[i].lo || k0[i].hi != k1[i].hi);
+	/* the same tokens give the same keys in another cache */
+	CHECK_OK(open_cache(&c2, KVT_CACHE_NO_BACKGROUND, 0));
+	if (c2) {
+		CHECK_OK(kvt_cache_tenant_add(c2, 1, 0xfeedull));
+		CHECK_OK(session_keys(c2, 1, 800, 8, again));
+		CHECK(!memcmp(again, k1, sizeof(k1)));
+	}
+	kvt_cache_close(c2);
+
+	eng_fill(&e, k0, 8, 0, b);
+	CHECK_OK(cache_store_wait(c, 0, k0, 8, 0, b, NULL));
+	lookup_n(c, 0, k0, 8, &r);
+	CHECK_EQ(r.pages, 8);
+	lookup_n(c, 1, k1, 8, &r);
+	CHECK_EQ(r.pages, 0);
+	/* an engine's raw block hashes under another tenant: no hit either */
+	lookup_n(c, 1, k0, 8, &r);
+	CHECK_EQ(r.pages, 0);
+	CHECK_EQ(r.inflight, 0);
+	for (int i = 0; i < 8; i++)
+		eng_poison(&e, b[i]);
+	CHECK_ERR(cache_load_wait(c, 1, k0, 8, 0, b, failed, &nf, NULL),
+		  KVT_ENOTFOUND);
+	CHECK_EQ(nf, 8);
+	for (int i = 0; i < 8; i++)
+		CHECK(eng_block_poisoned(&e, b[i]));
+	/* tenant 1 stores its own; each gets its own bytes back */
+	eng_fill(&e, k1, 8, 0, b);
+	CHECK_OK(cache_store_wait(c, 1, k1, 8, 0, b, NULL));
+	CHECK_OK(cache_store_wait(c, 1, k0, 8, 0, b, NULL)); /* k0 as tenant 1 */
+	CHECK_OK(cache_load_wait(c, 0, k0, 8, 0, b, failed, &nf, NULL));
+	for (int i = 0; i < 8; i++)
+		CHECK(eng_block_is(&e, b[i], k0[i]));
+	CHECK_OK(cache_load_wait(c, 1, k1, 8, 0, b, failed, &nf, NULL));
+	for (int i = 0; i < 8; i++)
+		CHECK(eng_block_is(&e, b[i], k1[i]));
+	{
+		kvt_cache_check chk;
+		CHECK_OK(kvt_cache_verify(c, &chk));
+		CHECK_EQ(chk.checked, 24);
+		CHECK_EQ(chk.bad, 0);
+	}
+	kvt_cache_close(c);
+	eng_free(&e);
+}
+
+/* ---- failed allocations ------------------------------------------------ */
+
+static void test_open_faults(const char *ssd)
 {
 	uint64_t before = kvt_alloc_count(), points;
 	kvt_cache *c;
 	int failed = 0;
 
-	CHECK_OK(open_cache(&c, KVT_WRITE_BACK, 1));
+	CHECK_OK(open_cache(&c, 0, 0));
 	points = kvt_alloc_count() - before;
 	kvt_cache_close(c);
 	for (uint64_t n = 1; n <= points; n++) {
@@ -222,7 +772,7 @@ static void test_open_faults(const char *dir)
 		int err;
 
 		kvt_alloc_fail_at(n);
-		err = open_cache(&c, KVT_WRITE_BACK, 1);
+		err = open_cache(&c, 0, 0);
 		kvt_alloc_fail_at(0);
 		if (!err) {
 			kvt_cache_close(c);
@@ -231,11 +781,114 @@ static void test_open_faults(const char *dir)
 		failed++;
 		CHECK(err == -ENOMEM || err == -ENOSPC || err == -EAGAIN);
 		CHECK_EQ(kvt_alloc_live(), live);
-		CHECK(test_count_entries(dir) <= 0); /* gone or empty */
+		CHECK(test_count_entries(ssd) <= 0); /* gone or empty */
 	}
-	CHECK(failed > 10);
-	fprintf(stderr, "open: %llu acquisitions, %d failures injected\n",
+	CHECK(failed > 5);
+	fprintf(stderr, "open: %llu allocations, %d failures injected\n",
 		(unsigned long long)points, failed);
+}
+
+/* Fail every allocation of register, store+wait and load+wait in turn. */
+static void test_op_faults(void)
+{
+	kvt_cache_lookup_result r;
+	uint32_t b[6] = { 2, 4, 6, 8, 10, 12 }, d[6] = { 1, 3, 5, 7, 9, 11 };
+	uint32_t failed[6];
+	kvt_page_key k[6];
+	kvt_cache *c;
+	uint64_t before, points;
+	int injected = 0;
+	eng e;
+
+	CHECK_OK(open_cache(&c, KVT_CACHE_NO_BACKGROUND, 0));
+	if (!c)
+		return;
+	CHECK_OK(eng_init(&e, &geom, NB, ENG_KV_OUTER, 16, -1));
+	for (uint64_t n = 1; n < 64; n++) {
+		kvt_alloc_fail_at(n);
+		int err = eng_register(c, &e);
+		kvt_alloc_fail_at(0);
+		if (!err)
+			break;
+		CHECK_ERR(err, -ENOMEM);
+	}
+	CHECK_ERR(eng_register(c, &e), KVT_EBUSY);
+
+	/* store */
+	CHECK_OK(session_keys(c, 0, 900, 6, k));
+	eng_fill(&e, k, 6, 0, b);
+	before = kvt_alloc_count();
+	CHECK_OK(cache_store_wait(c, 0, k, 6, 0, b, NULL));
+	points = kvt_alloc_count() - before + 2;
+	for (uint64_t n = 1; n <= points; n++) {
+		int err;
+
+		CHECK_OK(session_keys(c, 0, 1000 + (uint32_t)n, 6, k));
+		eng_fill(&e, k, 6, 0, b);
+		kvt_alloc_fail_at(n);
+		err = cache_store_wait(c, 0, k, 6, 0, b, NULL);
+		kvt_alloc_fail_at(0);
+		lookup_n(c, 0, k, 6, &r);
+		CHECK_EQ(r.inflight, 0);
+		if (err) {
+			injected++;
+			CHECK(err == -ENOMEM || err == -EAGAIN);
+			CHECK_EQ(r.pages, 0);
+		} else {
+			CHECK_EQ(r.pages, 6);
+		}
+	}
+	/* load: session 900 again (a failed allocation in a demotion may
+	 * have dropped it: a cache may drop pages), now in the top tier */
+	CHECK_OK(session_keys(c, 0, 900, 6, k));
+	eng_fill(&e, k, 6, 0, b);
+	CHECK_OK(cache_store_wait(c, 0, k, 6, 0, b, NULL));
+	before = kvt_alloc_count();
+	CHECK_OK(cache_load_wait(c, 0, k, 6, 0, d, NULL, NULL, NULL));
+	points = kvt_alloc_count() - before + 2;
+	for (uint64_t n = 1; n <= points; n++) {
+		kvt_cache_job *j = NULL;
+		long nf = 0;
+		int err;
+
+		for (int i = 0; i < 6; i++)
+			eng_poison(&e, d[i]);
+		kvt_alloc_fail_at(n);
+		err = kvt_cache_load(c, 0, k, 6, 0, d, &j);
+		if (!err)
+			err = job_finish(j, failed, 6, &nf);
+		kvt_alloc_fail_at(0);
+		if (err)
+			injected++;
+		if (err && !j) { /* the call failed: nothing started */
+			CHECK_ERR(err, -ENOMEM);
+			for (int i = 0; i < 6; i++)
+				CHECK(eng_block_poisoned(&e, d[i]));
+			continue;
+		}
+		/* the job ran: every block not on the failed list is right */
+		for (int i = 0, f = 0; i < 6; i++) {
+			if (f < nf && failed[f] == d[i]) {
+				f++;
+				continue;
+			}
+			CHECK(eng_block_is(&e, d[i], k[i]));
+		}
+	}
+	/* everything still whole and served */
+	CHECK_OK(cache_load_wait(c, 0, k, 6, 0, d, NULL, NULL, NULL));
+	for (int i = 0; i < 6; i++)
+		CHECK(eng_block_is(&e, d[i], k[i]));
+	{
+		kvt_cache_check chk;
+		CHECK_OK(kvt_cache_verify(c, &chk));
+		CHECK_EQ(chk.bad, 0);
+		CHECK_OK(kvt_index_check(kvt_cache_index(c)));
+	}
+	CHECK(injected > 2);
+	fprintf(stderr, "store/load: %d failures injected\n", injected);
+	kvt_cache_close(c);
+	eng_free(&e);
 }
 
 int main(void)
@@ -244,16 +897,34 @@ int main(void)
 	char ssd[600];
 	int64_t live = kvt_alloc_live();
 
-	tiny_geom();
+	small_geom(&geom, 4, P); /* 8 KiB pages */
 	snprintf(ssd, sizeof(ssd), "%s/ssd", dir);
-	snprintf(spec, sizeof(spec), "hostdev:192K,fabric:memfd,256K,dram:384K,"
+	/* 32 pages of fabric, 64 of dram, 512 of ssd */
+	snprintf(spec, sizeof(spec), "fabric:memfd,256K dram:512K "
 		 "ssd:%s,4M,temp", ssd);
-	test_round_trip(KVT_WRITE_BACK, 0);
-	test_round_trip(KVT_WRITE_THROUGH, 0);
-	test_round_trip(KVT_WRITE_SELECTIVE, 1);
-	test_corruption();
-	test_bad_config(dir);
+	test_watchdog(240);
+	test_phase = "config";
+	test_config(dir);
+	test_phase = "register";
+	test_register();
+	test_phase = "round trip";
+	test_round_trip(ENG_KV_OUTER, 0, KVT_WRITE_BACK);
+	test_round_trip(ENG_BLOCK_OUTER, 0, KVT_WRITE_BACK);
+	test_round_trip(ENG_BLOCK_OUTER, KVT_CACHE_NO_BACKGROUND |
+			KVT_CACHE_STAGE_SSD, KVT_WRITE_BACK);
+	test_round_trip(ENG_KV_OUTER, 0, KVT_WRITE_THROUGH);
+	test_phase = "absent";
+	test_absent();
+	test_phase = "cancel";
+	test_cancel();
+	test_phase = "bad args";
+	test_bad_args();
+	test_phase = "tenants";
+	test_tenants();
+	test_phase = "open faults";
 	test_open_faults(ssd);
+	test_phase = "op faults";
+	test_op_faults();
 	CHECK_EQ(kvt_alloc_live(), live);
 	TEST_DONE();
 }

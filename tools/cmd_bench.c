@@ -16,6 +16,7 @@ static const struct {
 	{ "index", bench_index, "radix index match/insert time, memory, replay" },
 	{ "sim", bench_sim, "simulator speed: 10,000 long-context requests" },
 	{ "xfer", bench_xfer, "transfer engine GB/s vs one contiguous copy" },
+	{ "cache", bench_cache, "layer-wise cache load into engine memory vs bare copy" },
 };
 
 static void bench_usage(FILE *f)

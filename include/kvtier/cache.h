@@ -319,7 +319,8 @@ typedef struct kvt_cache_job_stat {
 	uint64_t bytes;
 	double wait_s;           /* waited for room: synchronous eviction,
 				    slots still read by background copies */
-	double layer0_s;         /* submit -> layer 0 ready */
+	double layer0_s;         /* submit -> layer 0 ready (every
+				    transfer of the job past layer 0) */
 	double total_s;          /* submit -> done */
 } kvt_cache_job_stat;
 KVT_API void kvt_cache_job_stat_get(kvt_cache_job *j, kvt_cache_job_stat *st);

@@ -41,11 +41,13 @@
  * done, so a job's pins and slot states change in one place.
  */
 #include "core/core.h"
+#include "core/cuda.h"
 #include "xfer/xxh.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <time.h>
@@ -102,6 +104,7 @@ struct kvt_cache_job {
 	size_t nkeys;        /* the prefix (pinned while the job runs) */
 	int pinned;
 	size_t first, n;     /* requested pages [first, first + n) */
+	size_t absent;       /* load: pages failed at setup (not cached) */
 	uint32_t *blocks;    /* n */
 	uint8_t *failed;     /* n, final once done */
 	uint32_t *tslot;     /* store: each page's slot in the top tier, or
@@ -606,6 +609,8 @@ static void sub_layer(kvt_xfer_job *xj, uint32_t layer, void *arg)
 	pthread_mutex_lock(&j->mu);
 	if (layer + 1 > s->landed)
 		s->landed = layer + 1;
+	if (!j->st.layer0_s && j->absent < j->n && job_ready(j) > 0)
+		j->st.layer0_s = secs(j->t0);
 	pthread_cond_broadcast(&j->cv);
 	pthread_mutex_unlock(&j->mu);
 }
@@ -634,6 +639,9 @@ static void sub_end(struct sub *s, int err)
 	s->done = 1;
 	if (!err)
 		s->landed = j->c->L;
+	if (!j->st.layer0_s && j->absent < j->n && job_ready(j) > 0 &&
+	    !err)
+		j->st.layer0_s = secs(j->t0);
 	last = --j->subs_left == 0;
 	pthread_cond_broadcast(&j->cv);
 	pthread_mutex_unlock(&j->mu);
@@ -740,6 +748,7 @@ static void store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 static void job_finish(kvt_cache *c, kvt_cache_job *j)
 {
 	uint64_t one = 1;
+	double wait_s;
 	int cancel;
 
 	pthread_mutex_lock(&j->mu);
@@ -762,18 +771,21 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	}
 	if (j->kind == JOB_STORE)
 		bg_kick(c);
+	wait_s = j->st.wait_s;
+	/* the job is the caller's once done is set: touch nothing of it
+	 * after this critical section (kvt_cache_job_free() takes j->mu) */
 	pthread_mutex_lock(&j->mu);
 	j->st.total_s = secs(j->t0);
 	if (j->cancel && !j->result)
 		j->result = -ECANCELED;
 	j->done = 1;
 	pthread_cond_broadcast(&j->cv);
-	pthread_mutex_unlock(&j->mu);
 	if (write(j->efd, &one, sizeof(one)) < 0) {
 		/* cannot overflow in practice */
 	}
+	pthread_mutex_unlock(&j->mu);
 	pthread_mutex_lock(&c->smu);
-	c->st.wait_s += j->st.wait_s;
+	c->st.wait_s += wait_s;
 	if (--c->jobs == 0)
 		pthread_cond_broadcast(&c->scv);
 	pthread_mutex_unlock(&c->smu);
@@ -1000,6 +1012,8 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 	int err;
 
 	kvti_errclear();
+	if (!out)
+		return kvti_fail(-EINVAL, "cache open: no handle to fill");
 	if ((err = config_take(&cfg, in)))
 		return err;
 	c = kvt_calloc(1, sizeof(*c));
@@ -1101,7 +1115,7 @@ int kvt_cache_register(kvt_cache *c, void *const *base, uint32_t nlayers,
 		       uint64_t kv_stride, uint64_t token_stride, int device)
 {
 	kvt_layout l;
-	kvt_tier *t;
+	kvt_tier *t = NULL;
 	int err;
 
 	kvti_errclear();
@@ -1118,6 +1132,17 @@ int kvt_cache_register(kvt_cache *c, void *const *base, uint32_t nlayers,
 					   kv_stride, token_stride)))
 		return err;
 	if (device >= 0) {
+		char note[128] = "";
+		int ngpu = 0;
+
+		/* no CUDA or no such GPU first: pinning cannot help then */
+		if ((err = kvti_cuda_device_count(&ngpu, note, sizeof(note))))
+			return kvti_fail(err, "cache register: GPU memory in a "
+					 "build without CUDA");
+		if (device >= ngpu)
+			return kvti_fail(KVT_ENODEV, "cache register: no GPU %d "
+					 "(%d found%s%s)", device, ngpu,
+					 note[0] ? ": " : "", note);
 		for (int k = 0; k < KVT_TIER_COUNT; k++) {
 			kvt_tier_desc d;
 
@@ -1253,6 +1278,12 @@ int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 
 /* ---- jobs: creation ------------------------------------------------------- */
 
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
 static int job_new(kvt_cache *c, int kind, uint32_t tenant,
 		   const kvt_page_key *keys, size_t nkeys, size_t first,
 		   const uint32_t *blocks, kvt_cache_job **out)
@@ -1299,19 +1330,23 @@ static int job_new(kvt_cache *c, int kind, uint32_t tenant,
 	if (!j->keys || !j->blocks || !j->failed || !j->tslot || j->efd < 0) {
 		int err = j->efd < 0 ? kvti_fail(-errno, "eventfd: %s",
 						 strerror(errno)) : -ENOMEM;
+		j->done = 1; /* never started: nothing to wait for */
 		kvt_cache_job_free(j);
 		return err;
 	}
 	memcpy(j->keys, keys, nkeys * sizeof(*keys));
 	memcpy(j->blocks, blocks, n * sizeof(*blocks));
-	/* duplicate blocks would be written twice by one job */
-	for (size_t i = 0; i < n; i++)
-		for (size_t k = i + 1; k < n && n <= 4096; k++)
-			if (blocks[i] == blocks[k]) {
-				kvt_cache_job_free(j);
-				return kvti_fail(-EINVAL, "cache: block %u named "
-						 "twice", blocks[i]);
-			}
+	/* a block named twice would be written twice by one job */
+	memcpy(j->tslot, blocks, n * sizeof(*blocks));
+	qsort(j->tslot, n, sizeof(*j->tslot), cmp_u32);
+	for (size_t i = 1; i < n; i++)
+		if (j->tslot[i] == j->tslot[i - 1]) {
+			uint32_t b = j->tslot[i];
+
+			j->done = 1; /* never started */
+			kvt_cache_job_free(j);
+			return kvti_fail(-EINVAL, "cache: block %u named twice", b);
+		}
 	*out = j;
 	return 0;
 }
@@ -1397,6 +1432,8 @@ int kvt_cache_load(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	uint64_t t0;
 
 	kvti_errclear();
+	if (!out)
+		return kvti_fail(-EINVAL, "cache load: no job handle to fill");
 	if ((err = job_new(c, JOB_LOAD, tenant, keys, nkeys, first, blocks, &j)))
 		return err;
 	for (int t = 0; t < KVT_TIER_COUNT; t++) {
@@ -1458,6 +1495,7 @@ int kvt_cache_load(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	}
 	pthread_mutex_unlock(&c->smu);
 	j->st.wait_s += secs(t0);
+	j->absent = j->st.failed;
 	if (j->sub[KVT_TIER_SSD].n &&
 	    (c->stage_ssd || kvt_tier_kind_of(c->engine) == KVT_TIER_HBM) &&
 	    c->stage)
@@ -1495,6 +1533,8 @@ int kvt_cache_store(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	int err;
 
 	kvti_errclear();
+	if (!out)
+		return kvti_fail(-EINVAL, "cache store: no job handle to fill");
 	if ((err = job_new(c, JOB_STORE, tenant, keys, nkeys, first, blocks,
 			   &j)))
 		return err;
@@ -1628,22 +1668,23 @@ int kvt_cache_job_wait_layer(kvt_cache_job *j, uint32_t layer,
 	if (timeout_ns >= 0)
 		timespec_in(&ts, timeout_ns);
 	pthread_mutex_lock(&j->mu);
-	while (!j->done && job_ready(j) <= layer && !err) {
+	/* a load none of whose pages is cached copies nothing: its layers
+	 * are never ready, its error comes when it is done */
+	while (!j->done && (job_ready(j) <= layer || j->absent == j->n) &&
+	       !err) {
 		if (timeout_ns < 0)
 			pthread_cond_wait(&j->cv, &j->mu);
 		else
 			err = -pthread_cond_timedwait(&j->cv, &j->mu, &ts);
 	}
-	if (err == -ETIMEDOUT && (j->done || job_ready(j) > layer))
+	if (err == -ETIMEDOUT && (j->done ||
+				 (job_ready(j) > layer && j->absent < j->n)))
 		err = 0;
-	if (!err && layer == 0 && !j->st.layer0_s)
-		j->st.layer0_s = secs(j->t0);
-	if (!err && j->done && job_ready(j) <= layer) {
-		if (j->cancel && j->result == -ECANCELED)
-			err = -ECANCELED;
-		else if (job_all_failed(j))
-			err = j->result;
-	}
+	if (!err && j->done && job_all_failed(j))
+		err = j->result; /* no transfer may have run: nothing landed */
+	else if (!err && j->done && job_ready(j) <= layer &&
+		 j->cancel && j->result == -ECANCELED)
+		err = -ECANCELED;
 	pthread_mutex_unlock(&j->mu);
 	return err;
 }
@@ -1726,12 +1767,20 @@ void kvt_cache_job_stat_get(kvt_cache_job *j, kvt_cache_job_stat *st)
 
 void kvt_cache_job_free(kvt_cache_job *j)
 {
+	int done;
+
 	if (!j)
 		return;
-	if (!j->done) {
+	pthread_mutex_lock(&j->mu);
+	done = j->done;
+	pthread_mutex_unlock(&j->mu);
+	if (!done) {
 		kvt_cache_job_cancel(j);
 		kvt_cache_job_wait(j, -1);
 	}
+	/* job_finish()'s last touch ends with its critical section */
+	pthread_mutex_lock(&j->mu);
+	pthread_mutex_unlock(&j->mu);
 	for (int k = 0; k < MAX_SUBS; k++)
 		sub_free(&j->sub[k]);
 	if (j->efd >= 0)
