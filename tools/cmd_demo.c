@@ -39,6 +39,9 @@ static void demo_usage(FILE *f)
 "  --page-tokens P     tokens per page (16)\n"
 "  --hardware NAME     GPU profile for the modeled compute (testbed-b: H200)\n"
 "  --policy P          lmcache, kvtier or both (both)\n"
+"  --background P      policies whose cache demotes in the background:\n"
+"                      lmcache, kvtier, both or none (both); the others\n"
+"                      evict synchronously inside their stores\n"
 "  --stress N          N memory-stressor threads copying during the runs\n"
 "  --stress-bytes B    each stressor's two buffers (256M)\n"
 "  --hbm SIZE          the engine's own KV memory, its blocks (default:\n"
@@ -699,6 +702,7 @@ int cmd_demo(int argc, char **argv)
 		{ "page-tokens", required_argument, 0, 'p' },
 		{ "hardware", required_argument, 0, 'H' },
 		{ "policy", required_argument, 0, 'P' },
+		{ "background", required_argument, 0, 'g' },
 		{ "stress", required_argument, 0, 's' },
 		{ "stress-bytes", required_argument, 0, 'B' },
 		{ "hbm", required_argument, 0, 1 },
@@ -735,6 +739,13 @@ int cmd_demo(int argc, char **argv)
 			else if (!strcmp(optarg, "kvtier")) c.policies = KVT_DEMO_KVTIER;
 			else if (!strcmp(optarg, "both")) c.policies = KVT_DEMO_LMCACHE | KVT_DEMO_KVTIER;
 			else return cli_usage("demo", "--policy: '%s' is not lmcache, kvtier or both", optarg);
+			break;
+		case 'g':
+			if (!strcmp(optarg, "lmcache")) c.background = KVT_DEMO_LMCACHE;
+			else if (!strcmp(optarg, "kvtier")) c.background = KVT_DEMO_KVTIER;
+			else if (!strcmp(optarg, "both")) c.background = KVT_DEMO_LMCACHE | KVT_DEMO_KVTIER;
+			else if (!strcmp(optarg, "none")) c.background = 0;
+			else return cli_usage("demo", "--background: '%s' is not lmcache, kvtier, both or none", optarg);
 			break;
 		case 's': if (cli_u64("--stress", optarg, 0, 64, &v)) return 2; c.stress = (unsigned)v; break;
 		case 'B': if (size_opt("--stress-bytes", optarg, &c.stress_bytes)) return 2; break;

@@ -118,6 +118,10 @@ typedef struct kvt_demo_config {
 	uint32_t output_tokens;    /* answer tokens per turn (256) */
 	char hardware[KVT_NAME_MAX]; /* GPU profile for the modeled compute */
 	unsigned policies;         /* enum kvt_demo_policy bits (both) */
+	unsigned background;       /* policies whose cache demotes in the
+				      background (both); the others evict
+				      synchronously in their stores
+				      (KVT_CACHE_NO_BACKGROUND) */
 	/* sizes in bytes; 0 = sized by kvt_demo_size(). hbm_bytes is the
 	 * engine's own KV memory (its blocks), the rest kvtier's tiers. */
 	uint64_t hbm_bytes, fabric_bytes, dram_bytes, ssd_bytes;

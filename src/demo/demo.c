@@ -61,6 +61,7 @@ void kvt_demo_config_init(kvt_demo_config *c)
 	c->turn_tokens = 1024;
 	c->output_tokens = 256;
 	c->policies = KVT_DEMO_LMCACHE | KVT_DEMO_KVTIER;
+	c->background = KVT_DEMO_LMCACHE | KVT_DEMO_KVTIER;
 	c->stress_bytes = 256ull << 20;
 	c->seed = 1;
 }
@@ -101,6 +102,8 @@ static int size_check(const kvt_demo_config *c)
 	if (!c->policies || (c->policies & ~(unsigned)(KVT_DEMO_LMCACHE |
 						      KVT_DEMO_KVTIER)))
 		return kvti_fail(-EINVAL, "demo: bad policy set");
+	if (c->background & ~(unsigned)(KVT_DEMO_LMCACHE | KVT_DEMO_KVTIER))
+		return kvti_fail(-EINVAL, "demo: bad background set");
 	return 0;
 }
 
@@ -500,6 +503,21 @@ static void recompute(struct pass_ctx *p, const struct session *se,
 	r->recompute_s = since(t0);
 }
 
+/* kvt_cache_store(), and when the top tier is full of pages that earlier
+ * requests' stores still hold (KVT_EFULL), wait for the oldest of them and
+ * try again: back-pressure, in the caller's measured time. */
+static int store_submit(struct pass_ctx *p, uint64_t nkeys, uint64_t first,
+			const uint32_t *blocks, kvt_cache_job **job)
+{
+	int err;
+
+	while ((err = kvt_cache_store(p->cache, 0, p->keys, nkeys, first,
+				      blocks, job)) == KVT_EFULL &&
+	       pending_retire(p, 1))
+		;
+	return err;
+}
+
 /* The first failed page of pages [0, n), or n. */
 static uint64_t first_failed(const uint32_t *blocks, uint64_t n,
 			     const uint32_t *failed, long nfailed)
@@ -642,9 +660,7 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 
 	/* ---- save: lmcache waits for it (wait_for_save) ---- */
 	t1 = kvt_now_ns();
-	if (full > ff &&
-	    (err = kvt_cache_store(p->cache, 0, p->keys, full, ff, blocks + ff,
-				   &store)))
+	if (full > ff && (err = store_submit(p, full, ff, blocks + ff, &store)))
 		goto out;
 	if (store && p->lmcache) {
 		store_done(p, store, r);
@@ -689,8 +705,8 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 			engine_write_layer(&p->eng, se, blocks, full, ans_full, l);
 		if ((err = kvt_cache_hash_tokens(p->cache, 0, se->tokens,
 						 ans_full * P, p->keys)) ||
-		    (err = kvt_cache_store(p->cache, 0, p->keys, ans_full, full,
-					   blocks + full, &astore)))
+		    (err = store_submit(p, ans_full, full, blocks + full,
+					&astore)))
 			goto out;
 		if (p->lmcache) {
 			store_done(p, astore, r);
@@ -770,6 +786,8 @@ static int pass_open(struct pass_ctx *p, const kvt_demo_config *c,
 	cc.geom = g;
 	cc.evict = KVT_EVICT_LRU;
 	cc.write = lmcache ? KVT_WRITE_THROUGH : KVT_WRITE_BACK;
+	if (!(c->background & (lmcache ? KVT_DEMO_LMCACHE : KVT_DEMO_KVTIER)))
+		cc.flags |= KVT_CACHE_NO_BACKGROUND;
 	if ((err = kvt_cache_open(&p->cache, &cc)))
 		return err;
 	if ((err = engine_open(&p->eng, g, c->hbm_bytes)))
