@@ -5,16 +5,18 @@
 # answers to bad flags. Leaves no files behind.
 . "$(dirname "$0")/cli_lib.sh" demo "$@"
 export TMPDIR=$TMP
+# a hang (in the cache) fails the test in two minutes, not at ctest's limit
+demo() { timeout 120 "$KVT" demo "$@"; }
 SMALL="--sessions 2 --turns 3 --system 64 --context 256 --turn-tokens 128 --output 32"
 
-"$KVT" demo $SMALL >"$TMP/out.txt" 2>"$TMP/err.txt" || fail "demo exit $? ($(tail -2 "$TMP/err.txt"))"
+demo $SMALL >"$TMP/out.txt" 2>"$TMP/err.txt" || fail "demo exit $? ($(tail -2 "$TMP/err.txt"))"
 for s in "MEASURED" "MODELED" "cold" "warm 2" "lmcache" "kvtier" "TTFT ms" \
 	 "verification failures: 0" "EMULATED" "compute" "request by request" \
 	 "block" "load" "save" "restored pages loaded"; do
 	grep -qF "$s" "$TMP/out.txt" || fail "table lacks '$s'"
 done
 
-"$KVT" demo $SMALL --json >"$TMP/out.json" 2>"$TMP/err.txt" || fail "demo --json exit $?"
+demo $SMALL --json >"$TMP/out.json" 2>"$TMP/err.txt" || fail "demo --json exit $?"
 for k in '"ok":	true' '"passes":' '"policy":	"lmcache"' '"policy":	"kvtier"' \
 	 '"ttft_ms":' '"p90":' '"components_ms_mean":' '"block_wait":' \
 	 '"load_wait":' '"save":' '"prefill_ms_modeled":' '"restore_gbps":' \
@@ -44,25 +46,25 @@ awk -F'\t' '
 	END { if (n != 12) bad = bad " requests=" n; if (bad) { print bad; exit 1 } }
 ' "$TMP/out.json" || fail "json TTFT checks"
 
-out=$("$KVT" demo $SMALL --quiet --policy kvtier 2>&1) || fail "demo --quiet exit $?"
+out=$(demo $SMALL --quiet --policy kvtier 2>&1) || fail "demo --quiet exit $?"
 [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] || fail "--quiet printed more than one line: $out"
 grep -q " 0 bad" <<<"$out" || fail "--quiet summary: $out"
 
 # ssd files overwritten after the first turn (the fault hook): exit 1, and
 # neither the table nor the JSON claims a clean run
-TAMPER="--sessions 3 --turns 4 --system 100 --context 300 --turn-tokens 200 --output 40 --fabric 48M --dram 32M"
-KVT_DEMO_TAMPER=6 "$KVT" demo $TAMPER >"$TMP/out.txt" 2>"$TMP/err.txt"
+TAMPER="--sessions 3 --turns 4 --system 100 --context 300 --turn-tokens 200 --output 40 --fabric 48M --dram 32M --background none"
+KVT_DEMO_TAMPER=6 demo $TAMPER >"$TMP/out.txt" 2>"$TMP/err.txt"
 [ $? = 1 ] || fail "tampered demo: exit status not 1"
 grep -q "THE RUN FAILED" "$TMP/out.txt" || fail "tampered demo: no failure line"
 grep -qF "verification failures: 0" "$TMP/out.txt" && fail "tampered demo: claims 0 failures"
 grep -qE " 0 bad\.|Nothing lost" "$TMP/out.txt" && fail "tampered demo: claims nothing bad"
-KVT_DEMO_TAMPER=6 "$KVT" demo $TAMPER --json >"$TMP/out.json" 2>"$TMP/err.txt"
+KVT_DEMO_TAMPER=6 demo $TAMPER --json >"$TMP/out.json" 2>"$TMP/err.txt"
 grep -qF '"ok":	false' "$TMP/out.json" || fail "tampered demo: json ok"
 grep -qF '"error":' "$TMP/out.json" || fail "tampered demo: json error"
 # checksum failures counted, not a clean "bad: 0"
 grep -qP '^\t\t"bad":\t0,?$' "$TMP/out.json" && fail "tampered demo: json bad 0"
 
-"$KVT" demo $SMALL --stress 1 --stress-bytes 8M --quiet >/dev/null 2>&1 || fail "demo --stress"
+demo $SMALL --stress 1 --stress-bytes 8M --quiet >/dev/null 2>&1 || fail "demo --stress"
 "$KVT" demo --help | grep -q -- "--sessions" || fail "demo --help"
 
 expect 2 "--sessions" -- demo --sessions 0

@@ -25,9 +25,9 @@
  * Token ids are a hash of (seed, session, position), except the shared
  * system prompt, the same for every session. A page's bytes are a function
  * of the chained hash of every token up to the page's end: chunk (layer,
- * kv) of the page is a splitmix64 stream seeded by that hash, the layer and
- * kv, so the engine can check any word of a restored block without
- * keeping anything.
+ * kv) of the page repeats a 32-word splitmix64 pattern seeded by that hash,
+ * the layer and kv, so the engine can check any word of a restored block
+ * without keeping anything.
  */
 #include "core/core.h"
 
@@ -237,15 +237,29 @@ static uint64_t chunk_seed(uint64_t page_seed, uint32_t layer, uint32_t kv)
 	return mix64(page_seed ^ ((2ull * layer + kv + 1) * GAMMA));
 }
 
-/* Word i of a chunk is mix64(seed + (i + 1) * GAMMA): splitmix64, which
- * can be read at any i. */
+/* A chunk is a 32-word splitmix64 pattern, word j = mix64(seed + (j + 1) *
+ * GAMMA), repeated: distinct for every (prefix, layer, kv), and cheap to
+ * write (the emulated GPU writes a layer's KV inside the layer's modeled
+ * time: generating every word would cost the CPU more than an H200 takes
+ * to compute it). */
+#define PATTERN_WORDS 32u
+
+static inline uint64_t chunk_word(uint64_t seed, uint64_t i)
+{
+	return mix64(seed + (i % PATTERN_WORDS + 1) * GAMMA);
+}
+
 static void chunk_fill(uint64_t *p, uint64_t words, uint64_t seed)
 {
-	uint64_t x = seed;
+	uint64_t n = KVT_MIN(words, (uint64_t)PATTERN_WORDS);
 
-	for (uint64_t i = 0; i < words; i++) {
-		x += GAMMA;
-		p[i] = mix64(x);
+	for (uint64_t i = 0; i < n; i++)
+		p[i] = chunk_word(seed, i);
+	while (n < words) { /* doubling copies of what is written */
+		uint64_t k = KVT_MIN(n, words - n);
+
+		memcpy(p + n, p, k * sizeof(*p));
+		n += k;
 	}
 }
 
@@ -258,7 +272,7 @@ static int chunk_sample_bad(const uint64_t *p, uint64_t words, uint64_t seed)
 		uint64_t i = j < 4 ? j : j < 8 ? words - 8 + j :
 			     mix64(seed ^ j) % words;
 
-		if (i < words && p[i] != mix64(seed + (i + 1) * GAMMA))
+		if (i < words && p[i] != chunk_word(seed, i))
 			return 1;
 	}
 	return 0;
