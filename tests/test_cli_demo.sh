@@ -32,7 +32,7 @@ awk -F'\t' '
 	function num(s) { gsub(/[",]/, "", s); return s + 0 }
 	$0 ~ /"prefill_ms_modeled":/ { inmodel = 1 }
 	inmodel && /"mean":/ { if (num($NF) <= 0) bad = bad " zero-modeled-mean"; inmodel = 0 }
-	/"[a-z_]+_ms":/ { k = $(NF-1); gsub(/[":]/, "", k); v[k] = num($NF) }
+	/"[a-z_]+_ms":\t[-0-9]/ { k = $(NF-1); gsub(/[":]/, "", k); v[k] = num($NF) }
 	/"failed_pages":/ && ("ttft_ms" in v) {
 		n++
 		parts = v["lookup_ms"] + v["block_wait_ms"] + v["load_wait_ms"] + \
