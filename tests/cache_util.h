@@ -367,6 +367,15 @@ static inline int cache_load_wait(kvt_cache *c, uint32_t tenant,
 	return err;
 }
 
+/* "  <what>: fabric F dram D ssd S pages" */
+static inline void tier_counts_print(const char *what, const uint64_t *n)
+{
+	fprintf(stderr, "  %s: fabric %llu dram %llu ssd %llu pages\n", what,
+		(unsigned long long)n[KVT_TIER_FABRIC],
+		(unsigned long long)n[KVT_TIER_DRAM],
+		(unsigned long long)n[KVT_TIER_SSD]);
+}
+
 /* Used slots of every owned tier, summed. */
 static inline uint64_t cache_used(kvt_cache *c)
 {

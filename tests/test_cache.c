@@ -330,10 +330,7 @@ static void test_round_trip(int outer, unsigned flags, int write)
 		for (int k = 0; k < KVT_TIER_COUNT; k++)
 			where[k] += r.tier_pages[k];
 	}
-	fprintf(stderr, "  after quiesce: fabric %llu dram %llu ssd %llu pages\n",
-		(unsigned long long)where[KVT_TIER_FABRIC],
-		(unsigned long long)where[KVT_TIER_DRAM],
-		(unsigned long long)where[KVT_TIER_SSD]);
+	tier_counts_print("after quiesce", where);
 	CHECK(where[KVT_TIER_FABRIC] > 0);
 	CHECK(where[KVT_TIER_DRAM] > 0);
 	CHECK(where[KVT_TIER_SSD] > 0);
@@ -557,7 +554,7 @@ static void test_cancel(void)
 	CHECK_ERR(kvt_cache_job_cancel(j), -EALREADY);
 	CHECK(fd_ready(kvt_cache_job_fd(j)));
 	kvt_cache_job_free(j);
-	CHECK_ERR(job_finish(lj, failed, 6, &nf), KVT_ENOTFOUND);
+	CHECK_ERR(job_finish(lj, failed, 6, &nf), KVT_EBUSY); /* being stored */
 	CHECK_EQ(nf, 6);
 	for (int i = 0; i < 6; i++)
 		CHECK(eng_block_poisoned(&e, b2[i]));

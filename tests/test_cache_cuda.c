@@ -168,10 +168,7 @@ static void run(const char *spec, int outer, int pinned)
 	store_all(c, &e);
 	for (int s = 0; s < S; s++)
 		load_session(c, &e, s, from);
-	fprintf(stderr, "  loaded from fabric %llu dram %llu ssd %llu pages\n",
-		(unsigned long long)from[KVT_TIER_FABRIC],
-		(unsigned long long)from[KVT_TIER_DRAM],
-		(unsigned long long)from[KVT_TIER_SSD]);
+	tier_counts_print("loaded from", from);
 	CHECK(from[KVT_TIER_SSD] > 0);
 	CHECK(from[KVT_TIER_DRAM] > 0);
 	if (pinned) {

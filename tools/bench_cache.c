@@ -95,6 +95,12 @@ static int check_memory(struct bench *b)
 	char a[32], w[32];
 
 	kvt_probe(&b->m);
+	if (b->o.gpu && b->m.ngpus < 1) {
+		fprintf(stderr, "kvtier bench cache --gpu: no usable GPU here "
+			"(%s)\n", b->m.cuda_built ? b->m.cuda_note :
+			"built without CUDA");
+		return CLI_EXIT_FAIL;
+	}
 	if (b->m.mem_available && b->m.mem_available < need) {
 		uint64_t fit = (b->m.mem_available - DMIN(b->m.mem_available,
 			256ull << 20)) / (b->o.gpu ? 1 : 2) / b->page *

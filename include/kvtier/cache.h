@@ -218,10 +218,12 @@ KVT_API int kvt_cache_lookup(kvt_cache *c, uint32_t tenant,
  * keys[0..nkeys) into engine blocks blocks[0..nkeys-first).
  *
  * The pages are leased for the job's life (no eviction takes them); each
- * comes from its fastest committed copy. A page that is not in the cache
- * (never stored, evicted since the lookup, failed) is not an error of the
- * call: its block goes on the job's failed list at once and nothing is
- * written to it. Needs registered memory.
+ * comes from its fastest committed copy. The call never waits: a page
+ * that is not in the cache (never stored, evicted since the lookup, failed
+ * its checksum: KVT_ENOTFOUND) or not loadable yet (being stored, or moved
+ * between tiers at this instant: KVT_EBUSY) is not an error of the call:
+ * its block goes on the job's failed list and nothing is written to it.
+ * Needs registered memory.
  *
  * Returns 0 and *@out (free with kvt_cache_job_free()); -EINVAL (first >
  * nkeys, NULL arrays, a block out of range or named twice), KVT_ENOTFOUND
@@ -265,7 +267,9 @@ KVT_API int kvt_cache_store(kvt_cache *c, uint32_t tenant,
  * @timeout_ns passed (< 0: no limit). For a store: until layer @layer of
  * every page has landed in the tier and is summed.
  * Returns 0, -ETIMEDOUT, -ERANGE (layer >= L), -ECANCELED (cancelled before
- * that layer), or the job's error when every block failed.
+ * that layer), or an error (KVT_ECORRUPT, KVT_ENOTFOUND, KVT_EBUSY, -EIO)
+ * as soon as every block is known to have failed at or before @layer: a
+ * layer is never reported ready for a block whose copy of it failed.
  */
 KVT_API int kvt_cache_job_wait_layer(kvt_cache_job *j, uint32_t layer,
 				     int64_t timeout_ns);
@@ -274,7 +278,8 @@ KVT_API int kvt_cache_job_wait_layer(kvt_cache_job *j, uint32_t layer,
  * kvt_cache_job_wait() - block until the job is done (every layer, the
  * commit of a store, the release of a load's leases). Returns 0 when every
  * block succeeded; otherwise the first failure's code (KVT_ECORRUPT,
- * KVT_ENOTFOUND for a page not in the cache, -EIO, -ECANCELED, ...) with
+ * KVT_ENOTFOUND for a page not in the cache, KVT_EBUSY for one not
+ * loadable yet, -EIO, -ECANCELED, ...) with
  * the blocks on kvt_cache_job_failed(); -ETIMEDOUT.
  */
 KVT_API int kvt_cache_job_wait(kvt_cache_job *j, int64_t timeout_ns);

@@ -66,18 +66,29 @@ enum { JOB_LOAD = 1, JOB_STORE = 2 };
 struct meta {
 	uint64_t *sums;
 	uint8_t *state;
-	uint16_t *rd;
+	uint16_t *rd;        /* batches' pending reads of the slot */
+	uint16_t *wr;        /* batches' pending writes to the slot */
 	uint32_t *pby;       /* PEND: the batch writing it (0: a store) */
 	uint64_t n;
 };
 
 struct move {
 	uint8_t src, dst;
-	uint8_t ok;          /* the source was committed: bytes to move */
+	uint8_t ok;          /* the source held a page (committed or on its
+				way): bytes to move, marks taken */
 	uint32_t ss, ds;
 	uint32_t wave;
-	uint32_t batch;      /* the batch it belongs to */
+	uint32_t si, di;     /* batch_run: source / destination in the
+				batch's slot map */
 	int err;
+};
+
+/* The copies of one index call (or one background pass), with each
+ * move's layer sums (L per move, taken when the move was decided). */
+struct batch {
+	struct move *mv;
+	uint64_t *sums;
+	size_t n, cap, scap;
 };
 
 /* One transfer of a job: pages from one source to one destination. */
@@ -122,6 +133,7 @@ struct kvt_cache_job {
 	kvt_cache_job_stat st;
 	uint64_t t0;
 	kvt_cache_job *qnext; /* c->wmu: worker queue */
+	kvt_cache_job *lprev, *lnext; /* c->smu: the cache's live jobs */
 };
 
 struct kvt_cache {
@@ -137,12 +149,11 @@ struct kvt_cache {
 
 	pthread_mutex_t mu;
 	kvt_index *idx;
-	struct move *mv;                 /* moves of the current index call */
-	size_t nmv, mvcap;
+	struct batch cur;                /* mu: copies of the current call */
 	int bg_mode;                     /* mu: the background is evicting */
 	uint32_t batch, batch_seq;       /* mu: the current batch's id */
-	struct move *bgmv;               /* mu then bg thread: detached */
-	size_t nbg, bgcap;
+	struct batch bgb;                /* mu, then the background thread:
+					    its pass's copies, run unlocked */
 	double fg_wait_s;                /* mu: synchronous copies, total */
 
 	pthread_mutex_t smu;
@@ -150,6 +161,7 @@ struct kvt_cache {
 	struct meta m[KVT_TIER_COUNT];
 	kvt_cache_stat st;
 	int jobs;                        /* jobs not yet finished */
+	kvt_cache_job *live;             /* them, for kvt_cache_close() */
 
 	pthread_mutex_t wmu;             /* worker and background queues */
 	pthread_cond_t wcv, bgcv;
@@ -205,13 +217,14 @@ static int cond_init_mono(pthread_cond_t *cv)
 	return -e;
 }
 
-/* Wait (smu held) until slot @s of @t is free of readers and not being
- * written: before writing it, or reading a slot a copy may still fill. */
-static void slot_settle(kvt_cache *c, int t, uint32_t s, int writing)
+/* Wait (smu held) until no batch still reads or writes slot @s of @t:
+ * before a store writes it (the index may hand out a slot a background
+ * demotion is still copying from). */
+static void slot_settle(kvt_cache *c, int t, uint32_t s)
 {
 	struct meta *m = &c->m[t];
 
-	while ((writing && m->rd[s]) || m->state[s] == ST_PEND)
+	while (m->rd[s] || m->wr[s])
 		pthread_cond_wait(&c->scv, &c->smu);
 }
 
@@ -224,42 +237,72 @@ static void slot_pend(kvt_cache *c, int t, uint32_t s, uint32_t batch)
 
 /* ---- the mover: copies the index asks for ------------------------------ */
 
+/*
+ * Every copy the index asks for joins the batch of the current index call.
+ * At decision time (c->mu held) the destination takes the page's sums and
+ * goes PEND, and marks are taken: a reader on the source, a writer on the
+ * destination (struct meta: rd, wr). A batch then runs in dependency waves
+ * and releases a move's marks, and commits its destination, when the move's
+ * wave ends.
+ *
+ * Who waits for whom:
+ *  - a background batch waits for nobody: it was decided when no other
+ *    batch was in flight (synchronous batches finish inside c->mu, the
+ *    previous background batch before the next is decided), and nobody
+ *    else writes a slot it uses while it holds its marks;
+ *  - a synchronous batch (c->mu held) may meet the background batch's
+ *    slots: the index can free a slot the background is still reading, or
+ *    evict a page the background is still writing. Before each wave it
+ *    waits until no other batch holds a mark on its moves' slots;
+ *  - a store about to write a fresh slot waits for its marks too
+ *    (slot_settle()).
+ * So waits point one way (towards the background batch), never in a cycle.
+ */
+
+static int batch_add(kvt_cache *c, struct batch *b, size_t more)
+{
+	if (kvti_grow((void **)&b->mv, &b->cap, b->n + more, sizeof(*b->mv),
+		      64) ||
+	    kvti_grow((void **)&b->sums, &b->scap, b->n + more,
+		      c->L * sizeof(*b->sums), 64))
+		return -ENOMEM;
+	return 0;
+}
+
 static int mover_copy(void *arg, const kvt_move *m)
 {
 	kvt_cache *c = arg;
+	struct batch *b = &c->cur;
+	struct meta *sm = &c->m[m->src], *dm = &c->m[m->dst];
 	struct move *mv;
 
-	if (kvti_grow((void **)&c->mv, &c->mvcap, c->nmv + 1, sizeof(*c->mv),
-		      64))
+	if (batch_add(c, b, 1))
 		return -ENOMEM; /* the index cancels this move */
-	if (!c->nmv && !c->bg_mode)
+	if (!b->n && !c->bg_mode)
 		c->batch = ++c->batch_seq ? c->batch_seq : ++c->batch_seq;
-	mv = &c->mv[c->nmv++];
+	mv = &b->mv[b->n];
 	memset(mv, 0, sizeof(*mv));
 	mv->src = (uint8_t)m->src;
 	mv->dst = (uint8_t)m->dst;
 	mv->ss = m->src_slot;
 	mv->ds = m->dst_slot;
-	mv->batch = c->batch;
-	/* the destination holds this page from now on: its sums, and PEND
-	 * until the bytes land (BAD if the source held no committed page) */
 	pthread_mutex_lock(&c->smu);
-	{
-		struct meta *sm = &c->m[mv->src], *dm = &c->m[mv->dst];
-		uint8_t st = sm->state[mv->ss];
-
-		mv->ok = st == ST_OK || st == ST_PEND;
-		memcpy(dm->sums + (uint64_t)mv->ds * c->L,
-		       sm->sums + (uint64_t)mv->ss * c->L,
-		       c->L * sizeof(uint64_t));
-		if (mv->ok) {
-			slot_pend(c, mv->dst, mv->ds, mv->batch);
-			sm->rd[mv->ss]++;
-		} else {
-			dm->state[mv->ds] = ST_BAD;
-		}
+	mv->ok = sm->state[mv->ss] == ST_OK || sm->state[mv->ss] == ST_PEND;
+	memcpy(b->sums + b->n * c->L, sm->sums + (uint64_t)mv->ss * c->L,
+	       c->L * sizeof(uint64_t));
+	/* the destination holds this page from now on (a reader of it waits
+	 * for our write: PEND) */
+	memcpy(dm->sums + (uint64_t)mv->ds * c->L, b->sums + b->n * c->L,
+	       c->L * sizeof(uint64_t));
+	if (mv->ok) {
+		slot_pend(c, mv->dst, mv->ds, c->batch);
+		sm->rd[mv->ss]++;
+		dm->wr[mv->ds]++;
+	} else {
+		dm->state[mv->ds] = ST_BAD;
 	}
 	pthread_mutex_unlock(&c->smu);
+	b->n++;
 	return 0;
 }
 
@@ -274,12 +317,23 @@ static void mover_release(void *arg, kvt_tier_kind tier, uint32_t slot)
 	pthread_mutex_unlock(&c->smu);
 }
 
-/* Slot -> last wave that read / wrote it, within one batch of moves. */
+/* Slot -> last wave that read / wrote it within one batch, and the marks
+ * the batch still holds on it. */
 struct slotmap {
 	uint64_t *key;
 	int32_t *rd, *wr;
+	int32_t *own_rd, *own_wr;
 	size_t mask;
 };
+
+static void slotmap_free(struct slotmap *m)
+{
+	kvt_free(m->key);
+	kvt_free(m->rd);
+	kvt_free(m->wr);
+	kvt_free(m->own_rd);
+	kvt_free(m->own_wr);
+}
 
 static int slotmap_init(struct slotmap *m, size_t n)
 {
@@ -290,10 +344,10 @@ static int slotmap_init(struct slotmap *m, size_t n)
 	m->key = kvt_malloc(cap * sizeof(*m->key));
 	m->rd = kvt_malloc(cap * sizeof(*m->rd));
 	m->wr = kvt_malloc(cap * sizeof(*m->wr));
-	if (!m->key || !m->rd || !m->wr) {
-		kvt_free(m->key);
-		kvt_free(m->rd);
-		kvt_free(m->wr);
+	m->own_rd = kvt_calloc(cap, sizeof(*m->own_rd));
+	m->own_wr = kvt_calloc(cap, sizeof(*m->own_wr));
+	if (!m->key || !m->rd || !m->wr || !m->own_rd || !m->own_wr) {
+		slotmap_free(m);
 		return -ENOMEM;
 	}
 	memset(m->key, 0xff, cap * sizeof(*m->key));
@@ -318,71 +372,72 @@ static size_t slotmap_at(struct slotmap *m, uint8_t tier, uint32_t slot)
 
 /* Order a batch in dependency waves: a move goes one wave after any
  * earlier move that wrote its source or read or wrote its destination
- * (the slot reuse of a demotion chain). Returns the number of waves, or
- * -ENOMEM. */
-static int assign_waves(struct move *mv, size_t n)
+ * (the slot reuse of a demotion chain). Fills @m (freed by the caller),
+ * each move's place in it and the batch's own marks per slot. Returns the
+ * number of waves, or -ENOMEM. */
+static int assign_waves(struct batch *b, struct slotmap *m)
 {
-	struct slotmap m;
 	uint32_t top = 0;
 	int err;
 
-	if ((err = slotmap_init(&m, n)))
+	if ((err = slotmap_init(m, b->n)))
 		return err;
-	for (size_t i = 0; i < n; i++) {
-		size_t s = slotmap_at(&m, mv[i].src, mv[i].ss);
-		size_t d = slotmap_at(&m, mv[i].dst, mv[i].ds);
-		int32_t w = KVT_MAX(m.wr[s], KVT_MAX(m.rd[d], m.wr[d])) + 1;
+	for (size_t i = 0; i < b->n; i++) {
+		struct move *mv = &b->mv[i];
+		size_t s = slotmap_at(m, mv->src, mv->ss);
+		size_t d = slotmap_at(m, mv->dst, mv->ds);
+		int32_t w = KVT_MAX(m->wr[s], KVT_MAX(m->rd[d], m->wr[d])) + 1;
 
-		mv[i].wave = (uint32_t)w;
-		m.rd[s] = KVT_MAX(m.rd[s], w);
-		m.wr[d] = w;
+		mv->wave = (uint32_t)w;
+		mv->si = (uint32_t)s;
+		mv->di = (uint32_t)d;
+		m->rd[s] = KVT_MAX(m->rd[s], w);
+		m->wr[d] = w;
+		m->own_rd[s] += mv->ok;
+		m->own_wr[d] += mv->ok;
 		top = KVT_MAX(top, (uint32_t)w + 1);
 	}
-	kvt_free(m.key);
-	kvt_free(m.rd);
-	kvt_free(m.wr);
 	return (int)top;
 }
 
-/* Run the moves of wave @w from tier @s to tier @d as one verified job and
- * wait for it. Each move's err gets the job's result. */
-static void run_pair(kvt_cache *c, struct move *mv, size_t n, uint32_t w,
-		     int s, int d)
+/* Run the moves of wave @w from tier @s to tier @d as one job, each page
+ * verified on its own, and wait for it. Each move's err gets the job's
+ * result, or KVT_ECORRUPT for a page that did not verify. */
+static void run_pair(kvt_cache *c, struct batch *b, uint32_t w, int s, int d)
 {
 	uint32_t *ss = NULL, *ds = NULL;
 	uint64_t *sums = NULL;
-	size_t k = 0, cnt = 0;
+	uint8_t *bad = NULL;
+	size_t k = 0, cnt = 0, nbad = 0;
 	kvt_xfer_job *job;
 	int err;
 
-	for (size_t i = 0; i < n; i++)
-		cnt += mv[i].wave == w && mv[i].src == s && mv[i].dst == d &&
-		       mv[i].ok;
+#define IN_PAIR(m) ((m).wave == w && (m).src == s && (m).dst == d && (m).ok)
+	for (size_t i = 0; i < b->n; i++)
+		cnt += IN_PAIR(b->mv[i]);
 	if (!cnt)
 		return;
 	ss = kvt_malloc(cnt * sizeof(*ss));
 	ds = kvt_malloc(cnt * sizeof(*ds));
 	sums = kvt_malloc(cnt * c->L * sizeof(*sums));
-	if (!ss || !ds || !sums) {
+	bad = kvt_calloc(cnt, 1);
+	if (!ss || !ds || !sums || !bad) {
 		err = -ENOMEM;
 		goto out;
 	}
-	pthread_mutex_lock(&c->smu);
-	for (size_t i = 0; i < n; i++) {
-		if (mv[i].wave != w || mv[i].src != s || mv[i].dst != d ||
-		    !mv[i].ok)
+	for (size_t i = 0; i < b->n; i++) {
+		if (!IN_PAIR(b->mv[i]))
 			continue;
-		ss[k] = mv[i].ss;
-		ds[k] = mv[i].ds;
-		memcpy(sums + k * c->L, c->m[d].sums + (uint64_t)mv[i].ds * c->L,
+		ss[k] = b->mv[i].ss;
+		ds[k] = b->mv[i].ds;
+		memcpy(sums + k * c->L, b->sums + i * c->L,
 		       c->L * sizeof(*sums));
 		k++;
 	}
-	pthread_mutex_unlock(&c->smu);
 	kvt_xfer_desc xd = {
 		.src = c->tiers[s], .dst = c->tiers[d], .src_slots = ss,
 		.dst_slots = ds, .npages = cnt, .prio = KVT_XFER_PRIO_LOW,
-		.sums = c->verify ? sums : NULL,
+		.sums = c->verify ? sums : NULL, .bad = c->verify ? bad : NULL,
 		.flags = c->verify ? KVT_XFER_LVERIFY : 0,
 	};
 	err = kvt_xfer_submit(c->x, &xd, &job);
@@ -395,102 +450,133 @@ static void run_pair(kvt_cache *c, struct move *mv, size_t n, uint32_t w,
 			  kvt_tier_kind_name((kvt_tier_kind)s),
 			  kvt_tier_kind_name((kvt_tier_kind)d), kvt_errdetail());
 out:
-	for (size_t i = 0; i < n; i++)
-		if (mv[i].wave == w && mv[i].src == s && mv[i].dst == d &&
-		    mv[i].ok)
-			mv[i].err = err;
+	k = 0;
+	for (size_t i = 0; i < b->n; i++) {
+		struct move *mv = &b->mv[i];
+
+		if (!IN_PAIR(*mv))
+			continue;
+		mv->err = err ? err : bad[k] ? KVT_ECORRUPT : 0;
+		if (!err && bad[k]) {
+			nbad++;
+			kvti_warn("cache: page copy %s slot %u -> %s slot %u "
+				  "failed its checksum: dropped",
+				  kvt_tier_kind_name((kvt_tier_kind)s), mv->ss,
+				  kvt_tier_kind_name((kvt_tier_kind)d), mv->ds);
+		}
+		k++;
+	}
+#undef IN_PAIR
 	pthread_mutex_lock(&c->smu);
 	c->st.moves++;
 	c->st.move_pages += cnt;
 	c->st.move_bytes += cnt * page_bytes(c);
-	if (!err && c->verify)
-		c->st.verified += cnt;
-	else if (err == KVT_ECORRUPT)
-		c->st.corrupt += cnt;
-	else if (err)
+	if (err)
 		c->st.move_errors += cnt;
+	else if (c->verify)
+		c->st.verified += cnt - nbad;
+	c->st.corrupt += nbad;
 	pthread_mutex_unlock(&c->smu);
 	kvt_free(ss);
 	kvt_free(ds);
 	kvt_free(sums);
+	kvt_free(bad);
 }
 
-/* Run a batch wave by wave (with c->mu held for synchronous flushes, no
- * lock for the background's), committing each wave's destinations as it
- * ends. Before a wave its slots settle: destinations free of readers,
- * sources no longer being written by another batch or a store. */
-static void batch_run(kvt_cache *c, struct move *mv, size_t n)
+/* Release a move's marks and commit its destination (smu held). */
+static void move_end(kvt_cache *c, struct move *mv, uint32_t batch)
 {
-	int nw = assign_waves(mv, n);
+	struct meta *d = &c->m[mv->dst];
 
-	if (nw < 0) {
-		for (size_t i = 0; i < n; i++)
-			mv[i].err = nw;
-		nw = 0;
+	c->m[mv->src].rd[mv->ss]--;
+	d->wr[mv->ds]--;
+	if (d->state[mv->ds] == ST_PEND && d->pby[mv->ds] == batch)
+		d->state[mv->ds] = mv->err ? ST_BAD : ST_OK;
+}
+
+/* Run a batch wave by wave, committing each wave as it ends. @sync: a
+ * synchronous batch (c->mu held), which first waits for other batches'
+ * marks on its slots (see the top of this section). */
+static void batch_run(kvt_cache *c, struct batch *b, uint32_t batch, int sync)
+{
+	struct slotmap m;
+	int nw = assign_waves(b, &m);
+
+	if (nw < 0) { /* no memory to order them: nothing moves */
+		pthread_mutex_lock(&c->smu);
+		for (size_t i = 0; i < b->n; i++)
+			if (b->mv[i].ok) {
+				b->mv[i].err = nw;
+				move_end(c, &b->mv[i], batch);
+			}
+		pthread_cond_broadcast(&c->scv);
+		pthread_mutex_unlock(&c->smu);
+		return;
 	}
 	for (int w = 0; w < nw; w++) {
 		pthread_mutex_lock(&c->smu);
-		for (size_t i = 0; i < n; i++) {
-			struct meta *sm = &c->m[mv[i].src];
+		for (size_t i = 0; i < b->n && sync; i++) {
+			struct move *mv = &b->mv[i];
+			struct meta *sm = &c->m[mv->src], *dm = &c->m[mv->dst];
 
-			if (mv[i].wave != (uint32_t)w || !mv[i].ok)
+			if (mv->wave != (uint32_t)w || !mv->ok)
 				continue;
-			while (c->m[mv[i].dst].rd[mv[i].ds] ||
-			       (sm->state[mv[i].ss] == ST_PEND &&
-				sm->pby[mv[i].ss] != mv[i].batch))
+			while (dm->rd[mv->ds] > m.own_rd[mv->di] ||
+			       dm->wr[mv->ds] > m.own_wr[mv->di] ||
+			       sm->wr[mv->ss] > m.own_wr[mv->si])
 				pthread_cond_wait(&c->scv, &c->smu);
+			/* the write we waited for may have failed */
+			if (sm->state[mv->ss] == ST_BAD)
+				mv->err = KVT_ECORRUPT;
 		}
 		pthread_mutex_unlock(&c->smu);
 		for (int s = 0; s < KVT_TIER_COUNT; s++)
 			for (int d = 0; d < KVT_TIER_COUNT; d++)
 				if (c->tiers[s] && c->tiers[d] && s != d)
-					run_pair(c, mv, n, (uint32_t)w, s, d);
+					run_pair(c, b, (uint32_t)w, s, d);
 		pthread_mutex_lock(&c->smu);
-		for (size_t i = 0; i < n; i++) {
-			struct meta *d = &c->m[mv[i].dst];
+		for (size_t i = 0; i < b->n; i++) {
+			struct move *mv = &b->mv[i];
 
-			if (mv[i].wave != (uint32_t)w || !mv[i].ok)
+			if (mv->wave != (uint32_t)w || !mv->ok)
 				continue;
-			c->m[mv[i].src].rd[mv[i].ss]--;
-			if (d->state[mv[i].ds] == ST_PEND &&
-			    d->pby[mv[i].ds] == mv[i].batch)
-				d->state[mv[i].ds] = mv[i].err ? ST_BAD : ST_OK;
+			move_end(c, mv, batch);
+			m.own_rd[mv->si]--;
+			m.own_wr[mv->di]--;
 		}
 		pthread_cond_broadcast(&c->scv);
 		pthread_mutex_unlock(&c->smu);
 	}
-	if (!nw) { /* no memory to order them: nothing moved */
-		pthread_mutex_lock(&c->smu);
-		for (size_t i = 0; i < n; i++)
-			if (mv[i].ok) {
-				c->m[mv[i].src].rd[mv[i].ss]--;
-				c->m[mv[i].dst].state[mv[i].ds] = ST_BAD;
-			}
-		pthread_cond_broadcast(&c->scv);
-		pthread_mutex_unlock(&c->smu);
-	}
+	slotmap_free(&m);
 }
 
 /* End of an index call that issued copies. In the background thread the
- * batch is detached and run after c->mu is dropped; anywhere else the
- * copies run now, with c->mu held: the caller waits (counted). */
+ * batch is kept and run after c->mu is dropped; anywhere else the copies
+ * run now, with c->mu held: the caller waits (counted). */
 static void mover_flush(void *arg)
 {
 	kvt_cache *c = arg;
+	struct batch *b = &c->cur;
 	uint64_t t0;
 
-	if (!c->nmv)
+	if (!b->n)
 		return;
-	if (c->bg_mode && !kvti_grow((void **)&c->bgmv, &c->bgcap,
-				     c->nbg + c->nmv, sizeof(*c->bgmv), 64)) {
-		memcpy(c->bgmv + c->nbg, c->mv, c->nmv * sizeof(*c->mv));
-		c->nbg += c->nmv;
-		c->nmv = 0;
-		return;
+	if (c->bg_mode) {
+		struct batch *g = &c->bgb;
+
+		if (!batch_add(c, g, b->n)) {
+			memcpy(g->mv + g->n, b->mv, b->n * sizeof(*b->mv));
+			memcpy(g->sums + g->n * c->L, b->sums,
+			       b->n * c->L * sizeof(*b->sums));
+			g->n += b->n;
+			b->n = 0;
+			return;
+		}
+		/* no memory to keep them: run them now, like a flush */
 	}
 	t0 = kvt_now_ns();
-	batch_run(c, c->mv, c->nmv);
-	c->nmv = 0;
+	batch_run(c, b, c->batch, !c->bg_mode);
+	b->n = 0;
 	c->fg_wait_s += secs(t0);
 }
 
@@ -532,6 +618,7 @@ static void *bg_main(void *arg)
 	while (!c->stopping) {
 		struct timespec ts;
 		uint64_t t0;
+		uint32_t batch;
 		int any;
 
 		if (!c->bg_kick) {
@@ -547,10 +634,11 @@ static void *bg_main(void *arg)
 		t0 = kvt_now_ns();
 		pthread_mutex_lock(&c->mu);
 		any = bg_decide(c);
+		batch = c->batch; /* a synchronous flush may take a new id */
 		pthread_mutex_unlock(&c->mu);
-		if (c->nbg) {
-			batch_run(c, c->bgmv, c->nbg);
-			c->nbg = 0;
+		if (c->bgb.n) {
+			batch_run(c, &c->bgb, batch, 0);
+			c->bgb.n = 0;
 		}
 		pthread_mutex_lock(&c->smu);
 		if (any) {
@@ -772,6 +860,14 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	if (j->kind == JOB_STORE)
 		bg_kick(c);
 	wait_s = j->st.wait_s;
+	pthread_mutex_lock(&c->smu);
+	if (j->lprev)
+		j->lprev->lnext = j->lnext;
+	else
+		c->live = j->lnext;
+	if (j->lnext)
+		j->lnext->lprev = j->lprev;
+	pthread_mutex_unlock(&c->smu);
 	/* the job is the caller's once done is set: touch nothing of it
 	 * after this critical section (kvt_cache_job_free() takes j->mu) */
 	pthread_mutex_lock(&j->mu);
@@ -880,6 +976,7 @@ static void meta_free(struct meta *m)
 	kvt_free(m->sums);
 	kvt_free(m->state);
 	kvt_free(m->rd);
+	kvt_free(m->wr);
 	kvt_free(m->pby);
 	memset(m, 0, sizeof(*m));
 }
@@ -909,8 +1006,10 @@ static void cache_free(kvt_cache *c)
 	}
 	kvt_tier_close(c->stage);
 	kvt_tier_close(c->engine);
-	kvt_free(c->mv);
-	kvt_free(c->bgmv);
+	kvt_free(c->cur.mv);
+	kvt_free(c->cur.sums);
+	kvt_free(c->bgb.mv);
+	kvt_free(c->bgb.sums);
 	pthread_mutex_destroy(&c->mu);
 	pthread_mutex_destroy(&c->smu);
 	pthread_mutex_destroy(&c->wmu);
@@ -1042,8 +1141,9 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 		m->sums = kvt_calloc(m->n * c->L, sizeof(uint64_t));
 		m->state = kvt_calloc(m->n, 1);
 		m->rd = kvt_calloc(m->n, sizeof(uint16_t));
+		m->wr = kvt_calloc(m->n, sizeof(uint16_t));
 		m->pby = kvt_calloc(m->n, sizeof(uint32_t));
-		if (!m->sums || !m->state || !m->rd || !m->pby) {
+		if (!m->sums || !m->state || !m->rd || !m->wr || !m->pby) {
 			err = -ENOMEM;
 			goto fail;
 		}
@@ -1086,7 +1186,11 @@ void kvt_cache_close(kvt_cache *c)
 {
 	if (!c)
 		return;
+	/* cancel what is still running (a job stays on the list, and so
+	 * valid, until it is finished, which takes smu) */
 	pthread_mutex_lock(&c->smu);
+	for (kvt_cache_job *j = c->live; j; j = j->lnext)
+		kvt_cache_job_cancel(j);
 	while (c->jobs)
 		pthread_cond_wait(&c->scv, &c->smu);
 	pthread_mutex_unlock(&c->smu);
@@ -1136,6 +1240,9 @@ int kvt_cache_register(kvt_cache *c, void *const *base, uint32_t nlayers,
 		int ngpu = 0;
 
 		/* no CUDA or no such GPU first: pinning cannot help then */
+		if (!kvti_cuda_built())
+			return kvti_fail(KVT_ENOTBUILT, "cache register: GPU "
+					 "memory in a build without CUDA");
 		if ((err = kvti_cuda_device_count(&ngpu, note, sizeof(note))))
 			return kvti_fail(err, "cache register: GPU memory in a "
 					 "build without CUDA");
@@ -1378,9 +1485,14 @@ static void sub_free(struct sub *s)
 static int job_start(kvt_cache *c, kvt_cache_job *j)
 {
 	int err = 0, staged = 0;
+	kvt_xfer_job *xj;
 
 	pthread_mutex_lock(&c->smu);
 	c->jobs++;
+	j->lnext = c->live;
+	if (c->live)
+		c->live->lprev = j;
+	c->live = j;
 	pthread_mutex_unlock(&c->smu);
 	j->subs_left = 1; /* held until every transfer is submitted */
 	for (int k = 0; k < j->nsub; k++) {
@@ -1412,8 +1524,13 @@ static int job_start(kvt_cache *c, kvt_cache_job *j)
 			sub_end(s, err);
 			continue;
 		}
-		if ((err = kvt_xfer_submit(c->x, &d, &s->xj)))
+		if ((err = kvt_xfer_submit(c->x, &d, &xj))) {
 			sub_end(s, err);
+			continue;
+		}
+		pthread_mutex_lock(&j->mu);
+		s->xj = xj;
+		pthread_mutex_unlock(&j->mu);
 	}
 	if (staged)
 		worker_push(c, j); /* subs_left > 0: the worker runs them */
@@ -1429,7 +1546,6 @@ int kvt_cache_load(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	kvt_cache_job *j;
 	size_t found = 0, npin;
 	int err;
-	uint64_t t0;
 
 	kvti_errclear();
 	if (!out)
@@ -1463,25 +1579,26 @@ int kvt_cache_load(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	if (err)
 		goto fail;
 
-	/* pick each page's fastest committed copy; wait for copies on their
-	 * way (the lease keeps them) */
-	t0 = kvt_now_ns();
+	/* each page's fastest committed copy (the lease keeps it) */
 	pthread_mutex_lock(&c->smu);
 	for (size_t i = 0; i < j->n; i++) {
 		size_t p = first + i;
 		int pend = 0, t = -1;
 
-		if (p < npin) {
-			while ((t = best_copy(c, &info[p], &pend)) < 0 && pend)
-				pthread_cond_wait(&c->scv, &c->smu);
-		}
+		if (p < npin)
+			t = best_copy(c, &info[p], &pend);
 		if (t < 0) {
+			/* never waited for: a load starts at once */
 			j->failed[i] = 1;
 			j->st.failed++;
 			if (!j->result)
-				j->result = kvti_fail(KVT_ENOTFOUND, "cache load: "
-						      "page %zu is not in the "
-						      "cache", p);
+				j->result = pend ?
+					kvti_fail(KVT_EBUSY, "cache load: page "
+						  "%zu is being stored or moved: "
+						  "not loadable yet", p) :
+					kvti_fail(KVT_ENOTFOUND, "cache load: "
+						  "page %zu is not in the cache",
+						  p);
 			continue;
 		}
 		struct sub *s = &j->sub[t];
@@ -1494,7 +1611,6 @@ int kvt_cache_load(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 		s->n++;
 	}
 	pthread_mutex_unlock(&c->smu);
-	j->st.wait_s += secs(t0);
 	j->absent = j->st.failed;
 	if (j->sub[KVT_TIER_SSD].n &&
 	    (c->stage_ssd || kvt_tier_kind_of(c->engine) == KVT_TIER_HBM) &&
@@ -1610,7 +1726,7 @@ int kvt_cache_store(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 			}
 			sp = &j->sub[1 + t];
 		}
-		slot_settle(c, c->top, slot, 1);
+		slot_settle(c, c->top, slot);
 		sp->ss[sp->n] = t == ENGINE ? blocks[p - first] :
 					      info[p].slot[t];
 		sp->ds[sp->n] = slot;
@@ -1656,11 +1772,37 @@ static int job_all_failed(kvt_cache_job *j)
 	return j->n && j->st.failed == j->n;
 }
 
+/* j->mu held: 1 when every block of a load is known to have failed by now
+ * (absent at the start, on a transfer that ended in error, or marked bad
+ * by its checks), with *err the reason. A layer is never reported ready
+ * for a block that failed at or before it; when that is every block, the
+ * wait ends in this error. */
+static int job_failed_now(kvt_cache_job *j, int *err)
+{
+	size_t n = j->absent;
+
+	*err = j->result ? j->result : KVT_ECORRUPT;
+	if (!j->n || j->kind != JOB_LOAD)
+		return 0;
+	for (int k = 0; k < j->nsub; k++) {
+		struct sub *s = &j->sub[k];
+
+		if (s->done && s->err) {
+			n += s->n;
+			*err = s->err;
+			continue;
+		}
+		for (size_t i = 0; i < s->n; i++)
+			n += __atomic_load_n(&s->bad[i], __ATOMIC_RELAXED) != 0;
+	}
+	return n >= j->n;
+}
+
 int kvt_cache_job_wait_layer(kvt_cache_job *j, uint32_t layer,
 			     int64_t timeout_ns)
 {
 	struct timespec ts;
-	int err = 0;
+	int err = 0, why;
 
 	if (layer >= j->c->L)
 		return kvti_fail(-ERANGE, "cache job: layer %u of %u", layer,
@@ -1682,6 +1824,8 @@ int kvt_cache_job_wait_layer(kvt_cache_job *j, uint32_t layer,
 		err = 0;
 	if (!err && j->done && job_all_failed(j))
 		err = j->result; /* no transfer may have run: nothing landed */
+	else if (!err && !j->done && job_failed_now(j, &why))
+		err = why; /* every block failed at or before this layer */
 	else if (!err && j->done && job_ready(j) <= layer &&
 		 j->cancel && j->result == -ECANCELED)
 		err = -ECANCELED;
@@ -1726,16 +1870,24 @@ int kvt_cache_job_fd(kvt_cache_job *j)
 
 int kvt_cache_job_cancel(kvt_cache_job *j)
 {
+	kvt_xfer_job *xj[MAX_SUBS];
+	int n = 0;
+
 	pthread_mutex_lock(&j->mu);
 	if (j->done) {
 		pthread_mutex_unlock(&j->mu);
 		return -EALREADY;
 	}
 	j->cancel = 1;
-	pthread_mutex_unlock(&j->mu);
 	for (int k = 0; k < j->nsub; k++)
-		if (j->sub[k].xj)
-			kvt_xfer_cancel(j->sub[k].xj);
+		if (j->sub[k].xj && !j->sub[k].done)
+			xj[n++] = j->sub[k].xj;
+	pthread_mutex_unlock(&j->mu);
+	/* outside j->mu: a transfer cancelled before it started ends here,
+	 * and its callback takes j->mu. The handles live until the job is
+	 * freed, which needs it done, which needs these transfers over. */
+	for (int k = 0; k < n; k++)
+		kvt_xfer_cancel(xj[k]);
 	return 0;
 }
 

@@ -206,22 +206,31 @@ static inline char *chunk_at(const kvt_layout *l, void *const *bufs,
 /* ---- tasks ---------------------------------------------------------- */
 
 /* Layer @layer of pages [a, b) with per-layer sums: page by page, each
- * chunk copied with plain stores (so it stays in cache) and then hashed
- * where it landed. */
+ * chunk copied with plain stores (so it stays in cache) and hashed right
+ * away where it landed. Plain stores cost a read for ownership that
+ * streaming stores avoid; reading the destination back after streaming
+ * stores costs the same read from memory, and hashing only the source
+ * would not check what landed. */
 static void layer_sums_task(struct kvt_xfer_job *j, uint32_t layer, size_t a,
 			    size_t b)
 {
 	const kvt_layout *sl = j->sl, *dl = j->dl;
 
-	for (size_t p = a; p < b && !kvti_job_stopped(j); p++) {
-		uint32_t ds = job_dst_slot(j, p);
+	XXH3_state_t h;
 
-		for (uint32_t k = 0; k < sl->kv; k++)
-			memcpy(chunk_at(dl, j->dbufs, ds, layer, k),
-			       chunk_at(sl, j->sbufs, job_src_slot(j, p), layer,
-					k), sl->chunk_bytes);
-		kvti_job_lsum(j, p, layer,
-			      kvti_layer_sum(dl, j->dbufs, ds, layer));
+	for (size_t p = a; p < b && !kvti_job_stopped(j); p++) {
+		uint32_t ds = job_dst_slot(j, p), ss = job_src_slot(j, p);
+
+		XXH3_64bits_reset(&h);
+		for (uint32_t k = 0; k < sl->kv; k++) {
+			char *d = chunk_at(dl, j->dbufs, ds, layer, k);
+
+			memcpy(d, chunk_at(sl, j->sbufs, ss, layer, k),
+			       sl->chunk_bytes);
+			/* hashed where it landed while still in L1/L2 */
+			XXH3_64bits_update(&h, d, sl->chunk_bytes);
+		}
+		kvti_job_lsum(j, p, layer, XXH3_64bits_digest(&h));
 	}
 	atomic_fetch_add(&j->bytes_done, (b - a) * sl->kv * sl->chunk_bytes);
 }
