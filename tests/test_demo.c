@@ -67,11 +67,12 @@ static void on_layers(void *arg, const char *policy, const kvt_demo_req *r,
 		tl->worst_gap = r->ttft_s - parts;
 }
 
-static void check_pass(const kvt_demo_result *r, const kvt_demo_pass *p)
+static void check_pass(const kvt_demo_result *r, const kvt_demo_pass *p,
+		       uint64_t *warm_hit, uint64_t *warm_prev)
 {
 	const kvt_demo_config *c = &r->config;
 	const uint32_t P = c->page_tokens;
-	uint64_t page = kvt_geom_page_bytes(&r->geom), loaded = 0;
+	uint64_t page = kvt_geom_page_bytes(&r->geom), loaded = 0, failed = 0;
 
 	CHECK_EQ(p->nreqs, (size_t)c->sessions * c->turns);
 	CHECK_EQ(p->done, p->nreqs);
@@ -88,9 +89,16 @@ static void check_pass(const kvt_demo_result *r, const kvt_demo_pass *p)
 		for (int t = 0; t < KVT_TIER_COUNT; t++)
 			hit += q->hit_tokens[t];
 		CHECK_EQ(q->hit_tokens[KVT_TIER_HBM], 0); /* no engine cache */
-		CHECK_EQ(q->failed_pages, 0);
+		/* a page evicted or moving at the load is recomputed, not an
+		 * error; then hits and computed tokens overlap */
 		CHECK_EQ(q->load_err, 0);
 		CHECK_EQ(q->store_err, 0);
+		failed += q->failed_pages;
+		if (q->failed_pages) {
+			CHECK(hit + q->computed_tokens >= q->prompt_tokens);
+			loaded += q->loaded_pages;
+			continue;
+		}
 		CHECK_EQ(hit + q->computed_tokens, q->prompt_tokens);
 		CHECK_EQ(q->loaded_pages, hit / P);
 		CHECK_EQ(q->restore_bytes, q->loaded_pages * page);
@@ -103,19 +111,30 @@ static void check_pass(const kvt_demo_result *r, const kvt_demo_pass *p)
 		if (!strcmp(p->policy, "kvtier")) /* asynchronous save */
 			CHECK(q->save_s < q->ttft_s);
 		if (q->turn > 0) {
-			/* the whole previous context, prompt and answer */
+			/* the whole previous context, prompt and answer;
+			 * with background demotion, pages moving between
+			 * tiers at the lookup are computed instead */
 			uint64_t prev = c->system_tokens + c->context_tokens +
 					(uint64_t)(q->turn - 1) *
 					(c->turn_tokens + c->output_tokens) +
 					c->output_tokens;
-			CHECK_EQ(hit, prev / P * P);
+
+			CHECK(hit <= prev / P * P);
+			if (!c->background)
+				CHECK_EQ(hit, prev / P * P);
+			*warm_hit += hit;
+			*warm_prev += prev / P * P;
 		} else if (q->session > 0) {
 			/* the shared system prompt, cached by session 0 */
-			CHECK_EQ(hit, c->system_tokens / P * P);
+			CHECK(hit <= c->system_tokens / P * P);
+			if (!c->background)
+				CHECK_EQ(hit, c->system_tokens / P * P);
 		}
 		loaded += q->loaded_pages;
 	}
 	CHECK_EQ(p->cache.load_pages, loaded);
+	/* a rare event: most of the restores must have been whole */
+	CHECK(failed * 10 <= loaded);
 }
 
 static void small(kvt_demo_config *c)
@@ -149,7 +168,7 @@ static void run_checked(unsigned background)
 	kvt_demo_config c;
 	kvt_demo_result *r = NULL;
 	struct timeline tl = { 0 };
-	uint64_t lower = 0, ssd = 0;
+	uint64_t lower = 0, ssd = 0, warm_hit = 0, warm_prev = 0;
 
 	small(&c);
 	c.background = background;
@@ -163,7 +182,7 @@ static void run_checked(unsigned background)
 	CHECK_EQ(tl.calls, 2 * (size_t)c.sessions * c.turns);
 	CHECK_EQ(r->error[0], '\0');
 	for (int i = 0; i < r->npasses; i++) {
-		check_pass(r, &r->pass[i]);
+		check_pass(r, &r->pass[i], &warm_hit, &warm_prev);
 		for (size_t j = 0; j < r->pass[i].nreqs; j++) {
 			for (int t = KVT_TIER_FABRIC; t < KVT_TIER_COUNT; t++)
 				lower += r->pass[i].reqs[j].hit_tokens[t];
@@ -172,10 +191,14 @@ static void run_checked(unsigned background)
 	}
 	CHECK(lower > 0);
 	CHECK(ssd > 0);
+	/* most of every warm turn's prefix came back */
+	CHECK(warm_hit * 2 >= warm_prev);
 	CHECK(!strcmp(r->pass[0].policy, "lmcache"));
 	CHECK(!strcmp(r->pass[1].policy, "kvtier"));
-	printf("background %u: largest TTFT not in a component: %.3f ms\n",
-	       background, tl.worst_gap * 1e3);
+	printf("background %u: largest TTFT not in a component: %.3f ms; "
+	       "warm turns restored %llu of %llu cached tokens\n", background,
+	       tl.worst_gap * 1e3, (unsigned long long)warm_hit,
+	       (unsigned long long)warm_prev);
 	kvt_demo_result_free(r);
 }
 
@@ -197,7 +220,7 @@ int main(void)
 	 * run fails, and says what failed */
 	small(&c);
 	c.background = 0;
-	c.tamper_after = 2 * c.sessions;
+	c.tamper_after = 4 * c.sessions; /* after turn 1: ssd holds pages */
 	snprintf(c.dir, sizeof(c.dir), "%s", test_dir("demo-tamper"));
 	r = NULL;
 	err = kvt_demo_run(&c, &r);

@@ -381,6 +381,12 @@ static void print_integrity(const kvt_demo_result *r, int err)
 		printf("  the final re-read of every copy did NOT complete "
 		       "(%llu re-read before it stopped).\n",
 		       (unsigned long long)g.checked);
+	else if (err || g.bad)
+		printf("  of the page copies still in the tiers at the end, %llu "
+		       "were re-read and %llu did not match\n  (copies that "
+		       "failed before were dropped and are not among them).\n",
+		       (unsigned long long)g.checked,
+		       (unsigned long long)g.check_bad);
 	else
 		printf("  %llu page copies re-read in every tier at the end: "
 		       "%llu bad.\n", (unsigned long long)g.checked,
@@ -554,6 +560,7 @@ static cJSON *req_json(const kvt_demo_req *q)
 		hit[t] = q->hit_tokens[t];
 	cJSON_AddItemToObject(o, "hit_tokens", tiers_obj(hit));
 	cJSON_AddNumberToObject(o, "computed_tokens", q->computed_tokens);
+	cJSON_AddNumberToObject(o, "inflight_pages", q->inflight_pages);
 	cJSON_AddNumberToObject(o, "failed_pages", (double)q->failed_pages);
 	return o;
 }

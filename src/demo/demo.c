@@ -696,7 +696,9 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 		for (int t = 0; t < KVT_TIER_COUNT; t++)
 			r->hit_tokens[t] = (uint32_t)(st.from[t] * P);
 		rc = kvt_cache_job_wait(load, 0);
-		if (rc && rc != KVT_ENOTFOUND) { /* evicted since: not a fault */
+		/* evicted since the lookup, or moving between tiers at that
+		 * instant: recomputed, not a fault */
+		if (rc && rc != KVT_ENOTFOUND && rc != KVT_EBUSY) {
 			r->load_err = rc;
 			note_err(p, rc, "demo %s: session %u turn %u: %ld of %llu "
 				 "restored pages failed", p->out->policy, s, k,
