@@ -23,9 +23,15 @@
  * the demo starts handling it):
  *
  *   hash its tokens, kvt_cache_lookup()                     lookup
+ *   pages still being stored by its own earlier requests:
+ *   wait for those stores (pages that background demotion
+ *   is moving at that instant are computed instead)         block wait
  *   take blocks from the free list; when there are too few,
  *   wait for earlier requests' store jobs to free theirs     block wait
  *   kvt_cache_load(cached pages -> blocks)                  restore (async)
+ *     (a page evicted or moving when the load starts fails
+ *      alone and is recomputed: kvtier after the last layer, redo
+ *      lmcache within its prefill)
  *   for layer l = 0 .. L-1:                                  the compute thread
  *       wait until layer l is ready                          load wait
  *         (kvtier: kvt_cache_job_wait_layer(l);
