@@ -1,42 +1,52 @@
 /*
  * demo.c — the end-to-end demo (include/kvtier/demo.h): an agentic
- * workload through the real cache, with GPU compute time modeled.
+ * workload through the real cache, the demo acting as the inference engine
+ * and every request's TTFT measured on the wall clock.
  *
- * PICTURE (one pass)
+ * PICTURE (one policy, one request; everything between arrival and the
+ * first token is on the clock)
  *
- *   for turn k = 0 .. turns-1:            (turn-major: every session takes
- *     for session s = 0 .. sessions-1:     its turn, then idles on a tool)
- *
- *       prompt = tokens[s][0 .. L(k))      L(k) = sys + ctx + k*(new + out)
- *       match           -> where the prefix is (before anything moves)
- *       acquire(prompt) -> loads from lower tiers, verified; evictions
- *       put             -> the pages nobody had: computed bytes into hbm
- *       modeled prefill of the uncached tokens, modeled decode of the answer
- *       release(prompt); acquire(prompt + answer); put the answer's pages;
- *       release
+ *   arrival
+ *     |  hash tokens, kvt_cache_lookup(TOUCH)      -> hit pages, in flight
+ *     |  blocks from the free list (too few: wait for the oldest pending
+ *     |  request's stores, which hold theirs)
+ *     |  kvt_cache_load(keys[0..hit) -> blocks)    -> job (async)
+ *     |  for l in 0..L-1:                             compute thread = this
+ *     |     kvtier: kvt_cache_job_wait_layer(job, l)  (lmcache: wait(job)
+ *     |     write layer l of the computed pages       once, before l = 0)
+ *     |     spend the rest of layer l's modeled time (sleep, then spin)
+ *     |  failed blocks: prefill them again (real time)
+ *     |  kvt_cache_store(computed pages)            (lmcache: wait for it)
+ *   first token = TTFT
+ *        engine check of the loaded blocks (samples), job statistics,
+ *        modeled decode, the answer's pages written and stored (lmcache:
+ *        waited), blocks freed (kvtier: once its stores are done)
  *
  * Token ids are a hash of (seed, session, position), except the shared
- * system prompt, which is the same for every session. A page's bytes are a
- * pseudo-random stream seeded by the chained hash of every token up to the
- * page's end: the same prefix always holds the same bytes, different
- * prefixes different bytes, and nothing needs storing to check them.
- *
- * Nothing here is timed but the cache's own loads and copies (wall clock);
- * prefill and decode come from the scheduler's cost model for a hardware
- * profile (kvt_hw_cost()). The modeled figures never wait: the demo runs as
- * fast as the real data movement allows.
+ * system prompt, the same for every session. A page's bytes are a function
+ * of the chained hash of every token up to the page's end: chunk (layer,
+ * kv) of the page repeats a 32-word splitmix64 pattern seeded by that hash,
+ * the layer and kv, so the engine can check any word of a restored block
+ * without keeping anything.
  */
 #include "core/core.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
+
+#define SPIN_NS 50000u  /* spin, not sleep, for the last 50 us of a span */
+#define HEADROOM (256ull << 20) /* free disk the ssd tiers leave */
 
 void kvt_demo_config_init(kvt_demo_config *c)
 {
@@ -51,6 +61,7 @@ void kvt_demo_config_init(kvt_demo_config *c)
 	c->turn_tokens = 1024;
 	c->output_tokens = 256;
 	c->policies = KVT_DEMO_LMCACHE | KVT_DEMO_KVTIER;
+	c->background = KVT_DEMO_LMCACHE | KVT_DEMO_KVTIER;
 	c->stress_bytes = 256ull << 20;
 	c->seed = 1;
 }
@@ -73,14 +84,8 @@ static int demo_geom(const kvt_demo_config *c, kvt_geom *g)
 	return kvt_geom_preset(g, c->model, c->page_tokens, 1, 0);
 }
 
-int kvt_demo_size(kvt_demo_config *c)
+static int size_check(const kvt_demo_config *c)
 {
-	uint64_t token_bytes, sess, page, mem_cap, need_mem, want;
-	kvt_machine m;
-	kvt_hw hw;
-	kvt_geom g;
-	int err;
-
 	if (!c->sessions || c->sessions > KVT_DEMO_MAX_SESSIONS)
 		return kvti_fail(-EINVAL, "demo: sessions must be 1..%d",
 				 KVT_DEMO_MAX_SESSIONS);
@@ -89,76 +94,99 @@ int kvt_demo_size(kvt_demo_config *c)
 				 KVT_DEMO_MAX_TURNS);
 	if (!c->context_tokens && !c->system_tokens)
 		return kvti_fail(-EINVAL, "demo: an empty first prompt");
+	if (!c->page_tokens)
+		return kvti_fail(-EINVAL, "demo: page_tokens must be > 0");
 	if (session_tokens(c) > (1u << 31))
 		return kvti_fail(-EINVAL, "demo: a session of %llu tokens is "
 				 "too long", (unsigned long long)session_tokens(c));
 	if (!c->policies || (c->policies & ~(unsigned)(KVT_DEMO_LMCACHE |
 						      KVT_DEMO_KVTIER)))
 		return kvti_fail(-EINVAL, "demo: bad policy set");
-	if ((err = demo_geom(c, &g)))
+	if (c->background & ~(unsigned)(KVT_DEMO_LMCACHE | KVT_DEMO_KVTIER))
+		return kvti_fail(-EINVAL, "demo: bad background set");
+	return 0;
+}
+
+int kvt_demo_size(kvt_demo_config *c)
+{
+	uint64_t sess, page, mem_cap, need_mem, want, avail;
+	unsigned np;
+	kvt_machine m;
+	kvt_hw hw;
+	kvt_geom g;
+	struct statvfs v;
+	const char *d;
+	int err;
+
+	if ((err = size_check(c)) || (err = demo_geom(c, &g)) ||
+	    (err = kvt_hw_load(&hw, c->hardware)))
 		return err;
-	if ((err = kvt_hw_load(&hw, c->hardware)))
-		return err;
-	token_bytes = kvt_geom_token_bytes(&g);
+	np = (unsigned)__builtin_popcount(c->policies);
 	page = kvt_geom_page_bytes(&g);
-	sess = KVT_ALIGN_UP(session_tokens(c), c->page_tokens) * token_bytes;
+	/* a session's blocks: every page of its last prompt and answer, the
+	 * partial last one included */
+	sess = (session_tokens(c) + c->page_tokens - 1) / c->page_tokens * page;
 
 	kvt_probe(&m);
-	c->gpu = m.cuda_built && m.ngpus > 0;
-	/* per policy (both run side by side): hbm one and a half sessions (a
-	 * session's pages are all pinned while it runs); fabric and dram three
-	 * sessions each; ssd all of them and a quarter more (a page keeps at
-	 * most one ssd copy: loads leave it there, evictions reuse it). */
+	c->gpu = 0; /* engine memory is host memory in this version */
+	/* per policy: the engine's memory one and a half sessions (the
+	 * running request's blocks, and most of the previous one's while its
+	 * store runs); fabric and dram three sessions each; ssd all of them
+	 * and a quarter more (a page keeps at most one ssd copy). */
 	if (!c->hbm_bytes)
 		c->hbm_bytes = KVT_ALIGN_UP(sess + sess / 2 + 4 * page, page);
 	if (!c->fabric_bytes)
 		c->fabric_bytes = 3 * sess;
 	if (!c->dram_bytes)
 		c->dram_bytes = 3 * sess;
-	if (!c->ssd_bytes) /* one copy of every page fits, with a quarter spare */
+	if (!c->ssd_bytes)
 		c->ssd_bytes = (uint64_t)c->sessions * sess / 4 * 5 + 64 * page;
-	if (c->hbm_bytes < sess + 2 * page)
-		return kvti_fail(-EINVAL, "demo: hbm of %llu bytes cannot hold "
-				 "one session (%llu bytes)",
+	if (c->hbm_bytes < sess)
+		return kvti_fail(-EINVAL, "demo: engine memory (--hbm) of %llu "
+				 "bytes cannot hold one session (%llu bytes)",
 				 (unsigned long long)c->hbm_bytes,
 				 (unsigned long long)sess);
-	/* memory tiers of both policies within a third of what is available */
-	mem_cap = m.mem_available / 3 / (uint64_t)__builtin_popcount(c->policies);
-	need_mem = (c->gpu ? 0 : c->hbm_bytes) + c->fabric_bytes + c->dram_bytes;
+	if (c->fabric_bytes < sess)
+		return kvti_fail(-EINVAL, "demo: fabric (the top tier) of %llu "
+				 "bytes cannot hold one session (%llu bytes): a "
+				 "store brings the whole prefix into it",
+				 (unsigned long long)c->fabric_bytes,
+				 (unsigned long long)sess);
+	/* the memory of both policies within a third of what is available */
+	mem_cap = m.mem_available / 3 / np;
+	need_mem = c->hbm_bytes + c->fabric_bytes + c->dram_bytes;
 	if (mem_cap && need_mem > mem_cap) {
-		uint64_t hbm = c->gpu ? 0 : c->hbm_bytes, rest;
+		uint64_t rest;
 
-		if (mem_cap < hbm + 2 * sess)
+		if (mem_cap < c->hbm_bytes + 2 * sess)
 			return kvti_fail(-ENOMEM, "demo: needs at least %llu MiB "
 					 "of memory, %llu MiB is available; use "
 					 "--sessions, --context or a smaller "
 					 "--model", (unsigned long long)
-					 ((hbm + 2 * sess) * 3 * (uint64_t)
-					  __builtin_popcount(c->policies) >> 20),
+					 ((c->hbm_bytes + 2 * sess) * 3 * np >> 20),
 					 (unsigned long long)(m.mem_available >> 20));
-		rest = mem_cap - hbm;
+		rest = mem_cap - c->hbm_bytes;
 		c->fabric_bytes = KVT_ALIGN_UP(rest / 2 - page, page);
 		c->dram_bytes = c->fabric_bytes;
 		kvti_info("demo: fabric and dram cut to %llu MiB each to fit "
 			  "in memory", (unsigned long long)(c->dram_bytes >> 20));
 	}
-	want = c->ssd_bytes * (uint64_t)__builtin_popcount(c->policies);
-	{
-		struct statvfs v;
-		const char *d = c->dir[0] ? c->dir : (getenv("TMPDIR") ?
-						      getenv("TMPDIR") : "/tmp");
-		if (statvfs(d, &v) == 0 &&
-		    (uint64_t)v.f_bavail * v.f_frsize < want + (256ull << 20))
+	want = c->ssd_bytes * np;
+	d = c->dir[0] ? c->dir : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (statvfs(d, &v) == 0) {
+		avail = (uint64_t)v.f_bavail * v.f_frsize;
+		if (avail < want + HEADROOM)
 			return kvti_fail(-ENOSPC, "demo: the ssd tier needs %llu "
-					 "MiB in %s, %llu MiB is free",
+					 "MiB in %s and %llu MiB of headroom; "
+					 "%llu MiB is free",
 					 (unsigned long long)(want >> 20), d,
-					 (unsigned long long)((uint64_t)v.f_bavail *
-							      v.f_frsize >> 20));
+					 (unsigned long long)(HEADROOM >> 20),
+					 (unsigned long long)(avail >> 20));
 	}
 	return 0;
 }
 
-/* ---- the workload ------------------------------------------------------ */
+/* ---- the workload and its bytes ---------------------------------------- */
 
 struct session {
 	uint32_t *tokens;  /* session_tokens() of them */
@@ -195,147 +223,547 @@ static int sessions_make(const kvt_demo_config *c, struct session *ss)
 	return 0;
 }
 
-/* The bytes of the page whose prefix hashes to @seed. */
-static void page_fill(uint64_t *p, uint64_t bytes, uint64_t seed)
-{
-	uint64_t x = seed | 1;
+#define GAMMA 0x9e3779b97f4a7c15ull
 
-	for (uint64_t i = 0; i < bytes / 8; i++) {
-		x += 0x9e3779b97f4a7c15ull; /* splitmix64 */
-		uint64_t z = x;
-		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-		p[i] = z ^ (z >> 31);
+static inline uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint64_t chunk_seed(uint64_t page_seed, uint32_t layer, uint32_t kv)
+{
+	return mix64(page_seed ^ ((2ull * layer + kv + 1) * GAMMA));
+}
+
+/* A chunk is a 32-word splitmix64 pattern, word j = mix64(seed + (j + 1) *
+ * GAMMA), repeated: distinct for every (prefix, layer, kv), and cheap to
+ * write (the emulated GPU writes a layer's KV inside the layer's modeled
+ * time: generating every word would cost the CPU more than an H200 takes
+ * to compute it). */
+#define PATTERN_WORDS 32u
+
+static inline uint64_t chunk_word(uint64_t seed, uint64_t i)
+{
+	return mix64(seed + (i % PATTERN_WORDS + 1) * GAMMA);
+}
+
+static void chunk_fill(uint64_t *p, uint64_t words, uint64_t seed)
+{
+	uint64_t n = KVT_MIN(words, (uint64_t)PATTERN_WORDS);
+
+	for (uint64_t i = 0; i < n; i++)
+		p[i] = chunk_word(seed, i);
+	while (n < words) { /* doubling copies of what is written */
+		uint64_t k = KVT_MIN(n, words - n);
+
+		memcpy(p + n, p, k * sizeof(*p));
+		n += k;
 	}
 }
 
-/* ---- one pass ---------------------------------------------------------- */
+/* Check the first and last four words and eight others of a chunk: a
+ * block from the wrong page, layer or K/V, or a copy cut short, fails. The
+ * cache's per-layer XXH3 covers every byte. 0 or 1 (bad). */
+static int chunk_sample_bad(const uint64_t *p, uint64_t words, uint64_t seed)
+{
+	for (uint64_t j = 0; j < 16; j++) {
+		uint64_t i = j < 4 ? j : j < 8 ? words - 8 + j :
+			     mix64(seed ^ j) % words;
+
+		if (i < words && p[i] != chunk_word(seed, i))
+			return 1;
+	}
+	return 0;
+}
+
+/* ---- the engine: its KV memory and block ids --------------------------- */
+
+struct engine {
+	void **base;            /* per layer: [kv][nblocks][P][H][D] */
+	uint32_t layers, kv;
+	uint64_t nblocks, chunk; /* chunk: one (block, layer, kv), bytes */
+	uint32_t *free;         /* free block ids, a stack */
+	uint64_t nfree;
+};
+
+static int engine_open(struct engine *e, const kvt_geom *g, uint64_t bytes)
+{
+	e->layers = g->layers;
+	e->kv = kvt_geom_kv(g);
+	e->chunk = kvt_geom_chunk_bytes(g);
+	e->nblocks = bytes / kvt_geom_page_bytes(g);
+	e->base = kvt_calloc(e->layers, sizeof(*e->base));
+	e->free = kvt_malloc(e->nblocks * sizeof(*e->free));
+	if (!e->base || !e->free)
+		return -ENOMEM;
+	for (uint32_t l = 0; l < e->layers; l++) {
+		size_t n = (size_t)(e->kv * e->nblocks * e->chunk);
+
+		if (!(e->base[l] = kvti_aligned_alloc(4096, n)))
+			return -ENOMEM;
+		memset(e->base[l], 0, n); /* fault it in now, not in a request */
+	}
+	for (uint64_t b = 0; b < e->nblocks; b++)
+		e->free[b] = (uint32_t)(e->nblocks - 1 - b);
+	e->nfree = e->nblocks;
+	return 0;
+}
+
+static void engine_close(struct engine *e)
+{
+	for (uint32_t l = 0; e->base && l < e->layers; l++)
+		kvt_free(e->base[l]);
+	kvt_free(e->base);
+	kvt_free(e->free);
+}
+
+static uint64_t *engine_chunk(const struct engine *e, uint32_t block,
+			      uint32_t layer, uint32_t kv)
+{
+	return (uint64_t *)((char *)e->base[layer] +
+			    ((uint64_t)kv * e->nblocks + block) * e->chunk);
+}
+
+/* Write layer @l of pages [from, to) of session @s into their blocks: what
+ * the GPU's prefill writes as it computes the layer. */
+static void engine_write_layer(const struct engine *e, const struct session *s,
+			       const uint32_t *blocks, uint64_t from,
+			       uint64_t to, uint32_t l)
+{
+	for (uint64_t p = from; p < to; p++)
+		for (uint32_t kv = 0; kv < e->kv; kv++)
+			chunk_fill(engine_chunk(e, blocks[p], l, kv), e->chunk / 8,
+				   chunk_seed(s->seeds[p], l, kv));
+}
+
+/* Sample every chunk of pages [0, n) not on the failed list; count them. */
+static void engine_check(const struct engine *e, const struct session *s,
+			 const uint32_t *blocks, uint64_t n,
+			 const uint32_t *failed, long nfailed, kvt_demo_req *r)
+{
+	for (uint64_t p = 0; p < n; p++) {
+		int bad = 0, skip = 0;
+
+		for (long f = 0; f < nfailed; f++)
+			skip |= failed[f] == blocks[p];
+		if (skip)
+			continue;
+		for (uint32_t l = 0; l < e->layers && !bad; l++)
+			for (uint32_t kv = 0; kv < e->kv && !bad; kv++)
+				bad = chunk_sample_bad(engine_chunk(e, blocks[p], l, kv),
+						       e->chunk / 8,
+						       chunk_seed(s->seeds[p], l, kv));
+		r->engine_checked++;
+		r->engine_bad += (uint64_t)bad;
+	}
+}
+
+/* Sleep until @deadline less SPIN_NS, then spin to it. */
+static void spend_until(uint64_t deadline)
+{
+	for (;;) {
+		uint64_t now = kvt_now_ns();
+		struct timespec ts;
+
+		if (now >= deadline)
+			return;
+		if (deadline - now > SPIN_NS) {
+			uint64_t t = deadline - SPIN_NS;
+
+			ts.tv_sec = (time_t)(t / 1000000000ull);
+			ts.tv_nsec = (long)(t % 1000000000ull);
+			clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+		}
+	}
+}
+
+static double since(uint64_t t0)
+{
+	return (double)(kvt_now_ns() - t0) / 1e9;
+}
+
+/* ---- one policy --------------------------------------------------------- */
+
+/* A request whose blocks are held until its store jobs are done. */
+struct pending {
+	uint32_t *blocks;
+	uint64_t nblocks;
+	kvt_cache_job *job[2];
+	kvt_demo_req *req;
+};
 
 struct pass_ctx {
 	const kvt_demo_config *c;
 	kvt_demo_pass *out;
 	struct session *ss;
 	kvt_cache *cache;
+	struct engine eng;
 	kvt_cost cost;
-	kvt_page_loc *locs;
-	void *page;
 	int lmcache;
-	size_t done, total;
+	kvt_page_key *keys;
+	uint32_t *failed;       /* a load's failed blocks */
+	double *ready, *end, *model; /* per layer, of the running request */
+	struct pending *q;      /* FIFO of pending requests */
+	size_t qhead, qtail, qcap;
+	int err;                /* first job or check failure (not fatal) */
+	char msg[256];          /* what it was */
 };
 
-static int put_fresh(struct pass_ctx *p, const struct session *s,
-		     size_t first, size_t npages)
+/* Record a failure that does not stop the run (a job's, a check's): the
+ * first one is the run's answer. */
+static void __attribute__((format(printf, 3, 4)))
+note_err(struct pass_ctx *p, int err, const char *fmt, ...)
 {
-	uint64_t page_bytes = kvt_geom_page_bytes(kvt_cache_geom(p->cache));
+	va_list ap;
+	size_t n;
+
+	if (!err || p->err)
+		return;
+	p->err = err;
+	va_start(ap, fmt);
+	vsnprintf(p->msg, sizeof(p->msg), fmt, ap);
+	va_end(ap);
+	n = strlen(p->msg);
+	snprintf(p->msg + n, sizeof(p->msg) - n, ": %s", kvt_strerror(err));
+}
+
+/* Account a finished store job to its request and free it. */
+static void store_done(struct pass_ctx *p, kvt_cache_job *j, kvt_demo_req *r)
+{
+	kvt_cache_job_stat st;
+	int rc;
+
+	if (!j)
+		return;
+	rc = kvt_cache_job_wait(j, -1);
+	kvt_cache_job_stat_get(j, &st);
+	r->stored_pages += st.copied;
+	r->cache_wait_s += st.wait_s;
+	if (rc && !r->store_err)
+		r->store_err = rc;
+	note_err(p, rc, "demo %s: session %u turn %u: a store failed",
+		 p->out->policy, r->session, r->turn);
+	kvt_cache_job_free(j);
+}
+
+static int pending_done(struct pending *pd)
+{
+	for (int i = 0; i < 2; i++)
+		if (pd->job[i] && kvt_cache_job_poll(pd->job[i]) == -EINPROGRESS)
+			return 0;
+	return 1;
+}
+
+/* Retire the oldest pending request: wait for its stores (@block) or only
+ * if they are done; its blocks go back to the free list. 1 if retired. */
+static int pending_retire(struct pass_ctx *p, int block)
+{
+	struct pending *pd;
+
+	if (p->qhead == p->qtail)
+		return 0;
+	pd = &p->q[p->qhead % p->qcap];
+	if (!block && !pending_done(pd))
+		return 0;
+	for (int i = 0; i < 2; i++)
+		store_done(p, pd->job[i], pd->req);
+	for (uint64_t b = 0; b < pd->nblocks; b++)
+		p->eng.free[p->eng.nfree++] = pd->blocks[b];
+	kvt_free(pd->blocks);
+	memset(pd, 0, sizeof(*pd));
+	p->qhead++;
+	return 1;
+}
+
+/* Let this policy's leftover work finish (before the other policy runs). */
+static void pass_drain(struct pass_ctx *p)
+{
+	uint64_t t0 = kvt_now_ns();
+
+	while (pending_retire(p, 1))
+		;
+	kvt_cache_quiesce(p->cache);
+	p->out->drain_s += since(t0);
+}
+
+/* Spend @model_ns from now, writing layer @l of pages [from, to). */
+static void compute_layer(struct pass_ctx *p, const struct session *se,
+			  const uint32_t *blocks, uint64_t from, uint64_t to,
+			  uint32_t l, uint64_t model_ns)
+{
+	uint64_t start = kvt_now_ns();
+
+	engine_write_layer(&p->eng, se, blocks, from, to, l);
+	spend_until(start + model_ns);
+}
+
+/* Prefill pages [from, to) again after their load failed: every layer, in
+ * real time, after the main pass (their KV was not there when it ran). */
+static void recompute(struct pass_ctx *p, const struct session *se,
+		      const uint32_t *blocks, uint64_t from, uint64_t to,
+		      kvt_demo_req *r)
+{
+	const uint32_t P = p->c->page_tokens;
+	double m = kvt_cost_prefill_s(&p->cost, (uint32_t)((to - from) * P),
+				      (uint32_t)(from * P));
+	uint64_t t0 = kvt_now_ns(), ns = (uint64_t)(m / p->eng.layers * 1e9);
+
+	for (uint32_t l = 0; l < p->eng.layers; l++)
+		compute_layer(p, se, blocks, from, to, l, ns);
+	r->computed_tokens += (uint32_t)((to - from) * P);
+	r->prefill_model_s += m;
+	r->recompute_s = since(t0);
+}
+
+/* kvt_cache_store(), and when the top tier is full of pages that earlier
+ * requests' stores still hold (KVT_EFULL), wait for the oldest of them and
+ * try again: back-pressure, in the caller's measured time. */
+static int store_submit(struct pass_ctx *p, uint64_t nkeys, uint64_t first,
+			const uint32_t *blocks, kvt_cache_job **job)
+{
 	int err;
 
-	for (size_t i = first; i < npages; i++) {
-		kvt_page_loc *l = &p->locs[i];
+	while ((err = kvt_cache_store(p->cache, 0, p->keys, nkeys, first,
+				      blocks, job)) == KVT_EFULL &&
+	       pending_retire(p, 1))
+		;
+	return err;
+}
 
-		if (!l->fresh || l->src_tier < KVT_TIER_COUNT)
-			continue;
-		page_fill(p->page, page_bytes, s->seeds[i]);
-		if ((err = kvt_cache_put(p->cache, l->slot, p->page)))
-			return err;
-	}
-	return 0;
+/* The first failed page of pages [0, n), or n. */
+static uint64_t first_failed(const uint32_t *blocks, uint64_t n,
+			     const uint32_t *failed, long nfailed)
+{
+	for (uint64_t i = 0; i < n; i++)
+		for (long f = 0; f < nfailed; f++)
+			if (failed[f] == blocks[i])
+				return i;
+	return n;
 }
 
 static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 		       kvt_demo_req *r)
 {
 	const kvt_demo_config *c = p->c;
-	const uint32_t P = c->page_tokens;
+	const uint32_t P = c->page_tokens, L = p->eng.layers;
 	struct session *se = &p->ss[s];
-	uint64_t L = prompt_len(c, k), hit = 0;
-	kvt_prefix px = { .tenant = 0, .tokens = se->tokens, .ntokens = L };
-	kvt_prefix ans = px;
-	kvt_index_stat st0, st1;
-	kvt_cache_fill f, f2;
-	kvt_match m;
-	int err;
+	uint64_t T = prompt_len(c, k), full = T / P, ans_full, need, hit = 0,
+		 t0, t1, model_ns, ff;
+	kvt_cache_lookup_result lr;
+	kvt_cache_job *load = NULL, *store = NULL, *astore = NULL;
+	kvt_cache_job_stat st;
+	uint32_t *blocks = NULL;
+	long nfailed = 0;
+	int err = 0, rc;
 
 	memset(r, 0, sizeof(*r));
 	r->session = s;
 	r->turn = k;
-	r->prompt_tokens = (uint32_t)L;
-	kvt_index_stat_get(kvt_cache_index(p->cache), &st0);
+	r->prompt_tokens = (uint32_t)T;
+	ans_full = (T + c->output_tokens) / P;
+	need = (T + c->output_tokens + P - 1) / P;
 
-	err = kvt_index_match(kvt_cache_index(p->cache), &px, 0, 0, &m, NULL, 0);
-	if (err)
-		return err;
-	err = kvt_cache_acquire(p->cache, &px, kvt_now_ns(), &f, p->locs, L / P);
-	if (err)
-		return err;
-	for (int t = 0; t < KVT_TIER_COUNT; t++) {
-		r->hit_tokens[t] = (uint32_t)(f.from[t] * P);
-		hit += f.from[t] * P;
-		if (f.from[t] * P != m.tier_tokens[t]) /* the walk and the
-							  insert must agree */
-			err = kvti_fail(KVT_ECORRUPT, "demo: session %u turn %u: "
-					"match saw %llu tokens in %s, acquire "
-					"found %llu", s, k,
-					(unsigned long long)m.tier_tokens[t],
-					kvt_tier_kind_name((kvt_tier_kind)t),
-					(unsigned long long)(f.from[t] * P));
+	/* ---- arrival ---- */
+	t0 = kvt_now_ns();
+	while (pending_retire(p, 0)) /* stores already done: free blocks */
+		;
+	if ((err = kvt_cache_hash_tokens(p->cache, 0, se->tokens, full * P,
+					 p->keys)) ||
+	    (err = kvt_cache_lookup(p->cache, 0, p->keys, full,
+				   KVT_LOOKUP_TOUCH, &lr)))
+		goto out;
+	r->lookup_s = since(t0);
+	r->inflight_pages = (uint32_t)lr.inflight;
+	/* pages of the prefix still being stored by earlier requests (the
+	 * shared system prompt, this session's last turn): wait for those
+	 * stores rather than compute the pages again */
+	while (lr.inflight && p->qhead != p->qtail) {
+		t1 = kvt_now_ns();
+		pending_retire(p, 1);
+		r->block_wait_s += since(t1);
+		t1 = kvt_now_ns();
+		if ((err = kvt_cache_lookup(p->cache, 0, p->keys, full, 0, &lr)))
+			goto out;
+		r->lookup_s += since(t1);
 	}
-	r->transient_tokens = (uint32_t)(m.queued_tokens + m.inflight_tokens);
-	r->computed_tokens = (uint32_t)(L - hit);
-	r->restore_bytes = f.bytes_loaded;
-	r->verified_pages = f.verified;
-	r->restore_s = f.load_s;
-	r->evict_s = f.evict_s;
-	if (!err)
-		err = put_fresh(p, se, 0, L / P);
-	if (err) {
-		kvt_cache_release(p->cache, &px);
-		return err;
+	/* at least the last prompt token is computed (it yields the first
+	 * output token) */
+	hit = KVT_MIN(lr.pages, (T - 1) / P);
+	t1 = kvt_now_ns();
+	while (p->eng.nfree < need && pending_retire(p, 1))
+		;
+	r->block_wait_s += since(t1);
+	if (p->eng.nfree < need) {
+		err = kvti_fail(-ENOMEM, "demo: %llu engine blocks, a request "
+				"needs %llu", (unsigned long long)p->eng.nblocks,
+				(unsigned long long)need);
+		goto out;
 	}
-	r->prefill_s = kvt_cost_prefill_s(&p->cost, r->computed_tokens,
-					  (uint32_t)hit);
-	r->ttft_s = p->lmcache ? r->restore_s + r->prefill_s :
-		    kvt_cost_overlap_s(&p->cost, r->prefill_s, r->restore_s, 1);
+	t1 = kvt_now_ns();
+	blocks = kvt_malloc(need * sizeof(*blocks));
+	if (!blocks) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (uint64_t i = 0; i < need; i++)
+		blocks[i] = p->eng.free[--p->eng.nfree];
+	if (hit && (err = kvt_cache_load(p->cache, 0, p->keys, hit, 0, blocks,
+					 &load)))
+		goto out;
+	r->lookup_s += since(t1);
+
+	/* ---- prefill, layer by layer ---- */
+	r->prefill_model_s = kvt_cost_prefill_s(&p->cost,
+						(uint32_t)(T - hit * P),
+						(uint32_t)(hit * P));
+	model_ns = (uint64_t)(r->prefill_model_s / L * 1e9);
+	r->computed_tokens = (uint32_t)(T - hit * P);
+	ff = hit;
+	if (load && p->lmcache) { /* the whole prefix first */
+		t1 = kvt_now_ns();
+		rc = kvt_cache_job_wait(load, -1);
+		r->load_wait_s += since(t1);
+		nfailed = kvt_cache_job_failed(load, p->failed, hit);
+		if (rc && !nfailed) { /* a failure with no block to blame */
+			err = rc;
+			goto out;
+		}
+		if (nfailed > 0) { /* prefill those pages with the rest */
+			ff = first_failed(blocks, hit, p->failed, nfailed);
+			r->computed_tokens = (uint32_t)(T - ff * P);
+			r->prefill_model_s = kvt_cost_prefill_s(&p->cost,
+				r->computed_tokens, (uint32_t)(ff * P));
+			model_ns = (uint64_t)(r->prefill_model_s / L * 1e9);
+		}
+	}
+	{
+		int broken = 0;
+
+		for (uint32_t l = 0; l < L; l++) {
+			uint64_t w0 = kvt_now_ns(), w1;
+
+			if (load && !p->lmcache && !broken &&
+			    (rc = kvt_cache_job_wait_layer(load, l, -1)))
+				broken = 1; /* every block failed, or cancelled */
+			w1 = kvt_now_ns();
+			r->load_wait_s += (double)(w1 - w0) / 1e9;
+			p->ready[l] = (double)(w1 - t0) / 1e9;
+			p->model[l] = (double)model_ns / 1e9;
+			compute_layer(p, se, blocks, ff, full, l, model_ns);
+			p->end[l] = since(t0);
+			r->prefill_s += p->end[l] - p->ready[l];
+		}
+	}
+	r->ready_s = L ? p->ready[L - 1] : 0;
+	if (load && !p->lmcache) { /* its end: leases released, failures */
+		t1 = kvt_now_ns();
+		rc = kvt_cache_job_wait(load, -1);
+		r->load_wait_s += since(t1);
+		nfailed = kvt_cache_job_failed(load, p->failed, hit);
+		if (rc && !nfailed) {
+			err = rc;
+			goto out;
+		}
+		if (nfailed > 0) {
+			ff = first_failed(blocks, hit, p->failed, nfailed);
+			recompute(p, se, blocks, ff, hit, r);
+		}
+	}
+
+	/* ---- save: lmcache waits for it (wait_for_save) ---- */
+	t1 = kvt_now_ns();
+	if (full > ff && (err = store_submit(p, full, ff, blocks + ff, &store)))
+		goto out;
+	if (store && p->lmcache) {
+		store_done(p, store, r);
+		store = NULL;
+	}
+	r->save_s = since(t1);
+	r->ttft_s = since(t0);
+	/* ---- first token: the rest is off the clock ---- */
+
+	if (load) {
+		kvt_cache_job_stat_get(load, &st);
+		r->loaded_pages = st.copied;
+		r->verified_pages = st.verified;
+		r->failed_pages = st.failed;
+		r->restore_bytes = st.bytes;
+		r->restore_s = st.total_s;
+		r->layer0_s = st.layer0_s;
+		r->cache_wait_s += st.wait_s;
+		for (int t = 0; t < KVT_TIER_COUNT; t++)
+			r->hit_tokens[t] = (uint32_t)(st.from[t] * P);
+		rc = kvt_cache_job_wait(load, 0);
+		/* evicted since the lookup, or moving between tiers at that
+		 * instant: recomputed, not a fault */
+		if (rc && rc != KVT_ENOTFOUND && rc != KVT_EBUSY) {
+			r->load_err = rc;
+			note_err(p, rc, "demo %s: session %u turn %u: %ld of %llu "
+				 "restored pages failed", p->out->policy, s, k,
+				 nfailed, (unsigned long long)hit);
+		}
+		engine_check(&p->eng, se, blocks, hit, p->failed,
+			     nfailed > 0 ? nfailed : 0, r);
+		if (r->engine_bad)
+			note_err(p, KVT_ECORRUPT, "demo %s: session %u turn %u: "
+				 "%llu restored blocks hold wrong bytes",
+				 p->out->policy, s, k,
+				 (unsigned long long)r->engine_bad);
+	}
 	for (uint32_t j = 0; j < c->output_tokens; j++)
-		r->decode_s += kvt_cost_step_s(&p->cost, NULL, 0, 1, L + j);
+		r->decode_s += kvt_cost_step_s(&p->cost, NULL, 0, 1, T + j);
 
-	/* the answer joins the context: its pages are computed in decode */
-	if ((err = kvt_cache_release(p->cache, &px)))
-		return err;
-	ans.ntokens = L + c->output_tokens;
-	err = kvt_cache_acquire(p->cache, &ans, kvt_now_ns(), &f2, p->locs,
-				ans.ntokens / P);
-	if (err)
-		return err;
-	r->evict_s += f2.evict_s;
-	err = put_fresh(p, se, L / P, ans.ntokens / P);
-	if (f2.bytes_loaded && !err) /* the prompt was just in hbm, pinned */
-		err = kvti_fail(KVT_ECORRUPT, "demo: session %u turn %u: the "
-				"answer's acquire loaded %llu bytes", s, k,
-				(unsigned long long)f2.bytes_loaded);
-	kvt_cache_release(p->cache, &ans);
-	kvt_index_stat_get(kvt_cache_index(p->cache), &st1);
-	for (int t = 0; t < KVT_TIER_COUNT; t++) {
-		r->evicted += st1.evicted[t] - st0.evicted[t];
-		r->demoted += st1.demoted[t] - st0.demoted[t];
+	/* the answer (and the prompt's partial last page) */
+	if (ans_full > full && !(p->lmcache && r->store_err)) {
+		for (uint32_t l = 0; l < L; l++)
+			engine_write_layer(&p->eng, se, blocks, full, ans_full, l);
+		if ((err = kvt_cache_hash_tokens(p->cache, 0, se->tokens,
+						 ans_full * P, p->keys)) ||
+		    (err = store_submit(p, ans_full, full, blocks + full,
+					&astore)))
+			goto out;
+		if (p->lmcache) {
+			store_done(p, astore, r);
+			astore = NULL;
+		}
 	}
+	if (store || astore) { /* kvtier: blocks held until the stores end */
+		struct pending *pd = &p->q[p->qtail++ % p->qcap];
+
+		pd->blocks = blocks;
+		pd->nblocks = need;
+		pd->job[0] = store;
+		pd->job[1] = astore;
+		pd->req = r;
+		blocks = NULL;
+		store = astore = NULL;
+	}
+out:
+	kvt_cache_job_free(load);
+	if (store)
+		store_done(p, store, r);
+	if (astore)
+		store_done(p, astore, r);
+	if (blocks)
+		for (uint64_t i = 0; i < need; i++)
+			p->eng.free[p->eng.nfree++] = blocks[i];
+	kvt_free(blocks);
+	if (!err && c->layers)
+		c->layers(c->layers_arg, p->out->policy, r, L, p->ready, p->end,
+			  p->model);
 	return err;
 }
 
-/* Both policies run on tiers of the same sizes and backings, side by side:
- * request (k, s) goes to one and then the other (which first alternates),
- * so a slower moment of a shared machine weighs on both alike. Every tier
- * is faulted in at open, so no restore pays the first touch of memory. */
+/* Tiers of the same sizes and backings for both policies; every memory
+ * tier faulted in at open, so no restore pays the first touch. */
 static void tier_spec(const kvt_demo_config *c, const char *dir, char *buf,
 		      size_t len)
 {
-	const char *pin = c->gpu ? ",pin" : "";
-
-	snprintf(buf, len, "%s:%llu%s,fabric:memfd,%llu,populate%s,"
-		 "dram:%llu,populate%s,ssd:%s,%llu,temp,fresh",
-		 c->gpu ? "hbm" : "hostdev", (unsigned long long)c->hbm_bytes,
-		 c->gpu ? "" : ",populate",
-		 (unsigned long long)c->fabric_bytes, pin,
-		 (unsigned long long)c->dram_bytes, pin, dir,
+	snprintf(buf, len, "fabric:memfd,%llu,populate,dram:%llu,populate,"
+		 "ssd:%s,%llu,temp,fresh", (unsigned long long)c->fabric_bytes,
+		 (unsigned long long)c->dram_bytes, dir,
 		 (unsigned long long)c->ssd_bytes);
 }
 
@@ -343,59 +771,157 @@ static int pass_open(struct pass_ctx *p, const kvt_demo_config *c,
 		     struct session *ss, const kvt_cost *cost, int lmcache,
 		     const char *dir, const kvt_geom *g, kvt_demo_pass *out)
 {
-	kvt_cache_config cc = { 0 };
+	kvt_cache_config cc = KVT_CACHE_CONFIG_INIT;
 	char sub[KVT_PATH_MAX + 32];
+	uint64_t maxpages = session_tokens(c) / c->page_tokens + 1;
+	int err;
 
 	memset(out, 0, sizeof(*out));
+	out->check_err = 1;
 	kvti_strlcpy(out->policy, lmcache ? "lmcache" : "kvtier",
 		     sizeof(out->policy));
 	snprintf(sub, sizeof(sub), "%s/%s", dir, out->policy);
 	tier_spec(c, sub, out->tiers, sizeof(out->tiers));
 	out->nreqs = (size_t)c->sessions * c->turns;
 	out->reqs = kvt_calloc(out->nreqs, sizeof(*out->reqs));
-	p->locs = kvt_malloc((session_tokens(c) / c->page_tokens + 1) *
-			     sizeof(*p->locs));
-	p->page = kvti_aligned_alloc(4096, kvt_geom_page_bytes(g));
-	if (!out->reqs || !p->locs || !p->page)
+	p->keys = kvt_malloc(maxpages * sizeof(*p->keys));
+	p->failed = kvt_malloc(maxpages * sizeof(*p->failed));
+	p->ready = kvt_calloc(3 * (size_t)g->layers, sizeof(double));
+	p->qcap = out->nreqs + 1;
+	p->q = kvt_calloc(p->qcap, sizeof(*p->q));
+	if (!out->reqs || !p->keys || !p->failed || !p->ready || !p->q)
 		return -ENOMEM;
+	p->end = p->ready + g->layers;
+	p->model = p->end + g->layers;
 	p->c = c;
 	p->out = out;
 	p->ss = ss;
 	p->cost = *cost;
 	p->lmcache = lmcache;
 	cc.tiers = out->tiers;
-	cc.geom = *g;
+	cc.geom = g;
 	cc.evict = KVT_EVICT_LRU;
 	cc.write = lmcache ? KVT_WRITE_THROUGH : KVT_WRITE_BACK;
-	return kvt_cache_open(&p->cache, &cc);
+	if (!(c->background & (lmcache ? KVT_DEMO_LMCACHE : KVT_DEMO_KVTIER)))
+		cc.flags |= KVT_CACHE_NO_BACKGROUND;
+	if ((err = kvt_cache_open(&p->cache, &cc)))
+		return err;
+	if ((err = engine_open(&p->eng, g, c->hbm_bytes)))
+		return err;
+	out->nblocks = p->eng.nblocks;
+	/* vLLM's layout: per layer [2][nblocks][P][H][D] */
+	return kvt_cache_register(p->cache, p->eng.base, p->eng.layers,
+				  p->eng.nblocks, p->eng.chunk,
+				  p->eng.nblocks * p->eng.chunk,
+				  (uint64_t)g->kv_heads * g->head_dim *
+				  g->dtype_bytes, -1);
 }
 
-/* Check what the pass left: the index's invariants, every copy's bytes. */
-static int pass_finish(struct pass_ctx *p)
+/* What the pass left, taken even after a failure: the counters, and every
+ * copy re-read (unless the cache never opened). */
+static void pass_finish(struct pass_ctx *p)
 {
 	kvt_demo_pass *out = p->out;
-	int err;
 
+	if (!p->cache)
+		return;
+	pass_drain(p);
+	out->check_err = kvt_cache_verify(p->cache, &out->check);
 	kvt_cache_stat_get(p->cache, &out->cache);
 	kvt_index_stat_get(kvt_cache_index(p->cache), &out->index);
-	if ((err = kvt_index_check(kvt_cache_index(p->cache)))) {
-		kvti_errctx("demo %s: index check", out->policy);
-		return err;
-	}
-	if ((err = kvt_cache_verify(p->cache, &out->check)))
-		return err;
-	if (out->cache.move_errors || out->cache.corrupt)
-		return kvti_fail(KVT_ECORRUPT, "demo %s: %llu page copies failed",
-				 out->policy,
-				 (unsigned long long)out->cache.move_errors);
-	return 0;
+	if (out->cache.corrupt)
+		note_err(p, KVT_ECORRUPT, "demo %s: %llu page copies failed "
+			 "verification", out->policy,
+			 (unsigned long long)out->cache.corrupt);
+	if (out->cache.move_errors)
+		note_err(p, -EIO, "demo %s: %llu page copies between tiers "
+			 "failed with an I/O error", out->policy,
+			 (unsigned long long)out->cache.move_errors);
+	note_err(p, out->check_err, "demo %s: the final re-read of every "
+		 "copy (%s)", out->policy, kvt_errdetail());
 }
 
 static void pass_close(struct pass_ctx *p)
 {
 	kvt_cache_close(p->cache); /* temp: removes the ssd files */
-	kvt_free(p->locs);
-	kvt_free(p->page);
+	engine_close(&p->eng);
+	for (size_t i = p->qhead; p->q && i < p->qtail; i++)
+		kvt_free(p->q[i % p->qcap].blocks);
+	kvt_free(p->q);
+	kvt_free(p->keys);
+	kvt_free(p->failed);
+	kvt_free(p->ready);
+}
+
+static int demo_tmpdir(const kvt_demo_config *c, char *dir, size_t len,
+		       int *made)
+{
+	const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+
+	if (c->dir[0]) {
+		snprintf(dir, len, "%s", c->dir);
+		return 0;
+	}
+	snprintf(dir, len, "%s/kvtier-demo-XXXXXX", tmp);
+	if (!mkdtemp(dir))
+		return kvti_fail(-errno, "demo: mkdtemp %s: %s", dir,
+				 strerror(errno));
+	*made = 1;
+	return 0;
+}
+
+/* The tamper_after hook: overwrite every ssd file past its header. */
+static int tamper_one(const char *path, const struct stat *sb, int type,
+		      struct FTW *ftw)
+{
+	static const char junk[65536] = { [0 ... 65535] = 0x5a };
+	off_t end = KVT_MIN(sb->st_size, (off_t)(64 << 20));
+	int fd;
+
+	(void)ftw;
+	if (type != FTW_F || !S_ISREG(sb->st_mode) || end <= 4096)
+		return 0;
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	for (off_t o = 4096; o < end; o += (off_t)sizeof(junk))
+		if (pwrite(fd, junk, (size_t)KVT_MIN((off_t)sizeof(junk), end - o),
+			   o) < 0)
+			break;
+	close(fd);
+	return 0;
+}
+
+/* Turn @k of every session under pass @p, after the other policy's
+ * leftover work (@other) is done. */
+static int run_turn(struct pass_ctx *p, struct pass_ctx *other, uint32_t k,
+		    size_t *done, size_t total, const char *dir)
+{
+	const kvt_demo_config *c = p->c;
+	int err = 0;
+
+	if (other)
+		pass_drain(other);
+	for (uint32_t s = 0; s < c->sessions && !err; s++) {
+		uint64_t q0 = kvt_now_ns();
+
+		err = one_request(p, s, k, &p->out->reqs[(size_t)k * c->sessions + s]);
+		p->out->seconds += since(q0);
+		if (err) {
+			kvti_errctx("demo %s: session %u turn %u",
+				    p->out->policy, s, k);
+			break;
+		}
+		p->out->done++;
+		if (++*done == c->tamper_after) {
+			kvti_warn("demo: overwriting the ssd files in %s (test "
+				  "hook)", dir);
+			nftw(dir, tamper_one, 8, FTW_PHYS);
+		}
+		if (c->progress)
+			c->progress(c->progress_arg, p->out->policy, *done, total);
+	}
+	return err;
 }
 
 int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
@@ -415,6 +941,7 @@ int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
 
 	kvti_errclear();
 	memset(px, 0, sizeof(px));
+	*out = NULL;
 	if ((err = kvt_demo_size(&c)))
 		return err;
 	r = kvt_calloc(1, sizeof(*r));
@@ -430,18 +957,8 @@ int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
 		err = err ? err : -ENOMEM;
 		goto fail;
 	}
-	if (c.dir[0]) {
-		snprintf(dir, sizeof(dir), "%s", c.dir);
-	} else {
-		const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-		snprintf(dir, sizeof(dir), "%s/kvtier-demo-XXXXXX", tmp);
-		if (!mkdtemp(dir)) {
-			err = kvti_fail(-errno, "demo: mkdtemp %s: %s", dir,
-					strerror(errno));
-			goto fail;
-		}
-		made_dir = 1;
-	}
+	if ((err = demo_tmpdir(&c, dir, sizeof(dir), &made_dir)))
+		goto fail;
 
 	t1 = kvt_now_ns();
 	for (int lm = 1; lm >= 0; lm--) {
@@ -462,25 +979,14 @@ int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
 	if (stress)
 		kvt_stress_sample(stress, &s0);
 	total = (size_t)c.sessions * c.turns * (size_t)np;
+	/* turn by turn, policy by policy, alternating which goes first */
 	for (uint32_t k = 0; k < c.turns && !err; k++)
-		for (uint32_t s = 0; s < c.sessions && !err; s++)
-			for (int i = 0; i < np && !err; i++) {
-				/* alternate which policy goes first */
-				int j = ((k * c.sessions + s) & 1) ? np - 1 - i : i;
-				struct pass_ctx *p = &px[j];
-				uint64_t q0 = kvt_now_ns();
+		for (int i = 0; i < np && !err; i++) {
+			int j = (k & 1) ? np - 1 - i : i;
 
-				err = one_request(p, s, k, &p->out->reqs[
-					(size_t)k * c.sessions + s]);
-				p->out->seconds += (double)(kvt_now_ns() - q0) / 1e9;
-				if (err)
-					kvti_errctx("demo %s: session %u turn %u",
-						    p->out->policy, s, k);
-				++done;
-				if (c.progress)
-					c.progress(c.progress_arg, p->out->policy,
-						   done, total);
-			}
+			err = run_turn(&px[j], np == 2 ? &px[1 - j] : NULL, k,
+				       &done, total, dir);
+		}
 	if (stress) {
 		kvt_stress_sample(stress, &s1);
 		for (int i = 0; i < np; i++)
@@ -488,14 +994,21 @@ int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
 				(double)(s1.bytes - s0.bytes) / 1e9 /
 				(s1.seconds - s0.seconds) : 0;
 	}
-	for (int i = 0; i < np && !err; i++)
-		err = pass_finish(&px[i]);
 fail:
 	kvt_stress_stop(stress, NULL);
+	if (err)
+		snprintf(r->error, sizeof(r->error), "%s", kvt_errdetail()[0] ?
+			 kvt_errdetail() : kvt_strerror(err));
+	for (int i = 0; i < np; i++)
+		pass_finish(&px[i]);
+	for (int i = 0; i < np && !err; i++)
+		if ((err = px[i].err))
+			snprintf(r->error, sizeof(r->error), "%s", px[i].msg);
 	for (int i = 0; i < np; i++)
 		pass_close(&px[i]);
 	if (made_dir) {
 		char sub[KVT_PATH_MAX + 32];
+
 		for (int lm = 0; lm < 2; lm++) {
 			snprintf(sub, sizeof(sub), "%s/%s", dir,
 				 lm ? "lmcache" : "kvtier");
