@@ -48,6 +48,10 @@ static void demo_usage(FILE *f)
 "                      1.5 sessions)\n"
 "  --fabric/--dram/--ssd SIZE  kvtier's tier sizes (default: from the\n"
 "                      workload and the machine)\n"
+"  --fabric BACKING[,SIZE]  where the fabric tier lives: memfd (default,\n"
+"                      EMULATED), numa=N (CXL memory onlined as a CPU-less\n"
+"                      NUMA node), /dev/daxX.Y (a devdax device: one\n"
+"                      owner, so one --policy), file=PATH\n"
 "  --dir DIR           directory for the ssd tier (default: a temp dir,\n"
 "                      removed at the end)\n"
 "  --seed N            workload seed (1)\n"
@@ -318,8 +322,24 @@ static void print_pass(const kvt_demo_result *r, const kvt_demo_pass *p)
 	}
 }
 
+/* How the fabric backing will be opened. The demo never passes
+ * allow-cpus, so a numa=N tier that opens is on a CPU-less node. */
+static const char *fabric_label(const char *b, char *buf, size_t len)
+{
+	if (!b[0] || !strncmp(b, "memfd", 5))
+		return "EMULATED: memfd";
+	if (!strncmp(b, "file=", 5))
+		snprintf(buf, len, "EMULATED: %s", b);
+	else if (!strncmp(b, "numa=", 5))
+		snprintf(buf, len, "CPU-less NUMA node %s", b + 5);
+	else
+		snprintf(buf, len, "devdax %s", b);
+	return buf;
+}
+
 static void print_header(const kvt_demo_result *r)
 {
+	char fab[KVT_PATH_MAX + 16];
 	const kvt_demo_config *c = &r->config;
 	char a[32], b[32], d[32], e[32];
 
@@ -331,10 +351,11 @@ static void print_header(const kvt_demo_result *r)
 	       kvt_size_format(kvt_geom_token_bytes(&r->geom), a, sizeof(a)),
 	       c->page_tokens);
 	printf("engine KV memory %s (EMULATED hbm: host memory, vLLM layout; no "
-	       "prefix cache of its own)\ntiers: fabric %s (EMULATED: memfd) | "
+	       "prefix cache of its own)\ntiers: fabric %s (%s) | "
 	       "dram %s | ssd %s (temp dir, removed at the end)\n",
 	       kvt_size_format(c->hbm_bytes, a, sizeof(a)),
 	       kvt_size_format(c->fabric_bytes, b, sizeof(b)),
+	       fabric_label(c->fabric, fab, sizeof(fab)),
 	       kvt_size_format(c->dram_bytes, d, sizeof(d)),
 	       kvt_size_format(c->ssd_bytes, e, sizeof(e)));
 	printf("MEASURED on this machine: every TTFT, wall clock from arrival to "
@@ -631,6 +652,7 @@ static cJSON *result_json(const kvt_demo_result *r, int err)
 
 		cJSON_AddStringToObject(po, "policy", p->policy);
 		cJSON_AddStringToObject(po, "tiers", p->tiers);
+		cJSON_AddStringToObject(po, "fabric_tier", p->fabric_where);
 		cJSON_AddNumberToObject(po, "seconds", p->seconds);
 		cJSON_AddNumberToObject(po, "requests_run", (double)p->done);
 		cJSON_AddNumberToObject(po, "warm_ttft_mean_ms", warm(r, p, 0) * 1e3);
@@ -696,6 +718,33 @@ static int size_opt(const char *flag, const char *v, uint64_t *out)
 	return 0;
 }
 
+/* --fabric [BACKING,]SIZE or BACKING: the backing is a fabric tier-spec
+ * option (checked when the tier opens). */
+static int fabric_opt(const char *v, kvt_demo_config *c)
+{
+	const char *comma = strrchr(v, ',');
+	uint64_t n;
+
+	if (!kvt_size_parse(v, &n) && n) {
+		c->fabric_bytes = n;
+		return 0;
+	}
+	if (comma && !kvt_size_parse(comma + 1, &n) && n)
+		c->fabric_bytes = n;
+	else
+		comma = v + strlen(v);
+	if (comma == v || (size_t)(comma - v) >= sizeof(c->fabric) ||
+	    (strncmp(v, "memfd", 5) && strncmp(v, "numa=", 5) &&
+	     strncmp(v, "/dev/dax", 8) && strncmp(v, "file=", 5))) {
+		fprintf(stderr, "kvtier demo: --fabric: '%s' is not SIZE or "
+			"BACKING[,SIZE] (BACKING: memfd, numa=N, /dev/daxX.Y, "
+			"file=PATH)\n", v);
+		return -1;
+	}
+	snprintf(c->fabric, sizeof(c->fabric), "%.*s", (int)(comma - v), v);
+	return 0;
+}
+
 int cmd_demo(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -757,7 +806,7 @@ int cmd_demo(int argc, char **argv)
 		case 's': if (cli_u64("--stress", optarg, 0, 64, &v)) return 2; c.stress = (unsigned)v; break;
 		case 'B': if (size_opt("--stress-bytes", optarg, &c.stress_bytes)) return 2; break;
 		case 1: if (size_opt("--hbm", optarg, &c.hbm_bytes)) return 2; break;
-		case 2: if (size_opt("--fabric", optarg, &c.fabric_bytes)) return 2; break;
+		case 2: if (fabric_opt(optarg, &c)) return 2; break;
 		case 3: if (size_opt("--dram", optarg, &c.dram_bytes)) return 2; break;
 		case 4: if (size_opt("--ssd", optarg, &c.ssd_bytes)) return 2; break;
 		case 'd': snprintf(c.dir, sizeof(c.dir), "%s", optarg); break;

@@ -131,6 +131,12 @@ typedef struct kvt_demo_config {
 	/* sizes in bytes; 0 = sized by kvt_demo_size(). hbm_bytes is the
 	 * engine's own KV memory (its blocks), the rest kvtier's tiers. */
 	uint64_t hbm_bytes, fabric_bytes, dram_bytes, ssd_bytes;
+	char fabric[KVT_PATH_MAX]; /* the fabric tier's backing, a tier-spec
+				      option: "memfd" (default, EMULATED),
+				      "numa=N" (a CPU-less NUMA node: CXL
+				      onlined as memory), "/dev/daxX.Y" (a
+				      devdax device), "file=PATH". A devdax
+				      device has one owner: run one policy */
 	char dir[KVT_PATH_MAX];    /* ssd directory (a fresh temp dir if "") */
 	int gpu;                   /* 1: engine memory on a CUDA GPU; always 0
 				      in this version (host memory) */
@@ -205,6 +211,9 @@ struct kvt_demo_req {
 typedef struct kvt_demo_pass {
 	char policy[16];
 	char tiers[512];           /* the tier spec used */
+	char fabric_where[KVT_PATH_MAX]; /* the fabric tier as opened: where
+				      it lives, and "EMULATED: why" when it
+				      stands in for hardware */
 	kvt_demo_req *reqs;        /* sessions * turns, turn-major */
 	size_t nreqs, done;        /* requests that ran */
 	kvt_cache_stat cache;      /* taken at the end, even after a failure */

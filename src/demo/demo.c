@@ -53,6 +53,7 @@ void kvt_demo_config_init(kvt_demo_config *c)
 	memset(c, 0, sizeof(*c));
 	kvti_strlcpy(c->model, "llama-3.2-1b", sizeof(c->model));
 	kvti_strlcpy(c->hardware, "testbed-b", sizeof(c->hardware));
+	kvti_strlcpy(c->fabric, "memfd", sizeof(c->fabric));
 	c->page_tokens = 16;
 	c->sessions = 10;
 	c->turns = 6;
@@ -761,8 +762,9 @@ out:
 static void tier_spec(const kvt_demo_config *c, const char *dir, char *buf,
 		      size_t len)
 {
-	snprintf(buf, len, "fabric:memfd,%llu,populate,dram:%llu,populate,"
-		 "ssd:%s,%llu,temp,fresh", (unsigned long long)c->fabric_bytes,
+	snprintf(buf, len, "fabric:%s,%llu,populate,dram:%llu,populate,"
+		 "ssd:%s,%llu,temp,fresh", c->fabric[0] ? c->fabric : "memfd",
+		 (unsigned long long)c->fabric_bytes,
 		 (unsigned long long)c->dram_bytes, dir,
 		 (unsigned long long)c->ssd_bytes);
 }
@@ -806,6 +808,14 @@ static int pass_open(struct pass_ctx *p, const kvt_demo_config *c,
 		cc.flags |= KVT_CACHE_NO_BACKGROUND;
 	if ((err = kvt_cache_open(&p->cache, &cc)))
 		return err;
+	{
+		kvt_tier_desc d;
+
+		kvt_tier_info(kvt_cache_tier(p->cache, KVT_TIER_FABRIC), &d);
+		snprintf(out->fabric_where, sizeof(out->fabric_where), "%s%s%s",
+			 d.where, d.emulated ? ", EMULATED: " : "",
+			 d.emulated ? (d.note[0] ? d.note : "emulated") : "");
+	}
 	if ((err = engine_open(&p->eng, g, c->hbm_bytes)))
 		return err;
 	out->nblocks = p->eng.nblocks;
