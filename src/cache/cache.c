@@ -194,28 +194,7 @@ static kvt_prefix prefix(const kvt_cache_job *j, size_t n)
 	return px;
 }
 
-static void timespec_in(struct timespec *ts, int64_t ns)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += ns / 1000000000;
-	ts->tv_nsec += ns % 1000000000;
-	if (ts->tv_nsec >= 1000000000) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000;
-	}
-}
 
-static int cond_init_mono(pthread_cond_t *cv)
-{
-	pthread_condattr_t a;
-	int e;
-
-	pthread_condattr_init(&a);
-	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	e = pthread_cond_init(cv, &a);
-	pthread_condattr_destroy(&a);
-	return -e;
-}
 
 /* Wait (smu held) until no batch still reads or writes slot @s of @t:
  * before a store writes it (the index may hand out a slot a background
@@ -622,7 +601,7 @@ static void *bg_main(void *arg)
 		int any;
 
 		if (!c->bg_kick) {
-			timespec_in(&ts, 20 * 1000000);
+			kvti_deadline(&ts, 20 * 1000000);
 			pthread_cond_timedwait(&c->bgcv, &c->wmu, &ts);
 			if (c->stopping)
 				break;
@@ -1121,9 +1100,9 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_mutex_init(&c->smu, NULL);
 	pthread_mutex_init(&c->wmu, NULL);
-	cond_init_mono(&c->scv);
-	cond_init_mono(&c->wcv);
-	cond_init_mono(&c->bgcv);
+	kvti_cond_init_mono(&c->scv);
+	kvti_cond_init_mono(&c->wcv);
+	kvti_cond_init_mono(&c->bgcv);
 	c->verify = !(cfg.flags & KVT_CACHE_NO_VERIFY);
 	c->background = !(cfg.flags & KVT_CACHE_NO_BACKGROUND);
 	c->stage_ssd = !!(cfg.flags & KVT_CACHE_STAGE_SSD);
@@ -1428,7 +1407,7 @@ static int job_new(kvt_cache *c, int kind, uint32_t tenant,
 	j->t0 = kvt_now_ns();
 	j->st.pages = n;
 	pthread_mutex_init(&j->mu, NULL);
-	cond_init_mono(&j->cv);
+	kvti_cond_init_mono(&j->cv);
 	j->keys = kvt_malloc((nkeys ? nkeys : 1) * sizeof(*keys));
 	j->blocks = kvt_malloc((n ? n : 1) * sizeof(*blocks));
 	j->failed = kvt_calloc(n ? n : 1, 1);
@@ -1808,7 +1787,7 @@ int kvt_cache_job_wait_layer(kvt_cache_job *j, uint32_t layer,
 		return kvti_fail(-ERANGE, "cache job: layer %u of %u", layer,
 				 j->c->L);
 	if (timeout_ns >= 0)
-		timespec_in(&ts, timeout_ns);
+		kvti_deadline(&ts, timeout_ns);
 	pthread_mutex_lock(&j->mu);
 	/* a load none of whose pages is cached copies nothing: its layers
 	 * are never ready, its error comes when it is done */
@@ -1839,7 +1818,7 @@ int kvt_cache_job_wait(kvt_cache_job *j, int64_t timeout_ns)
 	int err = 0;
 
 	if (timeout_ns >= 0)
-		timespec_in(&ts, timeout_ns);
+		kvti_deadline(&ts, timeout_ns);
 	pthread_mutex_lock(&j->mu);
 	while (!j->done && !err) {
 		if (timeout_ns < 0)

@@ -9,6 +9,7 @@
 
 #include <kvtier.h>
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -47,6 +48,14 @@ bool kvti_fault(void);
 int kvti_grow(void **p, size_t *cap, size_t need, size_t elem, size_t first);
 /* Aligned heap block (posix_memalign), counted; free with kvt_free(). */
 void *kvti_aligned_alloc(size_t align, size_t n);
+
+/* ---- clocks for waits ------------------------------------------------- */
+/* Condition variables that time out on CLOCK_MONOTONIC (the clock of
+ * kvt_now_ns()): pthread_cond_init's error as -errno. */
+struct timespec;
+int kvti_cond_init_mono(pthread_cond_t *cv);
+/* The CLOCK_MONOTONIC time @ns from now, for pthread_cond_timedwait. */
+void kvti_deadline(struct timespec *ts, int64_t ns);
 
 /* ---- logging ----------------------------------------------------------- */
 void kvti_log(int level, const char *fmt, ...)

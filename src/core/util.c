@@ -89,6 +89,29 @@ uint64_t kvt_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+int kvti_cond_init_mono(pthread_cond_t *cv)
+{
+	pthread_condattr_t a;
+	int e;
+
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	e = pthread_cond_init(cv, &a);
+	pthread_condattr_destroy(&a);
+	return -e;
+}
+
+void kvti_deadline(struct timespec *ts, int64_t ns)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += ns / 1000000000;
+	ts->tv_nsec += ns % 1000000000;
+	if (ts->tv_nsec >= 1000000000) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000;
+	}
+}
+
 /* ---- logging ------------------------------------------------------------ */
 
 static atomic_int log_level = -1; /* -1: not read from KVT_LOG yet */

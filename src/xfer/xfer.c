@@ -387,17 +387,6 @@ static void stop_workers(struct kvt_xfer *x)
 	x->nworkers = 0;
 }
 
-static int cond_init_mono(pthread_cond_t *cv)
-{
-	pthread_condattr_t a;
-	int e;
-
-	pthread_condattr_init(&a);
-	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	e = pthread_cond_init(cv, &a);
-	pthread_condattr_destroy(&a);
-	return -e;
-}
 
 int kvt_xfer_create(kvt_xfer **out, const kvt_xfer_config *cfg)
 {
@@ -424,8 +413,8 @@ int kvt_xfer_create(kvt_xfer **out, const kvt_xfer_config *cfg)
 		goto err_close;
 	}
 	pthread_mutex_init(&x->mu, NULL);
-	cond_init_mono(&x->cpu_cv);
-	cond_init_mono(&x->idle_cv);
+	kvti_cond_init_mono(&x->cpu_cv);
+	kvti_cond_init_mono(&x->idle_cv);
 	x->cuda_dev = -1;
 	for (unsigned i = 0; i < x->cfg.cpu_threads; i++) {
 		int e = kvti_fault() ? EAGAIN :
@@ -754,7 +743,7 @@ static int job_new(const kvt_xfer_desc *d, struct kvt_xfer_job **out)
 	atomic_init(&j->refs, 2); /* the caller's and the engine's */
 	pthread_mutex_init(&j->mu, NULL);
 	pthread_mutex_init(&j->cb_mu, NULL);
-	cond_init_mono(&j->cv);
+	kvti_cond_init_mono(&j->cv);
 	*out = j;
 	return 0;
 }
@@ -874,16 +863,6 @@ int kvt_xfer_poll(kvt_xfer_job *j)
 	return done ? job_result(j) : -EINPROGRESS;
 }
 
-static void deadline(struct timespec *ts, int64_t ns)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += ns / 1000000000;
-	ts->tv_nsec += ns % 1000000000;
-	if (ts->tv_nsec >= 1000000000) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000;
-	}
-}
 
 /* Wait on j->cv (j->mu held) until @ready(j) or the deadline. */
 static int wait_until(struct kvt_xfer_job *j, int64_t timeout_ns,
@@ -893,7 +872,7 @@ static int wait_until(struct kvt_xfer_job *j, int64_t timeout_ns,
 	struct timespec ts;
 
 	if (timeout_ns >= 0)
-		deadline(&ts, timeout_ns);
+		kvti_deadline(&ts, timeout_ns);
 	while (!ready(j, layer)) {
 		if (timeout_ns < 0)
 			pthread_cond_wait(&j->cv, &j->mu);
