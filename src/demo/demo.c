@@ -675,7 +675,10 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 
 	/* ---- save: lmcache waits for it (wait_for_save) ---- */
 	t1 = kvt_now_ns();
-	if (full > ff && (err = store_submit(p, full, ff, blocks + ff, &store)))
+	/* the whole prompt's blocks go with the store: the restored pages
+	 * are verified copies too, so a parent the top tier lacks is copied
+	 * from the engine's memory, not read back up from ssd */
+	if (full > ff && (err = store_submit(p, full, 0, blocks, &store)))
 		goto out;
 	if (store && p->lmcache) {
 		store_done(p, store, r);
