@@ -639,12 +639,12 @@ static int hbm_copy(kvt_tier *t, uint32_t slot, void *page, int to_page)
 	return 0;
 }
 
-static int hbm_read(kvt_tier *t, uint32_t slot, void *buf)
+int kvti_tier_dev_read(kvt_tier *t, uint32_t slot, void *buf)
 {
 	return hbm_copy(t, slot, buf, 1);
 }
 
-static int hbm_write(kvt_tier *t, uint32_t slot, const void *buf)
+int kvti_tier_dev_write(kvt_tier *t, uint32_t slot, const void *buf)
 {
 	return hbm_copy(t, slot, (void *)buf, 0);
 }
@@ -653,6 +653,6 @@ const struct tier_ops kvti_tier_hbm_ops = {
 	.name = "hbm",
 	.open = hbm_open,
 	.close = hbm_close,
-	.read = hbm_read,
-	.write = hbm_write,
+	.read = kvti_tier_dev_read,
+	.write = kvti_tier_dev_write,
 };

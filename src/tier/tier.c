@@ -158,41 +158,13 @@ static void wrap_close(kvt_tier *t)
 {
 }
 
-static int wrap_dev_copy(kvt_tier *t, uint32_t slot, void *page, int to_page)
-{
-	const kvt_layout *l = &t->layout;
-	char *p = page;
-	int err;
-
-	for (uint32_t layer = 0; layer < l->geom.layers; layer++)
-		for (uint32_t kv = 0; kv < l->kv; kv++, p += l->chunk_bytes) {
-			kvt_chunk_loc c = kvt_layout_chunk(l, slot, layer, kv);
-			char *chunk = (char *)t->bufs[c.buf] + c.off;
-
-			err = to_page ? kvti_cuda_d2h(p, chunk, l->chunk_bytes) :
-					kvti_cuda_h2d(chunk, p, l->chunk_bytes);
-			if (err)
-				return err;
-		}
-	return 0;
-}
-
-static int wrap_dev_read(kvt_tier *t, uint32_t slot, void *buf)
-{
-	return wrap_dev_copy(t, slot, buf, 1);
-}
-
-static int wrap_dev_write(kvt_tier *t, uint32_t slot, const void *buf)
-{
-	return wrap_dev_copy(t, slot, (void *)buf, 0);
-}
 
 static const struct tier_ops wrap_host_ops = {
 	.name = "engine", .open = wrap_open, .close = wrap_close,
 };
 static const struct tier_ops wrap_dev_ops = {
 	.name = "engine", .open = wrap_open, .close = wrap_close,
-	.read = wrap_dev_read, .write = wrap_dev_write,
+	.read = kvti_tier_dev_read, .write = kvti_tier_dev_write,
 };
 
 int kvt_tier_wrap(kvt_tier **out, const kvt_layout *l, void *const *bufs,

@@ -63,6 +63,12 @@ extern const struct tier_ops kvti_tier_ssd_ops;
 extern const struct tier_ops kvti_tier_hostdev_ops;
 extern const struct tier_ops kvti_tier_hbm_ops;
 
+/* The plain path of a tier in GPU memory (hbm, or an engine's wrapped
+ * device memory): one cudaMemcpy per chunk between the page-first @buf and
+ * the tier's layout. */
+int kvti_tier_dev_read(kvt_tier *t, uint32_t slot, void *buf);
+int kvti_tier_dev_write(kvt_tier *t, uint32_t slot, const void *buf);
+
 /* Slots that fit in @bytes for the tier's geometry, or a KVT_ESPEC saying
  * why none (or too many) fit. */
 int kvti_tier_slots(kvt_tier *t, uint64_t bytes, uint64_t slot_bytes,
