@@ -367,7 +367,8 @@ typedef struct kvt_cache_check {
  * kvt_cache_verify() - wait until no job or background copy runs, then read
  * back every committed page copy in every owned tier and check its layer
  * sums. Returns 0 when every copy matched (and fills @r), KVT_ECORRUPT
- * naming the first bad (tier, slot), or a tier read's error (-EIO, ...).
+ * naming the first bad (tier, slot), -EINVAL for a cache opened with
+ * KVT_CACHE_NO_VERIFY (it has no sums), or a tier read's error (-EIO).
  * For tests and the end of the demo; holds the cache's lock throughout.
  */
 KVT_API int kvt_cache_verify(kvt_cache *c, kvt_cache_check *r);

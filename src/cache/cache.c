@@ -1942,6 +1942,9 @@ int kvt_cache_verify(kvt_cache *c, kvt_cache_check *r)
 	int err = 0;
 
 	memset(r, 0, sizeof(*r));
+	if (!c->verify)
+		return kvti_fail(-EINVAL, "cache verify: this cache keeps no "
+				 "checksums (KVT_CACHE_NO_VERIFY)");
 	page = kvti_aligned_alloc(4096, pb);
 	if (!page)
 		return -ENOMEM;
