@@ -118,8 +118,6 @@ struct kvt_cache_job {
 	size_t absent;       /* load: pages failed at setup (not cached) */
 	uint32_t *blocks;    /* n */
 	uint8_t *failed;     /* n, final once done */
-	uint32_t *tslot;     /* store: each page's slot in the top tier, or
-				KVT_SLOT_NONE when skipped */
 	struct sub sub[MAX_SUBS];
 	int nsub;
 	pthread_mutex_t mu;
@@ -718,11 +716,8 @@ static void sub_end(struct sub *s, int err)
 
 static void sub_done(kvt_xfer_job *xj, int err, void *arg)
 {
-	struct sub *s = arg;
-
-	if (s->staged)
-		return; /* the worker drives staged loads and ends them */
-	sub_end(s, err);
+	sub_end(arg, err); /* (staged loads have no callback: the worker
+			      runs and ends them) */
 }
 
 /* ---- finishing a job (worker thread) ------------------------------------ */
@@ -1375,6 +1370,7 @@ static int job_new(kvt_cache *c, int kind, uint32_t tenant,
 		   const uint32_t *blocks, kvt_cache_job **out)
 {
 	kvt_cache_job *j;
+	uint32_t *sorted;
 	size_t n;
 
 	if (!out || (nkeys && !keys) || first > nkeys ||
@@ -1411,28 +1407,31 @@ static int job_new(kvt_cache *c, int kind, uint32_t tenant,
 	j->keys = kvt_malloc((nkeys ? nkeys : 1) * sizeof(*keys));
 	j->blocks = kvt_malloc((n ? n : 1) * sizeof(*blocks));
 	j->failed = kvt_calloc(n ? n : 1, 1);
-	j->tslot = kvt_malloc((n ? n : 1) * sizeof(uint32_t));
+	sorted = kvt_malloc((n ? n : 1) * sizeof(*sorted));
 	j->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (!j->keys || !j->blocks || !j->failed || !j->tslot || j->efd < 0) {
+	if (!j->keys || !j->blocks || !j->failed || !sorted || j->efd < 0) {
 		int err = j->efd < 0 ? kvti_fail(-errno, "eventfd: %s",
 						 strerror(errno)) : -ENOMEM;
 		j->done = 1; /* never started: nothing to wait for */
+		kvt_free(sorted);
 		kvt_cache_job_free(j);
 		return err;
 	}
 	memcpy(j->keys, keys, nkeys * sizeof(*keys));
 	memcpy(j->blocks, blocks, n * sizeof(*blocks));
 	/* a block named twice would be written twice by one job */
-	memcpy(j->tslot, blocks, n * sizeof(*blocks));
-	qsort(j->tslot, n, sizeof(*j->tslot), cmp_u32);
+	memcpy(sorted, blocks, n * sizeof(*blocks));
+	qsort(sorted, n, sizeof(*sorted), cmp_u32);
 	for (size_t i = 1; i < n; i++)
-		if (j->tslot[i] == j->tslot[i - 1]) {
-			uint32_t b = j->tslot[i];
+		if (sorted[i] == sorted[i - 1]) {
+			uint32_t b = sorted[i];
 
 			j->done = 1; /* never started */
+			kvt_free(sorted);
 			kvt_cache_job_free(j);
 			return kvti_fail(-EINVAL, "cache: block %u named twice", b);
 		}
+	kvt_free(sorted);
 	*out = j;
 	return 0;
 }
@@ -1689,8 +1688,6 @@ int kvt_cache_store(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 		struct sub *sp = eng;
 		int t = ENGINE;
 
-		if (p >= first)
-			j->tslot[p - first] = KVT_SLOT_NONE;
 		if (!locs[p].fresh && (st == ST_OK || st == ST_PEND))
 			continue; /* cached, or being stored or moved */
 		if (p < first) {
@@ -1716,8 +1713,6 @@ int kvt_cache_store(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 			       c->L * sizeof(uint64_t));
 		sp->n++;
 		slot_pend(c, c->top, slot, 0);
-		if (t == ENGINE)
-			j->tslot[p - first] = slot;
 	}
 	j->st.skipped = j->n - eng->n;
 	pthread_mutex_unlock(&c->smu);
@@ -1921,7 +1916,6 @@ void kvt_cache_job_free(kvt_cache_job *j)
 	kvt_free(j->keys);
 	kvt_free(j->blocks);
 	kvt_free(j->failed);
-	kvt_free(j->tslot);
 	kvt_free(j);
 }
 
