@@ -898,6 +898,7 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 		c->live = j->lnext;
 	if (j->lnext)
 		j->lnext->lprev = j->lprev;
+	mem_unref(c, j); /* every transfer is over: detach may go on */
 	pthread_mutex_unlock(&c->smu);
 	/* the job is the caller's once done is set: touch nothing of it
 	 * after this critical section (kvt_cache_job_free() takes j->mu) */
@@ -920,7 +921,6 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	}
 	pthread_mutex_unlock(&j->mu);
 	pthread_mutex_lock(&c->smu);
-	mem_unref(c, j);
 	c->st.wait_s += wait_s;
 	if (--c->jobs == 0)
 		pthread_cond_broadcast(&c->scv);
