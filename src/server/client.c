@@ -10,7 +10,6 @@
  * dead daemon. A job's failed list and statistics come with RELEASE, sent
  * once by the first call that needs them after the job is done.
  */
-#define _GNU_SOURCE
 #include <kvtier/client.h>
 #include "server/io.h"
 #include "server/proto.h"

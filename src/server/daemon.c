@@ -32,7 +32,6 @@
  * detaches and unmaps its memory, closes its fds. kill -9 of a client is
  * the same path.
  */
-#define _GNU_SOURCE
 #include "server/server.h"
 #include <kvtier/client.h>
 #include "server/io.h"
@@ -644,22 +643,16 @@ static int do_job(struct conn *c, const kvtd_req *q, int store)
 	io.mem = cm->m;
 	io.progress = on_progress;
 	io.arg = j;
-	/* the slot is taken before the job can report into it */
-	pthread_mutex_lock(&c->mu);
-	c->jobs[s] = j;
-	c->njobs++;
-	pthread_mutex_unlock(&c->mu);
 	err = store ? kvt_cache_store_ex(d->c, c->itenant, keys,
 					 q->u.job.nkeys, q->u.job.first,
 					 blocks, &io, &j->cj)
 		    : kvt_cache_load_ex(d->c, c->itenant, keys, q->u.job.nkeys,
 					q->u.job.first, blocks, &io, &j->cj);
-	if (err) {
+	if (!err) { /* the reaper sees it from now on */
 		pthread_mutex_lock(&c->mu);
-		c->jobs[s] = NULL;
-		c->njobs--;
+		c->jobs[s] = j;
+		c->njobs++;
 		pthread_mutex_unlock(&c->mu);
-	} else {
 		j = NULL;
 	}
 out:

@@ -9,6 +9,7 @@
 #include "core/core.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -140,7 +141,6 @@ int kvtd_recv(int fd, kvtd_buf *b, kvtd_hdr *h, int *fds, int *nfds,
 	b->len = 0;
 	b->err = 0;
 	kvtd_put_bytes(b, hdr, KVTD_HDR);
-	kvtd_put_bytes(b, NULL, 0);
 	if (b->err)
 		return b->err;
 	if (h->len) {
