@@ -100,7 +100,9 @@ static int rpc(kvt_client *cl, const int *fds, int nfds, kvtd_rd *rd)
 		atomic_store(&cl->dead, 1);
 	if (err)
 		return err;
-	if ((h.op & ~KVTD_REPLY) != op || h.seq != cl->seq)
+	if ((h.op & ~KVTD_REPLY) == 0) /* our header was refused */
+		atomic_store(&cl->dead, 1);
+	else if ((h.op & ~KVTD_REPLY) != op || h.seq != cl->seq)
 		return kvti_fail(KVT_EPROTO, "client: reply %s #%u to %s #%u",
 				 kvtd_msg_name(h.op), h.seq,
 				 kvtd_msg_name(op), cl->seq);

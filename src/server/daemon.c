@@ -932,8 +932,7 @@ static void *conn_main(void *arg)
 		if (err == KVT_EPROTO) {
 			/* no way to find the next message: answer, close */
 			perr(c, hdr_reason(), 0);
-			kvtd_begin(&c->out, (uint16_t)(h.op | KVTD_REPLY),
-				   h.seq);
+			h.op = 0; /* op 0: the header was not understood */
 			reply_status(c, &h, err);
 			for (int i = 0; i < nfds; i++)
 				close(fds[i]);

@@ -50,7 +50,9 @@ int kvtd_hdr_decode(const uint8_t *buf, kvtd_hdr *h, int reply)
 				 "expected", reply ? "request" : "reply",
 				 reply ? "reply" : "request");
 	op = h->op & (uint16_t)~KVTD_REPLY;
-	if (op < 1 || op > KVTD_MSG_MAX)
+	if (reply && op == 0)
+		; /* the answer to a header the daemon could not read */
+	else if (op < 1 || op > KVTD_MSG_MAX)
 		return kvti_fail(KVT_EPROTO, "protocol: unknown op %u", op);
 	if (h->len > KVTD_MAX_PAYLOAD)
 		return kvti_fail(KVT_EPROTO, "protocol: %s payload of %u bytes "

@@ -19,7 +19,10 @@
  *    12    4  seq     chosen by the client, echoed by the reply
  *
  *   One request at a time per connection: the daemon answers each request
- *   with exactly one reply, in order. A reply's payload starts with
+ *   with exactly one reply, in order. A request whose header it cannot
+ *   accept (magic, version, op, length) gets a reply with op 0 (KVTD_REPLY
+ *   alone) and status KVT_EPROTO, and the connection is closed: there is
+ *   no way to find the next message. A reply's payload starts with
  *
  *     0    4  status  0 or a kvtier error (i32)
  *     4    2  dlen    bytes of detail text (kvt_errdetail()), <= 255
