@@ -199,6 +199,11 @@ KVT_API int kvt_client_fd(kvt_client *cl);
  *  (free()). */
 KVT_API int kvt_client_stats(kvt_client *cl, char **json);
 
+/** Wait until the daemon's background demotion has settled
+ *  (kvt_cache_quiesce(); for tests and benchmarks that want a settled
+ *  state). Holds the client's socket meanwhile. */
+KVT_API int kvt_client_quiesce(kvt_client *cl);
+
 #ifdef __cplusplus
 }
 #endif

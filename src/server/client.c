@@ -883,6 +883,19 @@ int kvt_client_stats(kvt_client *cl, char **json)
 	return err;
 }
 
+int kvt_client_quiesce(kvt_client *cl)
+{
+	kvtd_rd rd;
+	int err;
+
+	kvti_errclear();
+	pthread_mutex_lock(&cl->mu);
+	begin(cl, KVTD_MSG_QUIESCE);
+	err = rpc(cl, NULL, 0, &rd);
+	pthread_mutex_unlock(&cl->mu);
+	return err;
+}
+
 void kvt_client_close(kvt_client *cl)
 {
 	if (!cl)

@@ -851,6 +851,9 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, int fd)
 	}
 	case KVTD_MSG_RELEASE:
 		return do_release(c, h, q.u.id);
+	case KVTD_MSG_QUIESCE:
+		kvt_cache_quiesce(d->c);
+		return reply_status(c, h, 0);
 	case KVTD_MSG_STATS: {
 		char *json = NULL;
 		size_t len = 0;
@@ -1048,6 +1051,8 @@ int kvtd_open(kvtd **out, const kvtd_config *cfg)
 	cc.page_tokens = cfg->page_tokens;
 	cc.tp_size = cfg->tp;
 	cc.flags = cfg->cache_flags;
+	cc.write = cfg->write;
+	cc.evict = cfg->evict;
 	cc.xfer_threads = cfg->xfer_threads;
 	if ((err = kvt_cache_open(&d->c, &cc)))
 		goto fail;

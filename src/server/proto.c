@@ -17,6 +17,7 @@ static const char *op_names[] = {
 	[KVTD_MSG_LOOKUP] = "LOOKUP", [KVTD_MSG_LOAD] = "LOAD",
 	[KVTD_MSG_STORE] = "STORE", [KVTD_MSG_CANCEL] = "CANCEL",
 	[KVTD_MSG_RELEASE] = "RELEASE", [KVTD_MSG_STATS] = "STATS",
+	[KVTD_MSG_QUIESCE] = "QUIESCE",
 };
 
 const char *kvtd_msg_name(uint16_t op)
@@ -197,6 +198,7 @@ int kvtd_req_decode(const uint8_t *buf, size_t len, kvtd_req *q)
 					    q->u.job.first, 4);
 		break;
 	case KVTD_MSG_STATS:
+	case KVTD_MSG_QUIESCE:
 		break;
 	}
 	if (r.err)

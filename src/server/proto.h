@@ -55,6 +55,8 @@
  *              bytes, u32 ntiers, u64 from[ntiers], f64 wait_s, layer0_s,
  *              total_s, u32 nfailed, u32 failed_blocks[nfailed]
  *   STATS      (empty)                       reply: u32 len, JSON[len]
+ *   QUIESCE    (empty): returns once background demotion has settled
+ *              (kvt_cache_quiesce(); tests, benchmarks)    reply: (none)
  *
  * JOB SLOTS (the HELLO memfd; written by the daemon only)
  *
@@ -104,7 +106,8 @@ enum kvtd_msg {
 	KVTD_MSG_CANCEL = 8,
 	KVTD_MSG_RELEASE = 9,
 	KVTD_MSG_STATS = 10,
-	KVTD_MSG_MAX = 10,
+	KVTD_MSG_QUIESCE = 11,
+	KVTD_MSG_MAX = 11,
 };
 
 typedef struct kvtd_hdr {

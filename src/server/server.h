@@ -30,6 +30,7 @@ typedef struct kvtd kvtd;
  *               (5000).
  * @max_clients: connections served at once (64); more are refused.
  * @metrics:     "HOST:PORT" for GET /metrics, NULL or "" for none.
+ * @cache_flags, @write, @evict, @xfer_threads: kvt_cache_config's.
  */
 typedef struct kvtd_config {
 	const char *socket;
@@ -39,7 +40,8 @@ typedef struct kvtd_config {
 	const char *tenants;
 	uint32_t lease_ms, hello_ms, max_clients;
 	const char *metrics;
-	unsigned cache_flags;
+	unsigned cache_flags;      /* KVT_CACHE_* */
+	int write, evict;          /* kvt_cache_config's (write-back, LRU) */
 	uint32_t xfer_threads;
 } kvtd_config;
 
