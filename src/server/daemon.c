@@ -148,7 +148,7 @@ static int parse_id(const char *s, const char *what, uint64_t max,
 	errno = 0;
 	v = strtoull(s, &end, 0);
 	if (errno || end == s || *end || v > max || s[0] == '-')
-		return kvti_fail(KVT_ECONFIG, "serve: tenants: bad %s '%s'",
+		return kvti_fail(KVT_ECONFIG, "daemon: tenants: bad %s '%s'",
 				 what, s);
 	*out = v;
 	return 0;
@@ -170,7 +170,7 @@ static int tenants_parse(kvtd *d, const char *spec)
 		return 0;
 	}
 	if (strlen(spec) >= sizeof(buf))
-		return kvti_fail(KVT_ECONFIG, "serve: tenants: spec too long");
+		return kvti_fail(KVT_ECONFIG, "daemon: tenants: spec too long");
 	strcpy(buf, spec);
 	for (char *e = strtok_r(buf, ";", &save); e && !err;
 	     e = strtok_r(NULL, ";", &save)) {
@@ -180,11 +180,11 @@ static int tenants_parse(kvtd *d, const char *spec)
 		uint64_t v;
 
 		if (d->nten == MAX_TENANTS)
-			return kvti_fail(KVT_ECONFIG, "serve: more than %d "
+			return kvti_fail(KVT_ECONFIG, "daemon: more than %d "
 					 "tenants", MAX_TENANTS);
 		if (!colon || colon == e ||
 		    (size_t)(colon - e) > KVTD_METRICS_NAME_MAX)
-			return kvti_fail(KVT_ECONFIG, "serve: tenants: '%s' is "
+			return kvti_fail(KVT_ECONFIG, "daemon: tenants: '%s' is "
 					 "not NAME:ID[,uid=U][,gid=G][,salt=S]",
 					 e);
 		t = &d->ten[d->nten];
@@ -192,12 +192,12 @@ static int tenants_parse(kvtd *d, const char *spec)
 		memcpy(t->name, e, (size_t)(colon - e));
 		for (const char *p = t->name; *p; p++)
 			if (*p <= ' ' || *p == '"' || *p == '\\' || *p > '~')
-				return kvti_fail(KVT_ECONFIG, "serve: tenant "
+				return kvti_fail(KVT_ECONFIG, "daemon: tenant "
 						 "name '%s': printable, no "
 						 "spaces or quotes", t->name);
 		f = strtok_r(colon + 1, ",", &s2);
 		if (!f || (err = parse_id(f, "tenant id", UINT32_MAX, &v)))
-			return err ? err : kvti_fail(KVT_ECONFIG, "serve: "
+			return err ? err : kvti_fail(KVT_ECONFIG, "daemon: "
 						     "tenant %s has no id",
 						     t->name);
 		t->id = (uint32_t)v;
@@ -214,7 +214,7 @@ static int tenants_parse(kvtd *d, const char *spec)
 				t->salt = v;
 				salted = 1;
 			} else {
-				err = kvti_fail(KVT_ECONFIG, "serve: tenant %s: "
+				err = kvti_fail(KVT_ECONFIG, "daemon: tenant %s: "
 						"unknown or repeated field '%s' "
 						"(uid=, gid=, salt=; at most %d "
 						"ids)", t->name, f, MAX_IDS);
@@ -227,13 +227,13 @@ static int tenants_parse(kvtd *d, const char *spec)
 		for (int i = 0; i < d->nten; i++)
 			if (d->ten[i].id == t->id ||
 			    !strcmp(d->ten[i].name, t->name))
-				return kvti_fail(KVT_ECONFIG, "serve: tenant "
+				return kvti_fail(KVT_ECONFIG, "daemon: tenant "
 						 "%s:%u given twice", t->name,
 						 t->id);
 		d->nten++;
 	}
 	if (!d->nten)
-		return kvti_fail(KVT_ECONFIG, "serve: tenants: none given");
+		return kvti_fail(KVT_ECONFIG, "daemon: tenants: none given");
 	return 0;
 }
 
@@ -347,7 +347,7 @@ static void *reaper_main(void *arg)
 				kvtd_metrics_lease_expiry(d->m, c->t->mt,
 							  KVTD_LEASE_DEADLINE,
 							  1);
-				kvti_warn("serve: client pid %d: job in slot %d "
+				kvti_warn("daemon: client pid %d: job in slot %d "
 					  "ran past its lease (%u ms): "
 					  "cancelled", (int)c->cred.pid, s,
 					  d->cfg.lease_ms);
@@ -749,7 +749,7 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, int fd)
 			return reply_status(c, h, err);
 		if ((err = hello_reply(c, h)))
 			return err;
-		kvti_info("serve: client pid %d uid %u: tenant %s rank %u",
+		kvti_info("daemon: client pid %d uid %u: tenant %s rank %u",
 			  (int)c->cred.pid, (unsigned)c->cred.uid, c->t->name,
 			  c->rank);
 		return 0;
@@ -945,7 +945,7 @@ static void *conn_main(void *arg)
 			perr(c, err == -ETIMEDOUT && !c->hello ?
 			     KVTD_PERR_IDLE : KVTD_PERR_TRUNCATED, 0);
 			if (err == -ETIMEDOUT && !c->hello)
-				kvti_info("serve: client pid %d sent no HELLO "
+				kvti_info("daemon: client pid %d sent no HELLO "
 					  "in %u ms: closed", (int)c->cred.pid,
 					  d->cfg.hello_ms);
 			for (int i = 0; i < nfds; i++)
@@ -984,28 +984,28 @@ static int listen_on(kvtd *d, const char *path)
 	int fd, err;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
-		return kvti_fail(KVT_ECONFIG, "serve: socket path '%s' too long "
+		return kvti_fail(KVT_ECONFIG, "daemon: socket path '%s' too long "
 				 "(%zu bytes max)", path, sizeof(sa.sun_path) - 1);
 	strcpy(sa.sun_path, path);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return kvti_fail(-errno, "serve: socket: %s", strerror(errno));
+		return kvti_fail(-errno, "daemon: socket: %s", strerror(errno));
 	/* a live daemon answers on it: do not steal its socket */
 	if (!connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
 		close(fd);
-		return kvti_fail(-EADDRINUSE, "serve: a daemon is already "
+		return kvti_fail(-EADDRINUSE, "daemon: a daemon is already "
 				 "serving %s", path);
 	}
 	close(fd);
 	unlink(path);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return kvti_fail(-errno, "serve: socket: %s", strerror(errno));
+		return kvti_fail(-errno, "daemon: socket: %s", strerror(errno));
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
 	    chmod(path, d->cfg.socket_mode) || listen(fd, 64)) {
 		err = -errno;
 		close(fd);
-		return kvti_fail(err, "serve: %s: %s", path, strerror(-err));
+		return kvti_fail(err, "daemon: %s: %s", path, strerror(-err));
 	}
 	d->lfd = fd;
 	snprintf(d->path, sizeof(d->path), "%s", path);
@@ -1020,7 +1020,7 @@ int kvtd_open(kvtd **out, const kvtd_config *cfg)
 
 	kvti_errclear();
 	if (!out || !cfg)
-		return kvti_fail(-EINVAL, "serve: no config");
+		return kvti_fail(-EINVAL, "daemon: no config");
 	if (!(d = kvt_calloc(1, sizeof(*d))))
 		return -ENOMEM;
 	d->cfg = *cfg;
@@ -1039,7 +1039,7 @@ int kvtd_open(kvtd **out, const kvtd_config *cfg)
 		 cfg->ns && *cfg->ns ? cfg->ns : "default");
 	if (cfg->ns && strlen(cfg->ns) > KVTD_NS_MAX) {
 		kvt_free(d);
-		return kvti_fail(KVT_ECONFIG, "serve: namespace longer than %d",
+		return kvti_fail(KVT_ECONFIG, "daemon: namespace longer than %d",
 				 KVTD_NS_MAX);
 	}
 	pthread_mutex_init(&d->mu, NULL);
@@ -1075,7 +1075,7 @@ int kvtd_open(kvtd **out, const kvtd_config *cfg)
 	}
 	d->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (d->stopfd < 0) {
-		err = kvti_fail(-errno, "serve: eventfd: %s", strerror(errno));
+		err = kvti_fail(-errno, "daemon: eventfd: %s", strerror(errno));
 		goto fail;
 	}
 	if ((err = listen_on(d, d->cfg.socket)))
@@ -1085,7 +1085,7 @@ int kvtd_open(kvtd **out, const kvtd_config *cfg)
 				   kvtd_metrics_render_cb, d->m)))
 		goto fail;
 	if ((err = -pthread_create(&d->reaper, NULL, reaper_main, d))) {
-		kvti_fail(err, "serve: thread: %s", strerror(-err));
+		kvti_fail(err, "daemon: thread: %s", strerror(-err));
 		goto fail;
 	}
 	d->have_reaper = 1;
@@ -1118,7 +1118,7 @@ int kvtd_run(kvtd *d)
 		if (poll(p, 2, -1) < 0) {
 			if (errno == EINTR)
 				continue;
-			return kvti_fail(-errno, "serve: poll: %s",
+			return kvti_fail(-errno, "daemon: poll: %s",
 					 strerror(errno));
 		}
 		if (p[1].revents)
@@ -1128,7 +1128,7 @@ int kvtd_run(kvtd *d)
 			if (errno == EINTR || errno == ECONNABORTED ||
 			    errno == EAGAIN)
 				continue;
-			kvti_warn("serve: accept: %s", strerror(errno));
+			kvti_warn("daemon: accept: %s", strerror(errno));
 			if (errno == EMFILE || errno == ENFILE)
 				usleep(100000); /* let clients leave */
 			continue;
@@ -1150,7 +1150,7 @@ int kvtd_run(kvtd *d)
 		pthread_mutex_lock(&d->mu);
 		if ((uint32_t)d->nconns >= d->cfg.max_clients) {
 			pthread_mutex_unlock(&d->mu);
-			kvti_warn("serve: %u clients already: refused pid %d",
+			kvti_warn("daemon: %u clients already: refused pid %d",
 				  d->cfg.max_clients, (int)c->cred.pid);
 			kvtd_metrics_protocol_error(d->m, NULL,
 						    KVTD_PERR_OTHER);
@@ -1177,7 +1177,7 @@ int kvtd_run(kvtd *d)
 			pthread_attr_destroy(&a);
 		}
 		if (err) {
-			kvti_warn("serve: thread: %s", strerror(err));
+			kvti_warn("daemon: thread: %s", strerror(err));
 			c->hello = 0;
 			conn_free(c);
 		}
