@@ -35,6 +35,7 @@ static int engine(uint32_t tenant, uint32_t tp, uint32_t rank, uint32_t s,
 	srv_mem sm;
 	long nf = -1;
 
+	kvt_test_failures = 0; /* this process's own count (a child) */
 	CHECK_OK(srv_connect(&cl, sock, model, tenant, tp, rank));
 	if (!cl)
 		return 1;
