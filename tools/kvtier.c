@@ -20,6 +20,7 @@ static const struct {
 	{ "trace", cmd_trace, "replay request traces through the index" },
 	{ "sim", cmd_sim, "simulate a serving node: TTFT, throughput, policies" },
 	{ "stress", cmd_stress, "memory stressor: N threads copying, GB/s each" },
+	{ "stat", cmd_stat, "the node daemon's metrics, for a person (--json, --watch)" },
 };
 
 static void usage(FILE *f)

@@ -785,10 +785,9 @@ static void text_tenants(struct sb *b, const struct snap *s)
 static void text_hists(struct sb *b, const struct snap *s)
 {
 	static const char *const help[KVTD_OP_COUNT] = {
-		"LOOKUP latency: request received to reply sent, seconds.",
-		"LOAD latency: request received to last layer in place, "
-		"seconds.",
-		"STORE latency: request received to committed, seconds.",
+		"LOOKUP latency (request to reply), seconds.",
+		"LOAD latency (request to all layers in place), seconds.",
+		"STORE latency (request to committed), seconds.",
 	};
 	char name[64], lab[48];
 
