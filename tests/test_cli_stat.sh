@@ -14,8 +14,8 @@ has() { # has FILE NEEDLE...: every needle is in FILE
 }
 
 "$KVT" stat --from-file "$SAMPLE" >"$TMP/table.txt" || fail "stat --from-file"
-has "$TMP/table.txt" "kvtier daemon 0." "3 clients, 7 leases (56 pages pinned)" \
-	"3.00 GiB registered" "dram         2.00 MiB" "0/1024" \
+has "$TMP/table.txt" "kvtier daemon 0." "clients 3, leases 7 (56 pages pinned)" \
+	"jobs in flight 1, engine memory registered 3.00 GiB" "cache: pages loaded 0" "dram         2.00 MiB" "0/1024" \
 	"tenant alice (id 1): 1606 pages looked up, hit rate 94.0%, 96 misses" \
 	"ssd->engine 1.20 GiB" "lease expiries: disconnect 3" "180/200" \
 	"tenant bob (id 2): 576 pages looked up, hit rate 11.1%, 512 misses" \

@@ -134,9 +134,9 @@ static void print_head(const cJSON *root)
 	double up = num(root, "time") - num(root, "start_time");
 	char b[32];
 
-	printf("kvtier daemon %s, up %.0fh%02.0fm%02.0fs: %.0f clients, %.0f "
-	       "leases (%.0f pages pinned), %.0f jobs in flight, %s "
-	       "registered\n",
+	printf("kvtier daemon %s, up %.0fh%02.0fm%02.0fs\nclients %.0f, leases "
+	       "%.0f (%.0f pages pinned), jobs in flight %.0f, engine memory "
+	       "registered %s\n",
 	       str(root, "version"), floor(up / 3600),
 	       floor(fmod(up, 3600) / 60), floor(fmod(up, 60)),
 	       num(g, "clients"), num(g, "leases"), num(g, "pinned_pages"),
@@ -167,9 +167,9 @@ static void print_tiers(const cJSON *root)
 		}
 	}
 	if (cJSON_IsObject(c))
-		printf("\ncache: loaded %.0f pages (%s), stored %.0f (%s), "
-		       "moved %.0f (%s); evicted %.0f, move errors %.0f, "
-		       "checksum failures %.0f of %.0f verified, failed "
+		printf("\ncache: pages loaded %.0f (%s), stored %.0f (%s), "
+		       "moved %.0f (%s)\n       evicted %.0f, move errors "
+		       "%.0f, checksum failures %.0f of %.0f verified, failed "
 		       "blocks %.0f, waited %.3f s\n",
 		       num(c, "load_pages"),
 		       bytes(num(c, "load_bytes"), b1, sizeof(b1)),

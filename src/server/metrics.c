@@ -540,19 +540,51 @@ static void sb_printf(struct sb *b, const char *fmt, ...)
 	}
 }
 
+static void sb_put(struct sb *b, const char *s, size_t n)
+{
+	if (b->err)
+		return;
+	if (b->cap - b->len <= n &&
+	    kvti_grow((void **)&b->p, &b->cap, b->len + n + 1, 1, 16384)) {
+		b->err = -ENOMEM;
+		return;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = 0;
+}
+
 /* A label value, escaped as the format wants: \\, \" and \n. */
 static void sb_label(struct sb *b, const char *v)
 {
-	for (; *v; v++) {
-		if (*v == '\\')
-			sb_printf(b, "\\\\");
-		else if (*v == '"')
-			sb_printf(b, "\\\"");
-		else if (*v == '\n')
-			sb_printf(b, "\\n");
-		else
-			sb_printf(b, "%c", *v);
+	for (;;) {
+		size_t n = strcspn(v, "\\\"\n");
+
+		sb_put(b, v, n);
+		v += n;
+		if (!*v)
+			return;
+		sb_put(b, *v == '\n' ? "\\n" : *v == '"' ? "\\\"" : "\\\\", 2);
+		v++;
 	}
+}
+
+static void sb_str(struct sb *b, const char *s)
+{
+	sb_put(b, s, strlen(s));
+}
+
+/* " <v>\n" */
+static void sb_value(struct sb *b, uint64_t v)
+{
+	char d[24], *p = d + sizeof(d);
+
+	*--p = '\n';
+	do
+		*--p = (char)('0' + v % 10);
+	while ((v /= 10));
+	*--p = ' ';
+	sb_put(b, p, (size_t)(d + sizeof(d) - p));
 }
 
 static void family(struct sb *b, const char *name, const char *type,
@@ -565,9 +597,16 @@ static void family(struct sb *b, const char *name, const char *type,
 static void sample_t(struct sb *b, const char *name,
 		     const struct snap_tenant *t, const char *more, uint64_t v)
 {
-	sb_printf(b, "%s{tenant=\"", name);
+	sb_str(b, name);
+	sb_put(b, "{tenant=\"", 9);
 	sb_label(b, t->name);
-	sb_printf(b, "\"%s%s} %" PRIu64 "\n", *more ? "," : "", more, v);
+	sb_put(b, "\"", 1);
+	if (*more) {
+		sb_put(b, ",", 1);
+		sb_str(b, more);
+	}
+	sb_put(b, "}", 1);
+	sb_value(b, v);
 }
 
 /* A per-tenant, per-tier counter family: field @off of struct snap_tenant. */
@@ -789,8 +828,14 @@ static void text_hists(struct sb *b, const struct snap *s)
 		"LOAD latency (request to all layers in place), seconds.",
 		"STORE latency (request to committed), seconds.",
 	};
-	char name[64], lab[48];
+	char name[64], les[NB][24];
 
+	for (int k = 0; k < NB; k++)
+		if (k < KVTD_HIST_BOUNDS)
+			snprintf(les[k], sizeof(les[k]), "le=\"%.6g\"",
+				 kvtd_hist_bound(k));
+		else
+			snprintf(les[k], sizeof(les[k]), "le=\"+Inf\"");
 	for (int o = 0; o < KVTD_OP_COUNT; o++) {
 		snprintf(name, sizeof(name), "kvtier_%s_duration_seconds",
 			 op_names[o]);
@@ -803,16 +848,8 @@ static void text_hists(struct sb *b, const struct snap *s)
 			snprintf(name, sizeof(name),
 				 "kvtier_%s_duration_seconds_bucket",
 				 op_names[o]);
-			for (int k = 0; k < NB; k++) {
-				if (k < KVTD_HIST_BOUNDS)
-					snprintf(lab, sizeof(lab),
-						 "le=\"%.6g\"",
-						 kvtd_hist_bound(k));
-				else
-					snprintf(lab, sizeof(lab),
-						 "le=\"+Inf\"");
-				sample_t(b, name, t, lab, t->cum[o][k]);
-			}
+			for (int k = 0; k < NB; k++)
+				sample_t(b, name, t, les[k], t->cum[o][k]);
 			sb_printf(b, "kvtier_%s_duration_seconds_sum{tenant=\"",
 				  op_names[o]);
 			sb_label(b, t->name);
