@@ -488,43 +488,47 @@ static void test_sample_current(kvtd_metrics *m)
 
 /* ---- allocation failures ---------------------------------------------------- */
 
+enum { MAKE, TEXT, JSON };
+
+/* Fail the 1st, 2nd, ... allocation of a call (@what: MAKE a registry
+ * into *@m, render @m as TEXT or JSON into *@out) until it succeeds: each
+ * failure must be -ENOMEM and leave the result NULL. Returns how many
+ * allocations the call makes, 0 if it never succeeded. */
+static int fail_each(int what, kvtd_metrics **m, char **out)
+{
+	for (int n = 1; n < 100; n++) {
+		int err;
+
+		kvt_alloc_fail_at((uint64_t)n);
+		err = what == MAKE ? kvtd_metrics_create(m) :
+		      what == TEXT ? kvtd_metrics_render_text(*m, out, NULL) :
+				     kvtd_metrics_render_json(*m, out, NULL);
+		kvt_alloc_fail_at(0);
+		if (!err)
+			return n - 1;
+		CHECK_ERR(err, -ENOMEM);
+		CHECK(what == MAKE ? *m == NULL : *out == NULL);
+	}
+	return 0;
+}
+
 static void test_alloc_failures(void)
 {
 	kvtd_metrics *m;
 	kvtd_mtenant *a;
 	int64_t live = kvt_alloc_live();
 	char *out;
-	int err, n;
 
-	for (n = 1; n < 100; n++) {
-		kvt_alloc_fail_at((uint64_t)n);
-		err = kvtd_metrics_create(&m);
-		kvt_alloc_fail_at(0);
-		if (!err)
-			break;
-		CHECK_ERR(err, -ENOMEM);
-		CHECK(m == NULL);
-	}
-	CHECK(n > 1 && n < 100);
+	CHECK(fail_each(MAKE, &m, NULL) >= 1);
 	CHECK_OK(kvtd_metrics_tenant(m, 1, "a", &a));
 	kvtd_metrics_hit(m, a, KVT_TIER_DRAM, 1);
 	kvt_alloc_fail_at(1);
 	CHECK_ERR(kvtd_metrics_tenant(m, 2, "b", &a), -ENOMEM);
 	kvt_alloc_fail_at(0);
-	for (int json = 0; json < 2; json++) {
-		for (n = 1; n < 100; n++) {
-			kvt_alloc_fail_at((uint64_t)n);
-			err = json ? kvtd_metrics_render_json(m, &out, NULL) :
-				     kvtd_metrics_render_text(m, &out, NULL);
-			kvt_alloc_fail_at(0);
-			if (!err)
-				break;
-			CHECK_ERR(err, -ENOMEM);
-			CHECK(out == NULL);
-		}
-		CHECK(n > 1 && n < 100);
-		kvt_free(out);
-	}
+	CHECK(fail_each(TEXT, &m, &out) >= 1);
+	kvt_free(out);
+	CHECK(fail_each(JSON, &m, &out) >= 1);
+	kvt_free(out);
 	kvtd_metrics_destroy(m);
 	CHECK_EQ(kvt_alloc_live(), live);
 }

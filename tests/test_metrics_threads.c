@@ -180,26 +180,33 @@ int main(void)
 		static const char *const who[] = { "a", "b", "" };
 		char s[160];
 
-		for (int i = 0; i < 3; i++) {
-			snprintf(s, sizeof(s), "kvtier_hits_total{tenant=\"%s\",tier=\"dram\"}", who[i]);
-			CHECK(expo_value(text, s) == (double)(2 * per));
-			snprintf(s, sizeof(s), "kvtier_misses_total{tenant=\"%s\"}", who[i]);
-			CHECK(expo_value(text, s) == (double)per);
-			snprintf(s, sizeof(s), "kvtier_read_failures_total{tenant=\"%s\",tier=\"ssd\"}", who[i]);
-			CHECK(expo_value(text, s) == (double)per);
-			snprintf(s, sizeof(s), "kvtier_transfer_bytes_total{tenant=\"%s\",from=\"dram\",to=\"engine\"}", who[i]);
-			CHECK(expo_value(text, s) == (double)(4096 * per));
-			snprintf(s, sizeof(s), "kvtier_evictions_total{tenant=\"%s\",tier=\"dram\"}", who[i]);
-			CHECK(expo_value(text, s) == (double)per);
-			snprintf(s, sizeof(s), "kvtier_demotions_total{tenant=\"%s\",tier=\"dram\"}", who[i]);
-			CHECK(expo_value(text, s) == (double)per);
-			snprintf(s, sizeof(s), "kvtier_lease_expiries_total{tenant=\"%s\",reason=\"deadline\"}", who[i]);
-			CHECK(expo_value(text, s) == (double)per);
-			snprintf(s, sizeof(s), "kvtier_checksum_failures_total{tenant=\"%s\",tier=\"ssd\"}", who[i]);
-			CHECK(expo_value(text, s) == (double)per);
-			snprintf(s, sizeof(s), "kvtier_protocol_errors_total{tenant=\"%s\",reason=\"truncated\"}", who[i]);
-			CHECK(expo_value(text, s) == (double)per);
-		}
+		/* each series as a format taking the tenant, and how many
+		 * times @per it must hold */
+		static const struct {
+			const char *fmt;
+			uint64_t times;
+		} want[] = {
+			{ "kvtier_hits_total{tenant=\"%s\",tier=\"dram\"}", 2 },
+			{ "kvtier_misses_total{tenant=\"%s\"}", 1 },
+			{ "kvtier_read_failures_total{tenant=\"%s\",tier=\"ssd\"}", 1 },
+			{ "kvtier_transfer_bytes_total{tenant=\"%s\",from=\"dram\",to=\"engine\"}", 4096 },
+			{ "kvtier_evictions_total{tenant=\"%s\",tier=\"dram\"}", 1 },
+			{ "kvtier_demotions_total{tenant=\"%s\",tier=\"dram\"}", 1 },
+			{ "kvtier_lease_expiries_total{tenant=\"%s\",reason=\"deadline\"}", 1 },
+			{ "kvtier_checksum_failures_total{tenant=\"%s\",tier=\"ssd\"}", 1 },
+			{ "kvtier_protocol_errors_total{tenant=\"%s\",reason=\"truncated\"}", 1 },
+		};
+
+		for (int i = 0; i < 3; i++)
+			for (size_t w = 0; w < sizeof(want) / sizeof(want[0]); w++) {
+				snprintf(s, sizeof(s), want[w].fmt, who[i]);
+				if (expo_value(text, s) != (double)(want[w].times * per)) {
+					fprintf(stderr, "%s = %g, want %llu\n", s,
+						expo_value(text, s),
+						(unsigned long long)(want[w].times * per));
+					CHECK(0);
+				}
+			}
 		/* histogram counts: ops cycle lookup, load, store with i / 3, the
 		 * blocks cycle a, b, node: every (block, op) pair gets 1/9 */
 		for (int i = 0; i < 3; i++)
