@@ -648,6 +648,16 @@ static void test_http(void)
 	CHECK_EQ(http_request(port, "GET", "/metrics", &resp), -1);
 	free(resp);
 
+	/* IPv6 loopback, where the machine has it */
+	st = kvtd_http_start(&h, "[::1]:0", kvtd_metrics_render_cb, m);
+	if (st == -EADDRNOTAVAIL || st == -EAFNOSUPPORT) {
+		fprintf(stderr, "no IPv6 loopback here: %s\n", kvt_errdetail());
+	} else {
+		CHECK_OK(st);
+		CHECK(kvtd_http_port(h) > 0);
+		kvtd_http_stop(h);
+	}
+
 	/* a render that fails answers 500 */
 	CHECK_OK(kvtd_http_start(&h, "localhost:0", render_fails, NULL));
 	st = http_request(kvtd_http_port(h), "GET", "/metrics", &resp);

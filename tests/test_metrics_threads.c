@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #define UPDATERS 4
@@ -23,6 +24,8 @@ static kvtd_metrics *m;
 static kvtd_mtenant *ta, *tb;
 static atomic_int running;
 static atomic_int renders, scrapes, render_fail, scrape_fail;
+static atomic_int updating, overlapped; /* updaters running; renders and
+					   scrapes that ran while they did */
 static unsigned port;
 
 static void *updater(void *arg)
@@ -30,6 +33,9 @@ static void *updater(void *arg)
 	uintptr_t id = (uintptr_t)arg;
 	uint64_t seed = 0x9e3779b97f4a7c15ull * (id + 1);
 
+	/* start once a render (and a scrape) went through, so they overlap */
+	while (!atomic_load(&renders) || (port && !atomic_load(&scrapes)))
+		sched_yield();
 	for (int i = 0; i < ITERS; i++) {
 		kvtd_mtenant *t = (i % 3 == 0) ? ta : (i % 3 == 1) ? tb : NULL;
 		uint64_t r = test_rand(&seed);
@@ -110,6 +116,8 @@ static void *renderer(void *arg)
 		cJSON_Delete(root);
 		kvt_free(json);
 		atomic_fetch_add(&renders, 1);
+		if (atomic_load(&updating))
+			atomic_fetch_add(&overlapped, 1);
 	}
 	return NULL;
 }
@@ -131,6 +139,8 @@ static void *scraper(void *arg)
 		}
 		free(resp);
 		atomic_fetch_add(&scrapes, 1);
+		if (atomic_load(&updating))
+			atomic_fetch_add(&overlapped, 1);
 	}
 	return NULL;
 }
@@ -156,10 +166,12 @@ int main(void)
 	if (h)
 		pthread_create(&scr, NULL, scraper, NULL);
 	pthread_create(&reg, NULL, registrar, NULL);
+	atomic_store(&updating, 1);
 	for (uintptr_t i = 0; i < UPDATERS; i++)
 		pthread_create(&up[i], NULL, updater, (void *)i);
 	for (int i = 0; i < UPDATERS; i++)
 		pthread_join(up[i], NULL);
+	atomic_store(&updating, 0);
 	pthread_join(reg, NULL);
 	/* at least one render and scrape overlapped the updates or ran after */
 	while (atomic_load(&renders) < 2 ||
@@ -172,8 +184,10 @@ int main(void)
 	kvtd_http_stop(h);
 	CHECK_EQ(atomic_load(&render_fail), 0);
 	CHECK_EQ(atomic_load(&scrape_fail), 0);
-	fprintf(stderr, "%d renders, %d scrapes during the run\n",
-		atomic_load(&renders), atomic_load(&scrapes));
+	fprintf(stderr, "%d renders, %d scrapes, %d of them during updates\n",
+		atomic_load(&renders), atomic_load(&scrapes),
+		atomic_load(&overlapped));
+	CHECK(atomic_load(&overlapped) >= 1);
 
 	CHECK_OK(kvtd_metrics_render_text(m, &text, NULL));
 	{

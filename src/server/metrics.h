@@ -139,7 +139,9 @@ enum kvtd_gauge {
 /**
  * Called at the start of every render, under the registry's mutex, before
  * the snapshot: set gauges and bring counters up to date from state that
- * needs the daemon's own locks. Must not render or register tenants.
+ * needs the daemon's own locks. Must not render or register tenants; and
+ * since it runs under the registry's mutex, never call
+ * kvtd_metrics_tenant() while holding a lock this hook takes.
  */
 typedef void (*kvtd_collect_fn)(kvtd_metrics *m, void *arg);
 
