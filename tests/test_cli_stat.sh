@@ -27,6 +27,32 @@ grep -qE "^  ssd +310 +2 +0 +0 +1 " "$TMP/table.txt" || fail "alice's ssd row"
 grep -qE "^  lookup +1000 +[0-9.]+ us +[0-9.]+ us" "$TMP/table.txt" || fail "lookup latency row"
 grep -qE "^  store +100 +[0-9.]+ ms" "$TMP/table.txt" || fail "store latency row"
 
+# quantiles as histogram_quantile(): linear inside the bucket the rank falls in
+cat >"$TMP/q.json" <<'JSON'
+{"format": 1, "version": "t", "time": 3725, "start_time": 0, "gauges": {}, "tiers": [],
+ "cache": null, "buckets": [1e-6, 2e-6, 5e-6],
+ "tenants": [{"id": 4, "name": "q", "misses": 0, "tiers": {}, "transfer_bytes": [],
+   "lease_expiries": {}, "protocol_errors": {},
+   "latency": {"lookup": {"count": 10, "sum_seconds": 1.5e-5, "cumulative": [0, 10, 10, 10]},
+               "load": {"count": 4, "sum_seconds": 100, "cumulative": [0, 0, 2, 4]}}}]}
+JSON
+"$KVT" stat --from-file "$TMP/q.json" >"$TMP/q.txt" || fail "stat on a hand-made histogram"
+grep -qE "^  lookup +10 +1.5 us +2.0 us +1.5 us$" "$TMP/q.txt" || fail "lookup p50/p99/mean: $(grep lookup "$TMP/q.txt")"
+grep -qE "^  load +4 +5.0 us +> 5.0 us +25.00 s$" "$TMP/q.txt" || fail "load quantiles past the last bound: $(grep load "$TMP/q.txt")"
+grep -q "up 1h02m05s" "$TMP/q.txt" || fail "uptime"
+grep -q "tenant q (id 4): no lookups" "$TMP/q.txt" || fail "a tenant without lookups"
+
+# a format-1 document with every member of the wrong type: printed as far
+# as it goes, no crash
+cat >"$TMP/odd.json" <<'JSON'
+{"format": 1, "version": 7, "time": "x", "gauges": [], "tiers": {"a": 1}, "cache": [],
+ "buckets": {}, "tenants": [{"id": "x", "name": 5, "misses": "y", "tiers": [1, {"hits": "z"}],
+   "transfer_bytes": {"a": 1}, "lease_expiries": [1, 2], "protocol_errors": "no",
+   "latency": [{"count": 3, "cumulative": [1]}]}, 7, "s"]}
+JSON
+"$KVT" stat --from-file "$TMP/odd.json" >"$TMP/odd.txt" 2>&1; rc=$?
+[ $rc -le 1 ] || fail "stat on odd JSON: exit $rc: $(cat "$TMP/odd.txt")"
+
 "$KVT" stat --from-file "$SAMPLE" --tenant bob >"$TMP/bob.txt" || fail "stat --tenant bob"
 has "$TMP/bob.txt" "tenant bob"
 grep -q "tenant alice" "$TMP/bob.txt" && fail "--tenant bob shows alice"

@@ -76,6 +76,12 @@ static const char *str(const cJSON *o, const char *k)
 	return cJSON_IsString(v) ? v->valuestring : "";
 }
 
+/* The member name of @v ("?" inside an array: a malformed document). */
+static const char *key(const cJSON *v)
+{
+	return v->string ? v->string : "?";
+}
+
 static const char *bytes(double b, char *buf, size_t len)
 {
 	return kvt_size_format(b > 0 ? (uint64_t)b : 0, buf, len);
@@ -84,9 +90,7 @@ static const char *bytes(double b, char *buf, size_t len)
 /* A duration for a person: "850 ns", "18.0 us", "3.20 ms", "1.50 s". */
 static const char *dur(double s, char *buf, size_t len)
 {
-	if (isinf(s))
-		snprintf(buf, len, "> 10 s");
-	else if (s < 1e-6)
+	if (s < 1e-6)
 		snprintf(buf, len, "%.0f ns", s * 1e9);
 	else if (s < 1e-3)
 		snprintf(buf, len, "%.1f us", s * 1e6);
@@ -124,6 +128,26 @@ static double quantile(const cJSON *bounds, const cJSON *cum, double q)
 		lo = hi;
 	}
 	return INFINITY;
+}
+
+/* A quantile as dur() writes it; past the last bound "> BOUND"; "-" for
+ * none. */
+static const char *qdur(const cJSON *bounds, const cJSON *cum, double q,
+			char *buf, size_t len)
+{
+	double v = quantile(bounds, cum, q);
+	char last[24];
+
+	if (isnan(v)) {
+		snprintf(buf, len, "-");
+	} else if (isinf(v)) {
+		dur(cJSON_GetArrayItem(bounds, cJSON_GetArraySize(bounds) - 1)
+			    ->valuedouble, last, sizeof(last));
+		snprintf(buf, len, "> %s", last);
+	} else {
+		dur(v, buf, len);
+	}
+	return buf;
 }
 
 /* ---- printing ---------------------------------------------------------------- */
@@ -192,7 +216,7 @@ static void print_counts(const char *what, const cJSON *o)
 	cJSON_ArrayForEach(v, o) {
 		if (!cJSON_IsNumber(v) || v->valuedouble == 0)
 			continue;
-		printf("%s %s %.0f", n++ ? "," : "", v->string, v->valuedouble);
+		printf("%s %s %.0f", n++ ? "," : "", key(v), v->valuedouble);
 	}
 	printf("%s\n", n ? "" : " none");
 }
@@ -235,7 +259,7 @@ static void print_tenant(const cJSON *root, const cJSON *t)
 						 num(x, "used_pages"));
 			}
 			printf("  %-8s %10.0f %10.0f %10.0f %10.0f %10.0f %15s\n",
-			       x->string, num(x, "hits"),
+			       key(x), num(x, "hits"),
 			       num(x, "read_failures"), num(x, "evictions"),
 			       num(x, "demotions"), num(x, "checksum_failures"),
 			       pq);
@@ -262,9 +286,9 @@ static void print_tenant(const cJSON *root, const cJSON *t)
 		if (!n++)
 			printf("  %-8s %10s %10s %10s %10s\n", "latency",
 			       "count", "p50", "p99", "mean");
-		printf("  %-8s %10.0f %10s %10s %10s\n", x->string, count,
-		       dur(quantile(bounds, cum, 0.5), b1, sizeof(b1)),
-		       dur(quantile(bounds, cum, 0.99), b2, sizeof(b2)),
+		printf("  %-8s %10.0f %10s %10s %10s\n", key(x), count,
+		       qdur(bounds, cum, 0.5, b1, sizeof(b1)),
+		       qdur(bounds, cum, 0.99, b2, sizeof(b2)),
 		       dur(num(x, "sum_seconds") / count, b3, sizeof(b3)));
 	}
 	if (!n)
