@@ -6,8 +6,8 @@
  * docs/METRICS.md) and sends them on a STATS request; this command asks
  * through the client library and prints a table per tier and per tenant
  * (or the JSON itself with --json). The same numbers are served to
- * Prometheus on GET /metrics. --from-file FILE (not in the help: for tests
- * and for a saved `--json` output) reads the JSON from a file instead.
+ * Prometheus on GET /metrics. --from-file FILE reads a saved `--json`
+ * output instead (the tests use it on a document the renderer made).
  */
 #include "cli.h"
 
@@ -32,9 +32,8 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: kvtier stat [--socket PATH] [--json] [--watch SECS "
-		"[--count N]]\n"
-		"                   [--tenant NAME]\n\n"
+		"usage: kvtier stat [--socket PATH | --from-file FILE] [--json]\n"
+		"                   [--watch SECS [--count N]] [--tenant NAME]\n\n"
 		"The node daemon's metrics (kvtier serve): capacity and use "
 		"per tier, the\n"
 		"cache's totals, and per tenant: hits and misses, read "
@@ -57,7 +56,10 @@ static void usage(FILE *f)
 		"until interrupted\n"
 		"  --count N       with --watch: stop after N refreshes\n"
 		"  --tenant NAME   only this tenant (\"\" for the node's own "
-		"counters)\n");
+		"counters)\n"
+		"  --from-file F   read a saved `kvtier stat --json` instead of "
+		"asking the\n"
+		"                  daemon\n");
 }
 
 /* ---- reading the JSON ------------------------------------------------------ */
