@@ -424,13 +424,21 @@ static int http_request(unsigned port, const char *method, const char *path,
 	if (fd < 0)
 		goto out;
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		fprintf(stderr, "http_request: connect to port %u: %s\n", port,
+			strerror(errno));
 		goto out;
+	}
 	snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
 		 "Connection: close\r\nContent-Length: 0\r\n\r\n", method, path);
 	if (send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req))
 		goto out;
-	while ((r = recv(fd, buf + len, cap - len - 1, 0)) > 0) {
+	/* EINTR: a signal from elsewhere in the process (io_uring task work
+	 * shows as one) ends a recv with a timeout early; carry on */
+	while ((r = recv(fd, buf + len, cap - len - 1, 0)) > 0 ||
+	       (r < 0 && errno == EINTR)) {
+		if (r < 0)
+			continue;
 		len += (size_t)r;
 		if (len == cap - 1) {
 			char *nb = realloc(buf, cap * 2);
@@ -442,8 +450,13 @@ static int http_request(unsigned port, const char *method, const char *path,
 		}
 	}
 	buf[len] = 0;
-	if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+	if (r < 0)
+		fprintf(stderr, "http_request: recv: %s\n", strerror(errno));
+	if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1) {
+		fprintf(stderr, "http_request: no status line in '%.80s'\n",
+			buf);
 		status = -1;
+	}
 	*resp = buf;
 	buf = NULL;
 out:

@@ -37,6 +37,11 @@ D=$!
 wait_sock || fail "no socket at $SOCK ($(cat "$TMP/d1.err"))"
 [ "$(stat -c %a "$SOCK")" = 660 ] || fail "socket mode $(stat -c %a "$SOCK"), want 660"
 expect 1 "already serving" -- serve "${ARGS[@]}"
+# kvtier stat asks it over the socket (a monitor: no geometry)
+"$KVT" stat --socket "$SOCK" >"$TMP/stat.txt" 2>&1 || fail "stat: $(cat "$TMP/stat.txt")"
+grep -q "clients 1" "$TMP/stat.txt" || fail "stat output: $(head -3 "$TMP/stat.txt")"
+"$KVT" stat --socket "$SOCK" --json | grep -q '"format":' || fail "stat --json"
+expect 1 "no daemon" -- stat --socket /tmp/kvtd-none-$$.sock
 kill -TERM $D; wait $D; rc=$?
 [ $rc = 0 ] || fail "SIGTERM: exit $rc ($(cat "$TMP/d1.err"))"
 [ -e "$SOCK" ] && fail "socket left behind after SIGTERM"

@@ -15,6 +15,8 @@
 #include <kvtier/cache.h>
 #include <cjson/cJSON.h>
 
+#include "kvt_build.h"
+
 static char why[256];
 
 /* Render, check the exposition, return it (free()d by the caller with
@@ -339,6 +341,8 @@ static void test_histogram(void)
 	kvtd_metrics_destroy(m);
 }
 
+static void test_sample_current(kvtd_metrics *m);
+
 /* ---- tier gauges from a real cache, the collect hook ------------------------ */
 
 static int collected;
@@ -411,11 +415,102 @@ static void test_cache_gauges(void)
 				     "leases")->valuedouble, 2);
 	cJSON_Delete(root);
 	kvt_free(json);
+	test_sample_current(m);
 	kvtd_metrics_destroy(m);
 	kvt_cache_close(c);
 }
 
+/* Every "parent.key" in @o (array elements take the array's name) into
+ * @keys ('\n'-separated). */
+static void key_paths(const cJSON *o, const char *parent, char *keys,
+		      size_t len)
+{
+	const cJSON *c;
+	char path[128];
+
+	cJSON_ArrayForEach(c, o) {
+		const char *name = cJSON_IsArray(o) ? parent : c->string;
+
+		snprintf(path, sizeof(path), "\n%s.%s\n", parent, name);
+		if (!cJSON_IsArray(o) && !strstr(keys, path))
+			snprintf(keys + strlen(keys), len - strlen(keys), "%s",
+				 path + 1);
+		if (cJSON_IsObject(c) || cJSON_IsArray(c))
+			key_paths(c, name, keys, len);
+	}
+}
+
+/*
+ * tests/metrics_sample.json feeds test_cli_stat (kvtier stat's formatter);
+ * it was made by kvtd_metrics_render_json(). Whatever the renderer writes
+ * now must still be in it, so the formatter is tested on what the daemon
+ * sends (regenerate it when the format grows).
+ */
+static void test_sample_current(kvtd_metrics *m)
+{
+	static char fresh_keys[16384] = "\n", sample_keys[16384] = "\n";
+	kvtd_mtenant *t;
+	char *json, *sample, *p, *nl;
+	cJSON *fresh, *fix;
+
+	CHECK_OK(kvtd_metrics_tenant(m, 1, "alice", &t));
+	kvtd_metrics_tenant_pages(m, t, KVT_TIER_DRAM, 1, 2);
+	kvtd_metrics_bytes(m, t, KVTD_END_DRAM, KVTD_END_ENGINE, 1);
+	kvtd_metrics_protocol_error(m, t, KVTD_PERR_TRUNCATED);
+	kvtd_metrics_observe(m, t, KVTD_OP_LOAD, 1);
+	CHECK_OK(kvtd_metrics_render_json(m, &json, NULL));
+	CHECK_OK(kvti_read_file(KVT_SOURCE_DIR "/tests/metrics_sample.json",
+				1 << 20, &sample, NULL));
+	fresh = cJSON_Parse(json);
+	fix = cJSON_Parse(sample);
+	CHECK(fresh && fix);
+	CHECK_EQ(cJSON_GetObjectItem(fix, "format")->valuedouble,
+		 KVTD_METRICS_JSON_VERSION);
+	key_paths(fresh, "", fresh_keys, sizeof(fresh_keys));
+	key_paths(fix, "", sample_keys, sizeof(sample_keys));
+	for (p = fresh_keys + 1; (nl = strchr(p, '\n')); p = nl + 1) {
+		char k[128];
+
+		snprintf(k, sizeof(k), "\n%.*s\n", (int)(nl - p + 0), p);
+		if (!strstr(sample_keys, k)) {
+			fprintf(stderr, "metrics_sample.json lacks %.*s: "
+				"regenerate it\n", (int)(nl - p), p);
+			CHECK(0);
+		}
+	}
+	CHECK(strstr(fresh_keys, "\ntenants.latency\n") != NULL);
+	CHECK(strstr(fresh_keys, "\ncache.evicted_pages\n") != NULL);
+	cJSON_Delete(fresh);
+	cJSON_Delete(fix);
+	kvt_free(sample);
+	kvt_free(json);
+}
+
 /* ---- allocation failures ---------------------------------------------------- */
+
+enum { MAKE, TEXT, JSON };
+
+/* Fail the 1st, 2nd, ... allocation of a call (@what: MAKE a registry
+ * into *@m, render @m as TEXT or JSON into *@out) until it succeeds: each
+ * failure must be -ENOMEM and leave the result NULL. Returns how many
+ * allocations the call makes, 0 if it never succeeded. */
+static int fail_each(int what, kvtd_metrics **m, char **out)
+{
+	for (int n = 1; n < 100; n++) {
+		int err;
+
+		kvt_alloc_fail_at((uint64_t)n);
+		err = what == MAKE ? kvtd_metrics_create(m) :
+		      what == TEXT ? kvtd_metrics_render_text(*m, out, NULL) :
+				     kvtd_metrics_render_json(*m, out, NULL);
+		kvt_alloc_fail_at(0);
+		if (!err)
+			return n - 1;
+		CHECK_ERR(err, -ENOMEM);
+		CHECK(what == MAKE ? *m == NULL : *out == NULL);
+	}
+	return 0;
+}
 
 static void test_alloc_failures(void)
 {
@@ -423,37 +518,17 @@ static void test_alloc_failures(void)
 	kvtd_mtenant *a;
 	int64_t live = kvt_alloc_live();
 	char *out;
-	int err, n;
 
-	for (n = 1; n < 100; n++) {
-		kvt_alloc_fail_at((uint64_t)n);
-		err = kvtd_metrics_create(&m);
-		kvt_alloc_fail_at(0);
-		if (!err)
-			break;
-		CHECK_ERR(err, -ENOMEM);
-		CHECK(m == NULL);
-	}
-	CHECK(n > 1 && n < 100);
+	CHECK(fail_each(MAKE, &m, NULL) >= 1);
 	CHECK_OK(kvtd_metrics_tenant(m, 1, "a", &a));
 	kvtd_metrics_hit(m, a, KVT_TIER_DRAM, 1);
 	kvt_alloc_fail_at(1);
 	CHECK_ERR(kvtd_metrics_tenant(m, 2, "b", &a), -ENOMEM);
 	kvt_alloc_fail_at(0);
-	for (int json = 0; json < 2; json++) {
-		for (n = 1; n < 100; n++) {
-			kvt_alloc_fail_at((uint64_t)n);
-			err = json ? kvtd_metrics_render_json(m, &out, NULL) :
-				     kvtd_metrics_render_text(m, &out, NULL);
-			kvt_alloc_fail_at(0);
-			if (!err)
-				break;
-			CHECK_ERR(err, -ENOMEM);
-			CHECK(out == NULL);
-		}
-		CHECK(n > 1 && n < 100);
-		kvt_free(out);
-	}
+	CHECK(fail_each(TEXT, &m, &out) >= 1);
+	kvt_free(out);
+	CHECK(fail_each(JSON, &m, &out) >= 1);
+	kvt_free(out);
 	kvtd_metrics_destroy(m);
 	CHECK_EQ(kvt_alloc_live(), live);
 }
@@ -572,6 +647,16 @@ static void test_http(void)
 	/* nothing listens there any more */
 	CHECK_EQ(http_request(port, "GET", "/metrics", &resp), -1);
 	free(resp);
+
+	/* IPv6 loopback, where the machine has it */
+	st = kvtd_http_start(&h, "[::1]:0", kvtd_metrics_render_cb, m);
+	if (st == -EADDRNOTAVAIL || st == -EAFNOSUPPORT) {
+		fprintf(stderr, "no IPv6 loopback here: %s\n", kvt_errdetail());
+	} else {
+		CHECK_OK(st);
+		CHECK(kvtd_http_port(h) > 0);
+		kvtd_http_stop(h);
+	}
 
 	/* a render that fails answers 500 */
 	CHECK_OK(kvtd_http_start(&h, "localhost:0", render_fails, NULL));

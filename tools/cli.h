@@ -23,6 +23,7 @@ int cmd_stress(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_stat(int argc, char **argv);
 
 /* Benchmarks: one file each (tools/bench_<name>.c), run by cmd_bench. */
 int bench_pool(int argc, char **argv);

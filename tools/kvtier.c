@@ -21,6 +21,7 @@ static const struct {
 	{ "sim", cmd_sim, "simulate a serving node: TTFT, throughput, policies" },
 	{ "stress", cmd_stress, "memory stressor: N threads copying, GB/s each" },
 	{ "serve", cmd_serve, "the node daemon (kvtierd): tiers shared by engines" },
+	{ "stat", cmd_stat, "the node daemon's metrics, for a person (--json, --watch)" },
 };
 
 static void usage(FILE *f)

@@ -80,7 +80,10 @@ typedef struct kvt_client_job kvt_client_job;
  * @ns:          the model namespace the daemon serves ("default").
  * @model, @geom, @page_tokens, @tp_size, @tp_rank: this process's geometry
  *               as in kvt_cache_config; the daemon refuses a client whose
- *               geometry differs from its namespace's (KVT_EGEOM).
+ *               geometry differs from its namespace's (KVT_EGEOM). With
+ *               neither @model nor @geom the client is a monitor (`kvtier
+ *               stat`): it may call kvt_client_stats() and nothing else
+ *               (the daemon answers KVT_EPROTO).
  * @timeout_ms:  per request (10000).
  */
 typedef struct kvt_client_config {

@@ -141,9 +141,10 @@ static int geom_of(kvt_geom *g, const kvt_client_config *cfg)
 		*g = *cfg->geom;
 		return kvt_geom_finish(g);
 	}
-	if (!model || !*model)
-		return kvti_fail(-EINVAL, "client: no geometry (set model or "
-				 "geom)");
+	if (!model || !*model) { /* a monitor: statistics only */
+		memset(g, 0, sizeof(*g));
+		return 0;
+	}
 	if (strchr(model, '/') && access(model, R_OK) == 0)
 		return kvt_geom_from_config(g, model, P, tp, cfg->tp_rank);
 	return kvt_geom_preset(g, model, P, tp, cfg->tp_rank);
@@ -259,7 +260,7 @@ int kvt_client_connect(kvt_client **out, const kvt_client_config *in)
 				slot_bytes);
 		goto fail;
 	}
-	if (cl->page_bytes != kvt_geom_page_bytes(&cl->g)) {
+	if (cl->g.layers && cl->page_bytes != kvt_geom_page_bytes(&cl->g)) {
 		err = kvti_fail(KVT_EGEOM, "client: the daemon's pages are %llu "
 				"bytes, ours %llu",
 				(unsigned long long)cl->page_bytes,

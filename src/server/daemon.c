@@ -96,6 +96,7 @@ struct conn {
 	int fd;
 	struct ucred cred;
 	int hello;
+	int monitor;                 /* HELLO without geometry: STATS only */
 	struct tenant *t;
 	uint32_t rank, itenant, id;
 	int slot_fd, efd;
@@ -403,18 +404,29 @@ static int do_hello(struct conn *c, const kvtd_req *q)
 {
 	kvtd *d = c->d;
 	const kvt_geom *g = d->g;
-	int ti = -1;
+	int ti = -1, monitor;
 
 	if (c->hello)
 		return perr(c, KVTD_PERR_ORDER, kvti_fail(KVT_EPROTO,
 			    "HELLO twice"));
-	for (int i = 0; i < d->nten; i++)
-		if (d->ten[i].id == q->u.hello.tenant)
-			ti = i;
+	/* every geometry field 0: a monitor (kvtier stat), STATS only */
+	monitor = !q->u.hello.layers && !q->u.hello.kv_heads_total &&
+		  !q->u.hello.kv_heads && !q->u.hello.head_dim &&
+		  !q->u.hello.dtype_bytes && !q->u.hello.page_tokens &&
+		  !q->u.hello.tp_size && !q->u.hello.tp_rank &&
+		  !q->u.hello.mla;
 	if (strcmp(q->u.hello.ns, d->ns))
 		return perr(c, KVTD_PERR_GEOMETRY, kvti_fail(KVT_ENOTFOUND,
 			    "namespace '%s' is not served here (this daemon "
 			    "serves '%s')", q->u.hello.ns, d->ns));
+	for (int i = 0; i < d->nten && ti < 0; i++)
+		if (monitor ? tenant_allows(&d->ten[i], &c->cred) :
+			      d->ten[i].id == q->u.hello.tenant)
+			ti = i;
+	if (ti < 0 && monitor)
+		return perr(c, KVTD_PERR_AUTH, kvti_fail(-EACCES,
+			    "no tenant allows uid %u gid %u",
+			    (unsigned)c->cred.uid, (unsigned)c->cred.gid));
 	if (ti < 0)
 		return perr(c, KVTD_PERR_AUTH, kvti_fail(KVT_ENOTFOUND,
 			    "no tenant %u here", q->u.hello.tenant));
@@ -423,14 +435,15 @@ static int do_hello(struct conn *c, const kvtd_req *q)
 			    "tenant %s does not allow uid %u gid %u",
 			    d->ten[ti].name, (unsigned)c->cred.uid,
 			    (unsigned)c->cred.gid));
-	if (q->u.hello.layers != g->layers ||
-	    q->u.hello.kv_heads_total != g->kv_heads_total ||
-	    q->u.hello.kv_heads != g->kv_heads ||
-	    q->u.hello.head_dim != g->head_dim ||
-	    q->u.hello.dtype_bytes != g->dtype_bytes ||
-	    q->u.hello.page_tokens != g->page_tokens ||
-	    q->u.hello.tp_size != g->tp_size || q->u.hello.mla != g->mla ||
-	    q->u.hello.tp_rank >= g->tp_size)
+	if (!monitor &&
+	    (q->u.hello.layers != g->layers ||
+	     q->u.hello.kv_heads_total != g->kv_heads_total ||
+	     q->u.hello.kv_heads != g->kv_heads ||
+	     q->u.hello.head_dim != g->head_dim ||
+	     q->u.hello.dtype_bytes != g->dtype_bytes ||
+	     q->u.hello.page_tokens != g->page_tokens ||
+	     q->u.hello.tp_size != g->tp_size || q->u.hello.mla != g->mla ||
+	     q->u.hello.tp_rank >= g->tp_size))
 		return perr(c, KVTD_PERR_GEOMETRY, kvti_fail(KVT_EGEOM,
 			    "geometry L%u H%u/%u D%u s%u P%u tp%u/%u mla%u "
 			    "differs from namespace %s: L%u H%u/%u D%u s%u "
@@ -442,6 +455,7 @@ static int do_hello(struct conn *c, const kvtd_req *q)
 			    g->layers, g->kv_heads, g->kv_heads_total,
 			    g->head_dim, g->dtype_bytes, g->page_tokens,
 			    g->tp_size, g->mla));
+	c->monitor = monitor;
 	c->t = &d->ten[ti];
 	c->rank = q->u.hello.tp_rank;
 	c->itenant = itenant(d, ti, c->rank);
@@ -742,6 +756,12 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, int fd)
 	if (q.h.op != KVTD_MSG_HELLO && !c->hello)
 		return reply_status(c, h, perr(c, KVTD_PERR_ORDER,
 				    kvti_fail(KVT_EPROTO, "%s before HELLO",
+					      kvtd_msg_name(q.h.op))));
+	if (c->monitor && q.h.op != KVTD_MSG_STATS)
+		return reply_status(c, h, perr(c, KVTD_PERR_ORDER,
+				    kvti_fail(KVT_EPROTO, "%s on a monitoring "
+					      "connection (HELLO without "
+					      "geometry: STATS only)",
 					      kvtd_msg_name(q.h.op))));
 	switch (q.h.op) {
 	case KVTD_MSG_HELLO:

@@ -540,19 +540,51 @@ static void sb_printf(struct sb *b, const char *fmt, ...)
 	}
 }
 
+static void sb_put(struct sb *b, const char *s, size_t n)
+{
+	if (b->err)
+		return;
+	if (b->cap - b->len <= n &&
+	    kvti_grow((void **)&b->p, &b->cap, b->len + n + 1, 1, 16384)) {
+		b->err = -ENOMEM;
+		return;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = 0;
+}
+
 /* A label value, escaped as the format wants: \\, \" and \n. */
 static void sb_label(struct sb *b, const char *v)
 {
-	for (; *v; v++) {
-		if (*v == '\\')
-			sb_printf(b, "\\\\");
-		else if (*v == '"')
-			sb_printf(b, "\\\"");
-		else if (*v == '\n')
-			sb_printf(b, "\\n");
-		else
-			sb_printf(b, "%c", *v);
+	for (;;) {
+		size_t n = strcspn(v, "\\\"\n");
+
+		sb_put(b, v, n);
+		v += n;
+		if (!*v)
+			return;
+		sb_put(b, *v == '\n' ? "\\n" : *v == '"' ? "\\\"" : "\\\\", 2);
+		v++;
 	}
+}
+
+static void sb_str(struct sb *b, const char *s)
+{
+	sb_put(b, s, strlen(s));
+}
+
+/* " <v>\n" */
+static void sb_value(struct sb *b, uint64_t v)
+{
+	char d[24], *p = d + sizeof(d);
+
+	*--p = '\n';
+	do
+		*--p = (char)('0' + v % 10);
+	while ((v /= 10));
+	*--p = ' ';
+	sb_put(b, p, (size_t)(d + sizeof(d) - p));
 }
 
 static void family(struct sb *b, const char *name, const char *type,
@@ -565,35 +597,62 @@ static void family(struct sb *b, const char *name, const char *type,
 static void sample_t(struct sb *b, const char *name,
 		     const struct snap_tenant *t, const char *more, uint64_t v)
 {
-	sb_printf(b, "%s{tenant=\"", name);
+	sb_str(b, name);
+	sb_put(b, "{tenant=\"", 9);
 	sb_label(b, t->name);
-	sb_printf(b, "\"%s%s} %" PRIu64 "\n", *more ? "," : "", more, v);
+	sb_put(b, "\"", 1);
+	if (*more) {
+		sb_put(b, ",", 1);
+		sb_str(b, more);
+	}
+	sb_put(b, "}", 1);
+	sb_value(b, v);
 }
 
-/* A per-tenant, per-tier counter family: field @off of struct snap_tenant. */
-static void tier_family(struct sb *b, const struct snap *s, const char *name,
-			const char *help, size_t off)
+/* Which label values a family shows (see label_family()). */
+enum { SEL_TIERS, SEL_PAGES, SEL_ALL, SEL_SEEN };
+
+/*
+ * A per-tenant family with one more label, @key="names[k]" for k < @n, of
+ * the uint64_t array at @off in struct snap_tenant. @sel picks the k:
+ * SEL_TIERS the snapshot's tier set, SEL_PAGES the tiers where the daemon
+ * set the tenant's pages, SEL_ALL every k, SEL_SEEN the nonzero ones.
+ * @names NULL: tier names.
+ */
+static void label_family(struct sb *b, const struct snap *s, const char *name,
+			 const char *type, const char *help, const char *key,
+			 const char *const *names, int n, size_t off, int sel)
 {
 	char lab[64];
 
-	family(b, name, "counter", help);
+	family(b, name, type, help);
 	for (int i = 0; i < s->nt; i++) {
 		const struct snap_tenant *t = &s->t[i];
 		const uint64_t *v = (const uint64_t *)((const char *)t + off);
 		uint64_t nz = 0;
 
-		for (int k = 0; k < NT; k++)
+		for (int k = 0; k < n; k++)
 			nz |= v[k];
-		if (!shown(t, nz))
+		if (!shown(t, nz | (sel == SEL_PAGES)))
 			continue;
-		for (int k = 0; k < NT; k++) {
-			if (!(s->tiers & (1u << k)))
+		for (int k = 0; k < n; k++) {
+			if ((sel == SEL_TIERS && !(s->tiers & (1u << k))) ||
+			    (sel == SEL_PAGES && !(t->pages_set & (1u << k))) ||
+			    (sel == SEL_SEEN && !v[k]))
 				continue;
-			snprintf(lab, sizeof(lab), "tier=\"%s\"",
-				 kvt_tier_kind_name((kvt_tier_kind)k));
+			snprintf(lab, sizeof(lab), "%s=\"%s\"", key,
+				 names ? names[k] :
+					 kvt_tier_kind_name((kvt_tier_kind)k));
 			sample_t(b, name, t, lab, v[k]);
 		}
 	}
+}
+
+static void tier_family(struct sb *b, const struct snap *s, const char *name,
+			const char *help, size_t off)
+{
+	label_family(b, s, name, "counter", help, "tier", NULL, NT, off,
+		     SEL_TIERS);
 }
 
 static void text_node(struct sb *b, const struct snap *s)
@@ -652,48 +711,71 @@ static void text_tiers(struct sb *b, const struct snap *s)
 	}
 }
 
+/* The cache's totals (kvt_cache_stat): text family and label, JSON key.
+ * Rows of one family are adjacent; the first carries its help. */
+static const struct cache_ctr {
+	const char *family, *op, *json, *help;
+	size_t off;
+	int seconds;  /* a double of seconds, not a count */
+} cache_ctrs[] = {
+#define CS(f) offsetof(kvt_cache_stat, f)
+	{ "kvtier_cache_pages_total", "load", "load_pages",
+	  "Pages the cache copied: load (into engine memory), store (out of "
+	  "it), move (between its tiers).", CS(load_pages), 0 },
+	{ "kvtier_cache_pages_total", "store", "store_pages", NULL,
+	  CS(store_pages), 0 },
+	{ "kvtier_cache_pages_total", "move", "move_pages", NULL,
+	  CS(move_pages), 0 },
+	{ "kvtier_cache_bytes_total", "load", "load_bytes",
+	  "Bytes the cache copied, by operation as for pages.",
+	  CS(load_bytes), 0 },
+	{ "kvtier_cache_bytes_total", "store", "store_bytes", NULL,
+	  CS(store_bytes), 0 },
+	{ "kvtier_cache_bytes_total", "move", "move_bytes", NULL,
+	  CS(move_bytes), 0 },
+	{ "kvtier_cache_evicted_pages_total", NULL, "evicted_pages",
+	  "Pages that left a tier of the cache, all tenants and causes.",
+	  CS(evicted), 0 },
+	{ "kvtier_cache_move_errors_total", NULL, "move_errors",
+	  "Page copies between tiers that failed with an I/O error.",
+	  CS(move_errors), 0 },
+	{ "kvtier_cache_verified_copies_total", NULL, "verified_copies",
+	  "Page copies whose checksums were verified.", CS(verified), 0 },
+	{ "kvtier_cache_checksum_failures_total", NULL, "checksum_failures",
+	  "Page copies that failed verification, all tenants.", CS(corrupt),
+	  0 },
+	{ "kvtier_cache_failed_blocks_total", NULL, "failed_blocks",
+	  "Engine blocks put on a load's failed list.", CS(failed_blocks), 0 },
+	{ "kvtier_cache_wait_seconds_total", NULL, "wait_seconds",
+	  "Time loads and stores waited for room, seconds.", CS(wait_s), 1 },
+#undef CS
+};
+
+static double cache_val(const kvt_cache_stat *c, const struct cache_ctr *r)
+{
+	const char *p = (const char *)c + r->off;
+
+	return r->seconds ? *(const double *)p : (double)*(const uint64_t *)p;
+}
+
 static void text_cache(struct sb *b, const struct snap *s)
 {
-	const kvt_cache_stat *c = &s->cs;
-
 	if (!s->have_cache)
 		return;
-	family(b, "kvtier_cache_pages_total", "counter",
-	       "Pages the cache copied: load (into engine memory), store (out "
-	       "of it), move (between its tiers).");
-	sb_printf(b, "kvtier_cache_pages_total{op=\"load\"} %" PRIu64 "\n"
-		     "kvtier_cache_pages_total{op=\"store\"} %" PRIu64 "\n"
-		     "kvtier_cache_pages_total{op=\"move\"} %" PRIu64 "\n",
-		  c->load_pages, c->store_pages, c->move_pages);
-	family(b, "kvtier_cache_bytes_total", "counter",
-	       "Bytes the cache copied, by operation as for pages.");
-	sb_printf(b, "kvtier_cache_bytes_total{op=\"load\"} %" PRIu64 "\n"
-		     "kvtier_cache_bytes_total{op=\"store\"} %" PRIu64 "\n"
-		     "kvtier_cache_bytes_total{op=\"move\"} %" PRIu64 "\n",
-		  c->load_bytes, c->store_bytes, c->move_bytes);
-	family(b, "kvtier_cache_evicted_pages_total", "counter",
-	       "Pages that left a tier of the cache, all tenants and causes.");
-	sb_printf(b, "kvtier_cache_evicted_pages_total %" PRIu64 "\n",
-		  c->evicted);
-	family(b, "kvtier_cache_move_errors_total", "counter",
-	       "Page copies between tiers that failed with an I/O error.");
-	sb_printf(b, "kvtier_cache_move_errors_total %" PRIu64 "\n",
-		  c->move_errors);
-	family(b, "kvtier_cache_verified_copies_total", "counter",
-	       "Page copies whose checksums were verified.");
-	sb_printf(b, "kvtier_cache_verified_copies_total %" PRIu64 "\n",
-		  c->verified);
-	family(b, "kvtier_cache_checksum_failures_total", "counter",
-	       "Page copies that failed verification, all tenants.");
-	sb_printf(b, "kvtier_cache_checksum_failures_total %" PRIu64 "\n",
-		  c->corrupt);
-	family(b, "kvtier_cache_failed_blocks_total", "counter",
-	       "Engine blocks put on a load's failed list.");
-	sb_printf(b, "kvtier_cache_failed_blocks_total %" PRIu64 "\n",
-		  c->failed_blocks);
-	family(b, "kvtier_cache_wait_seconds_total", "counter",
-	       "Time loads and stores waited for room, seconds.");
-	sb_printf(b, "kvtier_cache_wait_seconds_total %.9f\n", c->wait_s);
+	for (size_t i = 0; i < KVT_ARRAY_SIZE(cache_ctrs); i++) {
+		const struct cache_ctr *r = &cache_ctrs[i];
+
+		if (r->help)
+			family(b, r->family, "counter", r->help);
+		sb_str(b, r->family);
+		if (r->op)
+			sb_printf(b, "{op=\"%s\"}", r->op);
+		if (r->seconds)
+			sb_printf(b, " %.9f\n", cache_val(&s->cs, r));
+		else
+			sb_value(b, *(const uint64_t *)((const char *)&s->cs +
+							r->off));
+	}
 }
 
 static void text_tenants(struct sb *b, const struct snap *s)
@@ -735,63 +817,37 @@ static void text_tenants(struct sb *b, const struct snap *s)
 				sample_t(b, "kvtier_transfer_bytes_total",
 					 &s->t[i], lab, s->t[i].bytes[f][to]);
 			}
-	family(b, "kvtier_lease_expiries_total", "counter",
-	       "Leases that ended without a release: deadline or disconnect.");
-	for (int i = 0; i < s->nt; i++) {
-		if (!shown(&s->t[i], s->t[i].lease[0] | s->t[i].lease[1]))
-			continue;
-		for (int r = 0; r < KVTD_LEASE_END_COUNT; r++) {
-			snprintf(lab, sizeof(lab), "reason=\"%s\"",
-				 lease_names[r]);
-			sample_t(b, "kvtier_lease_expiries_total", &s->t[i],
-				 lab, s->t[i].lease[r]);
-		}
-	}
-	family(b, "kvtier_protocol_errors_total", "counter",
-	       "Messages refused, by reason.");
-	for (int i = 0; i < s->nt; i++)
-		for (int r = 0; r < KVTD_PERR_COUNT; r++) {
-			if (!s->t[i].perr[r])
-				continue;
-			snprintf(lab, sizeof(lab), "reason=\"%s\"",
-				 perr_names[r]);
-			sample_t(b, "kvtier_protocol_errors_total", &s->t[i],
-				 lab, s->t[i].perr[r]);
-		}
-	family(b, "kvtier_tenant_used_pages", "gauge",
-	       "Pages a tenant holds in a tier.");
-	for (int i = 0; i < s->nt; i++)
-		for (int k = 0; k < NT; k++) {
-			if (!(s->t[i].pages_set & (1u << k)))
-				continue;
-			snprintf(lab, sizeof(lab), "tier=\"%s\"",
-				 kvt_tier_kind_name((kvt_tier_kind)k));
-			sample_t(b, "kvtier_tenant_used_pages", &s->t[i], lab,
-				 s->t[i].used[k]);
-		}
-	family(b, "kvtier_tenant_quota_pages", "gauge",
-	       "A tenant's page quota in a tier (0: none).");
-	for (int i = 0; i < s->nt; i++)
-		for (int k = 0; k < NT; k++) {
-			if (!(s->t[i].pages_set & (1u << k)))
-				continue;
-			snprintf(lab, sizeof(lab), "tier=\"%s\"",
-				 kvt_tier_kind_name((kvt_tier_kind)k));
-			sample_t(b, "kvtier_tenant_quota_pages", &s->t[i], lab,
-				 s->t[i].quota[k]);
-		}
+	label_family(b, s, "kvtier_lease_expiries_total", "counter",
+		     "Leases that ended without a release: deadline or "
+		     "disconnect.", "reason", lease_names, KVTD_LEASE_END_COUNT,
+		     offsetof(struct snap_tenant, lease), SEL_ALL);
+	label_family(b, s, "kvtier_protocol_errors_total", "counter",
+		     "Messages refused, by reason.", "reason", perr_names,
+		     KVTD_PERR_COUNT, offsetof(struct snap_tenant, perr),
+		     SEL_SEEN);
+	label_family(b, s, "kvtier_tenant_used_pages", "gauge",
+		     "Pages a tenant holds in a tier.", "tier", NULL, NT,
+		     offsetof(struct snap_tenant, used), SEL_PAGES);
+	label_family(b, s, "kvtier_tenant_quota_pages", "gauge",
+		     "A tenant's page quota in a tier (0: none).", "tier", NULL,
+		     NT, offsetof(struct snap_tenant, quota), SEL_PAGES);
 }
 
 static void text_hists(struct sb *b, const struct snap *s)
 {
 	static const char *const help[KVTD_OP_COUNT] = {
-		"LOOKUP latency: request received to reply sent, seconds.",
-		"LOAD latency: request received to last layer in place, "
-		"seconds.",
-		"STORE latency: request received to committed, seconds.",
+		"LOOKUP latency (request to reply), seconds.",
+		"LOAD latency (request to all layers in place), seconds.",
+		"STORE latency (request to committed), seconds.",
 	};
-	char name[64], lab[48];
+	char name[64], les[NB][24];
 
+	for (int k = 0; k < NB; k++)
+		if (k < KVTD_HIST_BOUNDS)
+			snprintf(les[k], sizeof(les[k]), "le=\"%.6g\"",
+				 kvtd_hist_bound(k));
+		else
+			snprintf(les[k], sizeof(les[k]), "le=\"+Inf\"");
 	for (int o = 0; o < KVTD_OP_COUNT; o++) {
 		snprintf(name, sizeof(name), "kvtier_%s_duration_seconds",
 			 op_names[o]);
@@ -804,16 +860,8 @@ static void text_hists(struct sb *b, const struct snap *s)
 			snprintf(name, sizeof(name),
 				 "kvtier_%s_duration_seconds_bucket",
 				 op_names[o]);
-			for (int k = 0; k < NB; k++) {
-				if (k < KVTD_HIST_BOUNDS)
-					snprintf(lab, sizeof(lab),
-						 "le=\"%.6g\"",
-						 kvtd_hist_bound(k));
-				else
-					snprintf(lab, sizeof(lab),
-						 "le=\"+Inf\"");
-				sample_t(b, name, t, lab, t->cum[o][k]);
-			}
+			for (int k = 0; k < NB; k++)
+				sample_t(b, name, t, les[k], t->cum[o][k]);
 			sb_printf(b, "kvtier_%s_duration_seconds_sum{tenant=\"",
 				  op_names[o]);
 			sb_label(b, t->name);
@@ -1000,23 +1048,10 @@ static cJSON *json_build(const struct snap *s)
 		jnum(&j, y, "alloc_failures", (double)t->full);
 	}
 	if (s->have_cache) {
-		const kvt_cache_stat *c = &s->cs;
-
 		x = jobj(&j, root, "cache");
-		if (x) {
-			jnum(&j, x, "load_pages", (double)c->load_pages);
-			jnum(&j, x, "store_pages", (double)c->store_pages);
-			jnum(&j, x, "move_pages", (double)c->move_pages);
-			jnum(&j, x, "load_bytes", (double)c->load_bytes);
-			jnum(&j, x, "store_bytes", (double)c->store_bytes);
-			jnum(&j, x, "move_bytes", (double)c->move_bytes);
-			jnum(&j, x, "evicted_pages", (double)c->evicted);
-			jnum(&j, x, "move_errors", (double)c->move_errors);
-			jnum(&j, x, "verified_copies", (double)c->verified);
-			jnum(&j, x, "checksum_failures", (double)c->corrupt);
-			jnum(&j, x, "failed_blocks", (double)c->failed_blocks);
-			jnum(&j, x, "wait_seconds", c->wait_s);
-		}
+		for (size_t i = 0; x && i < KVT_ARRAY_SIZE(cache_ctrs); i++)
+			jnum(&j, x, cache_ctrs[i].json,
+			     cache_val(&s->cs, &cache_ctrs[i]));
 	} else if (!cJSON_AddNullToObject(root, "cache")) {
 		j.ok = 0;
 	}

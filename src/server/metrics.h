@@ -44,8 +44,8 @@
  *
  * THREADS. Updates: any thread, any time between create and destroy.
  * kvtd_metrics_tenant(): any thread (one mutex, not the hot path). Render:
- * any thread; renders are serialized with each other and with the collect
- * hook by the registry's mutex. A snapshot is not atomic across counters
+ * any thread; the collect hook and the snapshot run under the registry's
+ * mutex (one at a time), the formatting after it, outside. A snapshot is not atomic across counters
  * (each counter is read once, relaxed): a scrape that races an update may
  * see a hit before its histogram observation, never a torn value.
  * set_cache/set_collect: before the first render (or with renders stopped),
@@ -139,7 +139,9 @@ enum kvtd_gauge {
 /**
  * Called at the start of every render, under the registry's mutex, before
  * the snapshot: set gauges and bring counters up to date from state that
- * needs the daemon's own locks. Must not render or register tenants.
+ * needs the daemon's own locks. Must not render or register tenants; and
+ * since it runs under the registry's mutex, never call
+ * kvtd_metrics_tenant() while holding a lock this hook takes.
  */
 typedef void (*kvtd_collect_fn)(kvtd_metrics *m, void *arg);
 

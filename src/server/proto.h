@@ -33,7 +33,9 @@
  *
  *   HELLO      u32 tenant, u32 tp_rank, u32 tp_size, u32 page_tokens,
  *              u32 layers, u32 kv_heads_total, u32 kv_heads, u32 head_dim,
- *              u32 dtype_bytes, u32 mla, u16 nslen, ns[nslen] (<= 63)
+ *              u32 dtype_bytes, u32 mla, u16 nslen, ns[nslen] (<= 63);
+ *              every geometry field 0: a monitor (STATS only; any
+ *              tenant that allows the peer)
  *     reply    u32 client_id, u32 max_jobs, u32 slot_bytes, u32 lease_ms,
  *              u64 page_bytes; fds: the job-slot memfd (max_jobs *
  *              slot_bytes, map read-only), the done eventfd
