@@ -348,7 +348,9 @@ static void *reaper_main(void *arg)
 				kvtd_metrics_lease_expiry(d->m, c->t->mt,
 							  KVTD_LEASE_DEADLINE,
 							  1);
-				kvti_warn("daemon: client pid %d: job in slot %d "
+				/* counted; one line per job only at info
+				 * (a slow disk must not flood the log) */
+				kvti_info("daemon: client pid %d: job in slot %d "
 					  "ran past its lease (%u ms): "
 					  "cancelled", (int)c->cred.pid, s,
 					  d->cfg.lease_ms);
