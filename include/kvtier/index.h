@@ -24,7 +24,9 @@
  * Every key lives under its tenant's root, and the tenant's salt seeds every
  * fingerprint: a prompt of tenant A never matches pages of tenant B, even
  * with identical tokens. Tenant 0 (salt 0) exists from creation; others are
- * added with kvt_index_tenant_add(); an unknown tenant is an error.
+ * added with kvt_index_tenant_add(); an unknown tenant is an error. A
+ * tenant may have a page quota per tier (kvt_index_tenant_quota()): at its
+ * quota it evicts its own pages, not another tenant's.
  *
  * PAGES AND TIERS
  *
@@ -40,7 +42,8 @@
  * when no page below it in the tree has a copy in t, it is not pinned, and
  * (so) no page below it is pinned. Among those it takes the least recently
  * used page (KVT_EVICT_LRU) or the least used, then least recent
- * (KVT_EVICT_LFU). A page with another copy just gives up its slot; a page
+ * (KVT_EVICT_LFU); pages of tenants over their quota in the tier first,
+ * and only the tenant's own pages when it makes room under its quota. A page with another copy just gives up its slot; a page
  * with no other copy is demoted: the index makes room in the next tier below
  * (evicting there the same way), takes a slot and asks the mover to copy;
  * below the last tier, or when the tier below cannot take it, the page is

@@ -36,7 +36,8 @@
  * compact tier i, fastest first). PER NODE: pins, hits, last access and
  * access order, transient mark (state, ticket, ready time), and per tier:
  * cnt (its pages in the tier), sub (pages of its subtree in the tier) and
- * its place in that tier's eviction heap.
+ * its place in that tier's eviction heap of its tenant (n->ta, quota.c: a
+ * root's sub[i] is what its tenant holds in tier i).
  *
  * INVARIANTS (kvt_index_check() verifies all of them)
  *   - every non-root node is in the child table exactly once, under its
@@ -50,11 +51,15 @@
  *     every page above its end); a pinned page has a copy;
  *   - a node with no child and no pins ends in a page that is resident or
  *     transient (placeholders and empty pages never dangle);
- *   - tier i's heap holds exactly the nodes with cnt[i] > 0, sub[i] ==
- *     cnt[i] (nothing below in tier i) and no pins, ordered by
+ *   - a tenant's tier-i heap holds exactly its nodes with cnt[i] > 0,
+ *     sub[i] == cnt[i] (nothing below in tier i) and no pins, ordered by
  *     (hits if LFU, access order, id): the top's last tier-i page is the
- *     page to evict next. Access order follows the clock, which never
- *     goes back, so LRU by order is LRU by time.
+ *     tenant's page to evict next; the tier's next page is the least of
+ *     the tenants' tops (those over their quota in tier i first). Access
+ *     order follows the clock, which never goes back, so LRU by order is
+ *     LRU by time;
+ *   - every node points to its tenant's accounts (n->ta), whose node count
+ *     is its tree's and whose heaps have room for all of them.
  *
  * LOCKING: none. One thread at a time (the caller serializes). Pool
  * watermark callbacks that arrive while an index call is running (busy)
