@@ -55,7 +55,8 @@ static int copy_page(kvt_index *x, struct knode *n, uint32_t j, int t,
 	uint32_t d, *s = nslot(x, n, j, 0);
 	kvt_move mv;
 
-	if (u >= x->nt || kvti_quota_room(x, n->ta, u, 1) ||
+	if (u >= x->nt ||
+	    (n->ta->quota[u] && kvti_quota_room(x, n->ta, u, 1)) ||
 	    kvti_make_room(x, u, 1) || take_slot(x, u, &d))
 		return 0;
 	if (x->mover.copy) {
@@ -109,6 +110,8 @@ static struct knode *evict_pick(kvt_index *x, int t, struct tacct *only)
 	struct knode *best = NULL;
 	int over = 0;
 
+	if (x->nten == 1) /* the common case: one tenant */
+		only = x->ten[0].root->ta;
 	if (only)
 		return only->hn[t] ? only->heap[t][0] : NULL;
 	for (size_t i = 0; i < x->nten; i++) {

@@ -221,10 +221,18 @@ void kvti_wm_evict(kvt_pool *p, uint64_t want, void *arg);
 struct tacct *kvti_tacct_new(kvt_index *x);
 void kvti_tacct_free(kvt_index *x, struct tacct *ta);
 int kvti_tacct_reserve(kvt_index *x, struct tacct *ta, uint64_t nodes);
-uint64_t kvti_quota_used(const struct tacct *ta, int t);
 uint64_t kvti_quota_free(const struct tacct *ta, int t);
-int kvti_quota_over(const struct tacct *ta, int t);
 int kvti_quota_room(kvt_index *x, struct tacct *ta, int t, uint64_t n);
+
+/* What @ta holds in tier t; whether that is over its quota there. */
+static inline uint64_t kvti_quota_used(const struct tacct *ta, int t)
+{
+	return ta->root->sub[t];
+}
+static inline int kvti_quota_over(const struct tacct *ta, int t)
+{
+	return ta->quota[t] && ta->root->sub[t] > ta->quota[t];
+}
 
 /* A walk down the tree along a prefix. */
 struct walker {

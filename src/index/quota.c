@@ -69,11 +69,6 @@ int kvti_tacct_reserve(kvt_index *x, struct tacct *ta, uint64_t nodes)
 	return 0;
 }
 
-uint64_t kvti_quota_used(const struct tacct *ta, int t)
-{
-	return ta->root->sub[t];
-}
-
 /* Pages @ta may still place in tier t (UINT64_MAX: no quota). */
 uint64_t kvti_quota_free(const struct tacct *ta, int t)
 {
@@ -82,11 +77,6 @@ uint64_t kvti_quota_free(const struct tacct *ta, int t)
 	if (!ta->quota[t])
 		return UINT64_MAX;
 	return used >= ta->quota[t] ? 0 : ta->quota[t] - used;
-}
-
-int kvti_quota_over(const struct tacct *ta, int t)
-{
-	return ta->quota[t] && kvti_quota_used(ta, t) > ta->quota[t];
 }
 
 /* Make room under @ta's quota for @n more pages in tier t by evicting its
@@ -125,8 +115,8 @@ static int quota_args(kvt_index *x, uint32_t tenant, kvt_tier_kind tier,
 int kvt_index_tenant_quota(kvt_index *x, uint32_t tenant, kvt_tier_kind tier,
 			   uint64_t max_pages)
 {
-	struct tacct *ta;
-	int t, err;
+	struct tacct *ta = NULL;
+	int t = -1, err;
 
 	kvti_errclear();
 	if ((err = quota_args(x, tenant, tier, &ta, &t)))
