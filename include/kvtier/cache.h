@@ -190,8 +190,9 @@ KVT_API int kvt_cache_tenant_add(kvt_cache *c, uint32_t tenant,
  * quota there (its own pages go further down or leave). Lowering a quota
  * demotes the excess at once, in the calling thread (the copies run before
  * it returns). Read what a tenant holds with kvt_index_tenant_usage() on
- * kvt_cache_index() while no job runs. Returns 0, KVT_ENOTFOUND for an
- * unknown tenant or a tier the cache does not own.
+ * kvt_cache_index() while no job runs, after kvt_cache_quiesce() (the
+ * index is not locked for it). Returns 0, KVT_ENOTFOUND for an unknown
+ * tenant or a tier the cache does not own.
  */
 KVT_API int kvt_cache_tenant_quota(kvt_cache *c, uint32_t tenant,
 				   kvt_tier_kind tier, uint64_t max_pages);
