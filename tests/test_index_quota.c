@@ -437,6 +437,99 @@ static void test_remove_and_errors(void)
 	done(x);
 }
 
+/* ---- rollbacks: a failed allocation, a failing mover ----------------- */
+
+static int fail_copy(void *arg, const kvt_move *mv)
+{
+	(void)mv;
+	return *(int *)arg ? -EIO : 0;
+}
+
+static void usage_all(kvt_index *x, kvt_tenant_usage u[3])
+{
+	for (uint32_t tn = 0; tn < 3; tn++)
+		CHECK_OK(kvt_index_tenant_usage(x, tn, &u[tn]));
+}
+
+static void test_rollbacks(void)
+{
+	uint64_t injected = 0;
+	int failing = 0;
+
+	/* an insert at its quota failing its N-th allocation, every N:
+	 * -ENOMEM, and every tenant's usage as it was */
+	for (uint64_t n = 1; n < 64; n++) {
+		kvt_index *x = mk(64, 64, 0, KVT_WRITE_THROUGH, KVT_EVICT_LRU);
+		kvt_tenant_usage a[3], b[3];
+		int err;
+
+		CHECK_OK(kvt_index_tenant_quota(x, 1, KVT_TIER_HBM, 3));
+		CHECK_OK(kvt_index_tenant_quota(x, 1, KVT_TIER_DRAM, 2));
+		for (uint32_t id = 1; id <= 3; id++) {
+			CHECK_OK(ins(x, 0, id, 2, KVT_TIER_HBM, 0, id));
+			CHECK_OK(ins(x, 1, id, 1, KVT_TIER_HBM, 0, 10 + id));
+			CHECK_OK(ins(x, 2, id, 3, KVT_TIER_DRAM, 0, 20 + id));
+		}
+		usage_all(x, a);
+		kvt_alloc_fail_at(n);
+		err = kvt_index_insert(x, &(kvt_prefix){ .tenant = 1,
+				       .tokens = seq(1, 1, 4).tokens,
+				       .ntokens = 4 * P }, KVT_TIER_HBM,
+				       KVT_INSERT_PARTIAL, 40, NULL, NULL, 0);
+		kvt_alloc_fail_at(0);
+		usage_all(x, b);
+		CHECK_OK(kvt_index_check(x));
+		if (err) {
+			CHECK_ERR(err, -ENOMEM);
+			CHECK(!memcmp(a, b, sizeof(a)));
+			injected++;
+		} else {
+			CHECK_EQ(b[1].pages[KVT_TIER_HBM], 3);
+			CHECK(!memcmp(&a[0], &b[0], sizeof(a[0])));
+			CHECK(!memcmp(&a[2], &b[2], sizeof(a[2])));
+		}
+		done(x);
+		if (!err)
+			break;
+	}
+	CHECK(injected > 0);
+	fprintf(stderr, "rollbacks: %llu allocation failures injected\n",
+		(unsigned long long)injected);
+
+	/* a mover that fails: the demoted page is dropped, usage exact */
+	{
+		kvt_index_config c = { .page_tokens = P,
+				       .key_mode = KVT_KEY_HASH };
+		kvt_index_stat st;
+		kvt_index *x = NULL;
+
+		memset(pools, 0, sizeof(pools));
+		CHECK_OK(kvt_pool_create(&pools[KVT_TIER_HBM], 8, 64));
+		CHECK_OK(kvt_pool_create(&pools[KVT_TIER_DRAM], 8, 64));
+		c.pools[KVT_TIER_HBM] = pools[KVT_TIER_HBM];
+		c.pools[KVT_TIER_DRAM] = pools[KVT_TIER_DRAM];
+		c.mover.copy = fail_copy;
+		c.mover.arg = &failing;
+		CHECK_OK(kvt_index_create(&x, &c));
+		CHECK_OK(kvt_index_tenant_add(x, 1, 11));
+		CHECK_OK(kvt_index_tenant_add(x, 2, 22));
+		CHECK_OK(kvt_index_tenant_quota(x, 1, KVT_TIER_HBM, 2));
+		CHECK_OK(ins(x, 1, 1, 1, KVT_TIER_HBM, 0, 1));
+		CHECK_OK(ins(x, 1, 2, 1, KVT_TIER_HBM, 0, 2));
+		CHECK_OK(ins(x, 1, 3, 1, KVT_TIER_HBM, 0, 3)); /* 1 -> dram */
+		CHECK_EQ(where(x, 1, 1, 1), D);
+		failing = 1;
+		CHECK_OK(ins(x, 1, 4, 1, KVT_TIER_HBM, 0, 4)); /* 2 dropped */
+		CHECK_EQ(where(x, 1, 2, 1), 0);
+		CHECK_EQ(used(x, 1, KVT_TIER_HBM), 2);
+		CHECK_EQ(used(x, 1, KVT_TIER_DRAM), 1);
+		kvt_index_stat_get(x, &st);
+		CHECK_EQ(st.move_failed, 1);
+		CHECK_OK(kvt_index_check(x));
+		done(x);
+	}
+}
+
 /* ---- a bounded random run against a recount -------------------------- */
 
 #define NT 3     /* tenants 0..2 */
@@ -663,6 +756,7 @@ int main(int argc, char **argv)
 	test_write_through();
 	test_over_first();
 	test_remove_and_errors();
+	test_rollbacks();
 	for (uint64_t s = seed; s < seed + 6; s++)
 		test_random(steps / 6, s);
 	CHECK_EQ(kvt_alloc_live(), live);
