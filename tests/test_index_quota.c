@@ -466,10 +466,13 @@ static void test_rollbacks(void)
 		CHECK_OK(kvt_index_tenant_quota(x, 1, KVT_TIER_HBM, 3));
 		CHECK_OK(kvt_index_tenant_quota(x, 1, KVT_TIER_DRAM, 2));
 		for (uint32_t id = 1; id <= 3; id++) {
-			CHECK_OK(ins(x, 0, id, 2, KVT_TIER_HBM, 0, id));
-			CHECK_OK(ins(x, 1, id, 1, KVT_TIER_HBM, 0, 10 + id));
-			CHECK_OK(ins(x, 2, id, 3, KVT_TIER_DRAM, 0, 20 + id));
+			CHECK_OK(ins(x, 1, id, 1, KVT_TIER_HBM, 0, id));
+			CHECK_OK(ins(x, 2, id, 3, KVT_TIER_DRAM, 0, 10 + id));
 		}
+		/* 16 nodes of tenant 0, last: its heaps are full, and grow
+		 * when any tenant adds a node */
+		for (uint32_t id = 1; id <= 16; id++)
+			CHECK_OK(ins(x, 0, id, 1, KVT_TIER_HBM, 0, 20 + id));
 		usage_all(x, a);
 		kvt_alloc_fail_at(n);
 		err = kvt_index_insert(x, &(kvt_prefix){ .tenant = 1,
