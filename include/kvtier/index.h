@@ -43,8 +43,9 @@
  * (so) no page below it is pinned. Among those it takes the least recently
  * used page (KVT_EVICT_LRU) or the least used, then least recent
  * (KVT_EVICT_LFU); pages of tenants over their quota in the tier first,
- * and only the tenant's own pages when it makes room under its quota. A page with another copy just gives up its slot; a page
- * with no other copy is demoted: the index makes room in the next tier below
+ * and only the tenant's own pages when it makes room under its quota. A
+ * page with another copy just gives up its slot; a page with no other
+ * copy is demoted: the index makes room in the next tier below
  * (evicting there the same way), takes a slot and asks the mover to copy;
  * below the last tier, or when the tier below cannot take it, the page is
  * gone. A page whose last copy goes stays in the tree (empty) only while
@@ -546,8 +547,8 @@ KVT_API void kvt_index_stat_get(kvt_index *idx, kvt_index_stat *st);
  * its descendants' pins; pinned pages have a copy), transient marks,
  * placeholders not left behind, each tenant's eviction heap per tier
  * (exactly its evictable nodes, in LRU/LFU order), and each tenant's
- * per-tier usage (kvt_index_tenant_usage()) against a recount. O(nodes * depth); for tests and debug
- * builds. Returns 0, KVT_ECORRUPT with kvt_errdetail() naming the first
+ * per-tier usage (kvt_index_tenant_usage()) against a recount.
+ * O(nodes * depth); for tests and debug builds. Returns 0, KVT_ECORRUPT with kvt_errdetail() naming the first
  * broken rule, -ENOMEM.
  */
 KVT_API int kvt_index_check(kvt_index *idx);

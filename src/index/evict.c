@@ -123,7 +123,8 @@ static struct knode *evict_pick(kvt_index *x, int t, struct tacct *only)
 			continue;
 		n = ta->heap[t][0];
 		o = kvti_quota_over(ta, t);
-		if (!best || o > over || (o == over && kvti_key_less(x, n, best))) {
+		if (!best || o > over ||
+		    (o == over && kvti_key_less(x, n, best))) {
 			best = n;
 			over = o;
 		}
