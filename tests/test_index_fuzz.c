@@ -265,8 +265,9 @@ static kvt_prefix pfx(uint32_t tenant, const uint32_t *tok, int np)
 	return p;
 }
 
-static void op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
-		      unsigned flags)
+/* Returns 1 if the insert succeeded. */
+static int op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
+		     unsigned flags)
 {
 	int path[MAXLEN], have = m_path(tenant, tok, np, path), err;
 	kvt_prefix px = pfx(tenant, tok, np);
@@ -307,7 +308,7 @@ static void op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
 			m_protect(path, have, 0);
 			m_prune();
 			CHECK_ERR(err, KVT_EFULL);
-			return;
+			return 0;
 		}
 	}
 	CHECK_OK(err);
@@ -339,6 +340,7 @@ static void op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
 	m_prune();
 	if (!err)
 		CHECK_EQ(r.pages, cut);
+	return !err;
 }
 
 static void op_match(uint32_t tenant, const uint32_t *tok, int np, int touch)
@@ -620,9 +622,18 @@ static void run(uint64_t seed, int steps)
 			{
 				unsigned f = transients ? 2 :
 					     (unsigned)(test_rand(&r) % 3);
-				op_insert(tenant, tok, np, 0,
-					  f == 0 ? KVT_INSERT_PARTIAL :
-					  f == 1 ? KVT_INSERT_PIN : 0);
+				if (op_insert(tenant, tok, np, 0,
+					      f == 0 ? KVT_INSERT_PARTIAL :
+					      f == 1 ? KVT_INSERT_PIN : 0) &&
+				    f == 1 && quotas && nleases < 64) {
+					/* quotas: a pinned insert's lease
+					 * ends like a pin's (case 7) */
+					leases[nleases][0] = tenant;
+					leases[nleases][1] = (uint32_t)np;
+					memcpy(&leases[nleases][2], tok,
+					       sizeof(uint32_t) * np * P);
+					nleases++;
+				}
 			}
 			break;
 		case 3:
@@ -642,10 +653,13 @@ static void run(uint64_t seed, int steps)
 				       sizeof(uint32_t) * np * P);
 				nleases++;
 				/* a quota lowered under pinned pages: the
-				 * tenant stays over it until they unpin */
-				if (quotas && test_rand(&r) % 2)
+				 * tenant stays over it until they unpin;
+				 * then a touch (and its copies down) */
+				if (quotas && test_rand(&r) % 2) {
 					op_quota(tenant, (int)(test_rand(&r) %
 					    (uint64_t)M.nt), 1);
+					op_match(tenant, tok, np, 1);
+				}
 			}
 			break;
 		case 7:
