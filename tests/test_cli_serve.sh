@@ -23,6 +23,10 @@ expect 2 "tenants" -- serve "${ARGS[@]}" --tenants "nocolon"
 expect 2 "tenants" -- serve "${ARGS[@]}" --tenants "a:1,uid=x"
 expect 2 "given twice" -- serve "${ARGS[@]}" --tenants "a:1;b:1"
 expect 2 "unknown or repeated field" -- serve "${ARGS[@]}" --tenants "a:1,color=red"
+expect 2 "is not TIER:SIZE" -- serve "${ARGS[@]}" --tenants "a:1,quota=dram"
+expect 2 "is not TIER:SIZE" -- serve "${ARGS[@]}" --tenants "a:1,quota=hbm:1G"
+expect 2 "is not TIER:SIZE" -- serve "${ARGS[@]}" --tenants "a:1,quota=dram:lots"
+expect 2 "not in --tiers" -- serve "${ARGS[@]}" --tenants "a:1,quota=ssd:1G"
 expect 2 "too long" -- serve --socket "/tmp/$(printf 'x%.0s' {1..120})" --tiers dram:2M --model "$MODEL" --page-tokens 4
 expect 1 "" -- serve --socket /nonexistent/dir/s.sock --tiers dram:2M --model "$MODEL" --page-tokens 4
 

@@ -214,13 +214,18 @@ KVT_API int kvt_cache_tenant_add(kvt_cache *c, uint32_t tenant,
  * background demotion moves a tenant's pages into a lower tier within its
  * quota there (its own pages go further down or leave). Lowering a quota
  * demotes the excess at once, in the calling thread (the copies run before
- * it returns). Read what a tenant holds with kvt_index_tenant_usage() on
- * kvt_cache_index() while no job runs, after kvt_cache_quiesce() (the
- * index is not locked for it). Returns 0, KVT_ENOTFOUND for an unknown
+ * it returns). Read what a tenant holds with kvt_cache_tenant_usage().
+ * Returns 0, KVT_ENOTFOUND for an unknown
  * tenant or a tier the cache does not own.
  */
 KVT_API int kvt_cache_tenant_quota(kvt_cache *c, uint32_t tenant,
 				   kvt_tier_kind tier, uint64_t max_pages);
+
+/** What @tenant holds per tier (kvt_index_tenant_usage()), under the
+ *  cache's lock: safe while jobs run (a moment's snapshot). 0 or
+ *  KVT_ENOTFOUND. */
+KVT_API int kvt_cache_tenant_usage(kvt_cache *c, uint32_t tenant,
+				   kvt_tenant_usage *u);
 
 /** The chained keys of @tokens for @tenant (ntokens / P of them; a partial
  *  last page is ignored). 0, KVT_ENOTFOUND (tenant), -EINVAL. */

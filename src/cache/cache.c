@@ -1419,6 +1419,18 @@ int kvt_cache_tenant_quota(kvt_cache *c, uint32_t tenant, kvt_tier_kind tier,
 	return err;
 }
 
+int kvt_cache_tenant_usage(kvt_cache *c, uint32_t tenant,
+			   kvt_tenant_usage *u)
+{
+	int err;
+
+	kvti_errclear();
+	pthread_mutex_lock(&c->mu);
+	err = kvt_index_tenant_usage(c->idx, tenant, u);
+	pthread_mutex_unlock(&c->mu);
+	return err;
+}
+
 int kvt_cache_hash_tokens(kvt_cache *c, uint32_t tenant,
 			  const uint32_t *tokens, size_t ntokens,
 			  kvt_page_key *keys)
