@@ -87,6 +87,12 @@ PY
 	grep -q "READY=1" "$TMP/notify.out" || fail "no READY=1 to NOTIFY_SOCKET"
 	grep -q "STOPPING=1" "$TMP/notify.out" || fail "no STOPPING=1 to NOTIFY_SOCKET"
 fi
+# the benchmark, small: two client processes, JSON, no hang at the end
+timeout 120 "$KVT" bench server --model "$MODEL" --page-tokens 4 --pages 8 --clients 2 --repeats 2 --json >"$TMP/bench.json" 2>"$TMP/bench.err" || fail "bench server exit $? ($(tail -2 "$TMP/bench.err"))"
+for k in '"daemon_gbps":' '"inproc_gbps":' '"daemon_vs_inproc":' '"goal_met":' '"clients":	2'; do
+	grep -qF "$k" "$TMP/bench.json" || fail "bench server json lacks $k"
+done
+expect 2 "--clients" -- bench server --clients 0
 rm -f "$SOCK"
 [ "$fails" = 0 ] && echo "all serve cli checks passed"
 exit $((fails > 0))
