@@ -293,33 +293,52 @@ static void ssd_ix_fill(const kvt_tier *t, struct ssd_ix_header *h)
 	kvti_strlcpy(h->geom, t->geom.name, sizeof(h->geom));
 }
 
-/* A new, empty area: header, zeroed records, space reserved. */
+/* A new, empty area: header, zeroed records, space reserved; made under
+ * a temporary name and renamed into place, so a crash while making it
+ * leaves no half-made area. Opens t->rec_fd on it. */
 static int ssd_ix_create(kvt_tier *t, const char *path)
 {
 	struct ssd_ix_header h;
 	unsigned char blk[KVT_SSD_HEADER];
-	int e;
+	char tmp[KVT_PATH_MAX + 40];
+	int e, err = 0;
 
-	if (ftruncate(t->rec_fd, 0) < 0 ||
-	    ftruncate(t->rec_fd, (off_t)t->rec_len) < 0)
-		return kvti_fail(-errno, "%s: %s", path, strerror(errno));
+	snprintf(tmp, sizeof(tmp), "%s.new", path);
+	unlink(tmp);
+	t->rec_fd = open(tmp, O_RDWR | O_CLOEXEC | O_CREAT | O_EXCL, 0600);
+	if (t->rec_fd < 0)
+		return kvti_fail(-errno, "%s: %s", tmp, strerror(errno));
+	if (ftruncate(t->rec_fd, (off_t)t->rec_len) < 0) {
+		err = kvti_fail(-errno, "%s: %s", tmp, strerror(errno));
+		goto fail;
+	}
 	do
 		e = kvti_fault() ? ENOSPC :
 				   posix_fallocate(t->rec_fd, 0, (off_t)t->rec_len);
 	while (e == EINTR);
-	if (e)
-		return kvti_fail(-e, "%s: reserving %llu bytes: %s", path,
-				 (unsigned long long)t->rec_len, strerror(e));
+	if (e) {
+		err = kvti_fail(-e, "%s: reserving %llu bytes: %s", tmp,
+				(unsigned long long)t->rec_len, strerror(e));
+		goto fail;
+	}
 	ssd_ix_fill(t, &h);
 	memset(blk, 0, sizeof(blk));
 	memcpy(blk, &h, sizeof(h));
-	if (pwrite(t->rec_fd, blk, sizeof(blk), 0) != (ssize_t)sizeof(blk))
-		return kvti_fail(-EIO, "%s: writing header: %s", path,
-				 strerror(errno));
-	if (fdatasync(t->rec_fd) < 0)
-		return kvti_fail(-errno, "%s: fdatasync: %s", path,
-				 strerror(errno));
+	if (pwrite(t->rec_fd, blk, sizeof(blk), 0) != (ssize_t)sizeof(blk)) {
+		err = kvti_fail(-EIO, "%s: writing header: %s", tmp,
+				strerror(errno));
+		goto fail;
+	}
+	if (fdatasync(t->rec_fd) < 0 || rename(tmp, path) < 0) {
+		err = kvti_fail(-errno, "%s: %s", tmp, strerror(errno));
+		goto fail;
+	}
 	return 0;
+fail:
+	close(t->rec_fd);
+	t->rec_fd = -1;
+	unlink(tmp);
+	return err;
 }
 
 /* 0: the existing area matches; KVT_ECORRUPT: refused, said why. */
@@ -366,7 +385,7 @@ static int ssd_ix_check(kvt_tier *t, const char *path)
 static int ssd_ix_open(kvt_tier *t)
 {
 	char path[KVT_PATH_MAX + 32];
-	int err = 0, isnew;
+	int err = 0;
 
 	ssd_ix_path(t, path, sizeof(path));
 	if (!t->spec.persist) {
@@ -380,19 +399,19 @@ static int ssd_ix_open(kvt_tier *t)
 	t->rec_len = KVT_SSD_HEADER + t->desc.nslots * t->rec_bytes;
 	if (t->spec.fresh || t->any_created)
 		unlink(path); /* no data of an earlier run: no records */
-	t->rec_fd = open(path, O_RDWR | O_CLOEXEC | O_CREAT, 0600);
-	if (t->rec_fd < 0)
+	t->rec_fd = open(path, O_RDWR | O_CLOEXEC);
+	if (t->rec_fd < 0 && errno != ENOENT)
 		return kvti_fail(-errno, "%s: %s", path, strerror(errno));
-	isnew = lseek(t->rec_fd, 0, SEEK_END) == 0;
-	if (isnew && !t->any_created)
-		kvti_warn("%s: no page index of an earlier run: the ssd tier "
-			  "starts empty", path);
-	err = isnew ? ssd_ix_create(t, path) : ssd_ix_check(t, path);
-	if (err) {
-		if (isnew)
-			unlink(path);
-		return err;
+	if (t->rec_fd < 0) {
+		if (!t->any_created)
+			kvti_warn("%s: no page index of an earlier run: the ssd "
+				  "tier starts empty", path);
+		err = ssd_ix_create(t, path);
+	} else {
+		err = ssd_ix_check(t, path);
 	}
+	if (err)
+		return err;
 	t->rec_map = mmap(NULL, t->rec_len, PROT_READ | PROT_WRITE, MAP_SHARED,
 			  t->rec_fd, 0);
 	if (t->rec_map == MAP_FAILED) {
