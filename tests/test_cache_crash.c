@@ -104,8 +104,7 @@ static void child(struct shared *sh, const char *tiers, uint64_t seed)
 			blocks[i] = (uint32_t)n * MAXPG + i;
 		eng_fill(&e, keys[n], np, 0, blocks);
 		if (np > sh->began[s])
-			sh->began[s] = np;
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+			sh->began[s] = np; /* before the store: its lock orders it */
 		if (kvt_cache_store(c, 0, keys[n], np, 0, blocks, &jobs[n])) {
 			jobs[n] = NULL;
 			continue;
