@@ -375,6 +375,31 @@ static uint64_t count_missing(kvt_index *x, struct pk *k, size_t np, int t,
 	return miss;
 }
 
+/* Steps 1 and 2 of an insert or a restore: open the prefix and the tier,
+ * set the clock, put an edge boundary where the tree's part of the prefix
+ * ends (*@have pages) and make a node for the rest (*@nn, not attached;
+ * NULL when the tree holds it all). */
+static int shape_prefix(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
+			uint64_t now, struct pk *k, int *t, size_t *have,
+			struct knode **nn)
+{
+	struct walker w;
+	int err;
+
+	*nn = NULL;
+	if ((err = kvti_px_open(x, px, 1, k)))
+		return err;
+	if ((*t = tier_of(x, tier)) < 0)
+		return KVT_ENOTFOUND;
+	kvti_set_clock(x, now);
+	*have = walk_all(x, k, &w);
+	if ((err = split_at(x, k, *have)))
+		return err;
+	if (*have < k->n && (err = new_tail(x, k, *have, nn)))
+		return err;
+	return 0;
+}
+
 static void clear_mark_fn(kvt_index *x, struct knode *n, void *arg)
 {
 	(void)arg;
@@ -403,18 +428,8 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 	if ((flags & KVT_INSERT_PIN) && (flags & KVT_INSERT_PARTIAL))
 		return kvti_fail(-EINVAL, "insert: KVT_INSERT_PIN and "
 				 "KVT_INSERT_PARTIAL do not go together");
-	if ((err = kvti_px_open(x, px, 1, &k)))
-		return err;
-	if ((t = tier_of(x, tier)) < 0)
-		return KVT_ENOTFOUND;
-	kvti_set_clock(x, now);
-
-	/* 2. shape: an edge boundary where the tree's part ends, a node for
-	 * the rest */
-	have = walk_all(x, &k, &w);
-	if ((err = split_at(x, &k, have)))
-		return err;
-	if (have < k.n && (err = new_tail(x, &k, have, &nn)))
+	/* 1, 2. read and shape */
+	if ((err = shape_prefix(x, px, tier, now, &k, &t, &have, &nn)))
 		return err;
 
 	/* 3. change */
@@ -568,17 +583,8 @@ int kvt_index_restore(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 		*added = 0;
 	if (!slots)
 		return kvti_fail(-EINVAL, "restore: no slots");
-	if ((err = kvti_px_open(x, px, 1, &k)))
-		return err;
-	if ((t = tier_of(x, tier)) < 0)
-		return KVT_ENOTFOUND;
-	kvti_set_clock(x, now);
-
 	/* shape first (may fail, holds the same pages), then the slots */
-	have = walk_all(x, &k, &w);
-	if ((err = split_at(x, &k, have)))
-		return err;
-	if (have < k.n && (err = new_tail(x, &k, have, &nn)))
+	if ((err = shape_prefix(x, px, tier, now, &k, &t, &have, &nn)))
 		return err;
 	if ((err = restore_reserve(x, &k, t, have, slots, &taken))) {
 		restore_unreserve(x, &k, t, have, slots, taken);
