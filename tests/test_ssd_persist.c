@@ -300,6 +300,68 @@ static void test_torn_record(void)
 	eng_free(&e);
 }
 
+/* A record of page 1 copied to a free slot (its slot field and checksum
+ * made right): the older of the two is dropped. Newer at the copy's slot,
+ * whose data is not the page: the load catches it, counts it, serves the
+ * page before it only. */
+static void test_duplicates(void)
+{
+	uint32_t rb = (uint32_t)KVT_SSD_REC_BYTES(4), slot, copy = 100;
+	unsigned char rec[KVT_SSD_REC_BYTES(4)];
+	kvt_page_key k[NB];
+	kvt_cache_stat st;
+	kvt_cache_restore r;
+	char path[700];
+	kvt_cache *c;
+	eng e;
+
+	CHECK_OK(eng_init(&e, &geom, NB, ENG_KV_OUTER, 64, -1));
+	snprintf(path, sizeof(path), "%s/kvtier-ssd-index.kvt", dir);
+	for (int newer = 0; newer < 2; newer++) {
+		uint64_t gen, check;
+		FILE *f;
+
+		c = reopen(&e, NULL, "fresh");
+		store_session(c, &e, 0, 70, 3, k);
+		slot = ssd_slot(c, 70, 1);
+		CHECK(slot != copy);
+		kvt_cache_close(c);
+		f = fopen(path, "rb");
+		CHECK(f && fseek(f, 4096 + (long)slot * rb, SEEK_SET) == 0 &&
+		      fread(rec, rb, 1, f) == 1);
+		if (f)
+			fclose(f);
+		memcpy(&gen, rec + 8, 8);
+		gen = newer ? gen + 1000 : gen - 1;
+		memcpy(rec + 8, &gen, 8);
+		memcpy(rec + 72, &copy, 4);
+		check = XXH3_64bits(rec, 80 + 8 * 4);
+		memcpy(rec + 80 + 8 * 4, &check, 8);
+		poke("kvtier-ssd-index.kvt", 4096 + (uint64_t)copy * rb, rec, rb);
+
+		c = reopen(&e, NULL, NULL);
+		r = restored(c);
+		CHECK_EQ(r.records, 4);
+		CHECK_EQ(r.duplicates, 1);
+		CHECK_EQ(r.restored, 3);
+		CHECK_EQ(ssd_slot(c, 70, 1), newer ? copy : slot);
+		if (newer) {
+			uint32_t d[3] = { 50, 51, 52 }, failed[3];
+			long nf = 0;
+
+			CHECK_ERR(cache_load_wait(c, 0, k, 3, 0, d, failed, &nf,
+						  NULL), KVT_ECORRUPT);
+			CHECK_EQ(nf, 1);
+			CHECK_EQ(failed[0], d[1]);
+		}
+		CHECK_EQ(served(c, &e, 0, 70, 3), newer ? 1 : 3);
+		kvt_cache_stat_get(c, &st);
+		CHECK_EQ(st.corrupt, (uint64_t)newer);
+		kvt_cache_close(c);
+	}
+	eng_free(&e);
+}
+
 /* ---- tenants -------------------------------------------------------------- */
 
 static void test_tenants(void)
@@ -463,6 +525,8 @@ int main(void)
 	test_tampered_data();
 	test_phase = "torn record";
 	test_torn_record();
+	test_phase = "duplicates";
+	test_duplicates();
 	test_phase = "tenants";
 	test_tenants();
 	test_phase = "refusals";
