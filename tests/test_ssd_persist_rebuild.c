@@ -15,7 +15,8 @@
  * KVT_REBUILD_DIR puts the tier elsewhere (default: the build tree) and
  * keeps it; with KVT_REBUILD_REUSE=1 too, a second run skips the fill and
  * measures the first open of a fresh process over it, cold (what a daemon
- * restart does).
+ * restart does). KVT_REBUILD_PLAIN=1 fills a tier without 'persist' and
+ * stops: the store path's cost of keeping records, side by side.
  */
 #include "cache_util.h"
 
@@ -127,6 +128,7 @@ int main(void)
 	const char *env = getenv("KVT_REBUILD_MIB");
 	const char *where = getenv("KVT_REBUILD_DIR");
 	int reuse = where && getenv("KVT_REBUILD_REUSE");
+	int plain = getenv("KVT_REBUILD_PLAIN") != NULL;
 	uint64_t mib = env ? strtoull(env, NULL, 10) : 64, nslots, nchains;
 	char dir[600];
 	kvt_cache *c;
@@ -139,8 +141,9 @@ int main(void)
 	snprintf(dir, sizeof(dir), "%s/ssd",
 		 where ? where : test_dir("ssd_persist_rebuild"));
 	small_geom(&geom, 1, 1); /* 512-byte pages, 4 KiB slots */
-	snprintf(spec, sizeof(spec), "ssd:%s,%lluM,persist%s", dir,
-		 (unsigned long long)mib, reuse ? "" : ",fresh");
+	snprintf(spec, sizeof(spec), "ssd:%s,%lluM%s%s", dir,
+		 (unsigned long long)mib, plain ? "" : ",persist",
+		 reuse ? "" : ",fresh");
 	if (reuse) {
 		/* filled by an earlier run: the first open of a fresh process
 		 * (a daemon restart), cold; 4 KiB slots */
@@ -172,12 +175,15 @@ int main(void)
 		(unsigned long long)mib, (unsigned long long)nslots,
 		(unsigned long long)(nchains * CHAIN), fill_s, close_s,
 		(unsigned long long)(KVT_SSD_REC_BYTES(1) * nslots >> 20));
+	if (plain) /* the fill without 'persist', for the A/B of its cost */
+		goto out;
 
 	snprintf(spec, sizeof(spec), "ssd:%s,%lluM,persist", dir,
 		 (unsigned long long)mib);
 	reopen("warm", nchains * CHAIN, nchains);
 	drop_cached(dir);
 	reopen("cold", nchains * CHAIN, nchains);
+out:
 	if (!where) { /* the scratch tier is not kept */
 		char cmd[700];
 
