@@ -8,7 +8,9 @@
  * record is dropped with the chain below it; tenants come back with their
  * salt (another salt drops their pages); another geometry or index format
  * version is refused with a clear error and 'fresh' starts over; opening
- * without 'persist' removes the index; spec errors; and a failed
+ * without 'persist' removes the index; a persistent directory has one
+ * owner (a second open, persistent or not, is KVT_EBUSY); spec errors;
+ * and a failed
  * allocation at every point of a rebuilding open leaves the records
  * whole.
  *
@@ -447,14 +449,32 @@ static void test_refusals(void)
 	snprintf(s, sizeof(s), "ssd:%s,1M,persist", dir);
 	CHECK_ERR(open_geom(&c, s, &geom, KVT_CACHE_NO_VERIFY), -EINVAL);
 	CHECK(strstr(kvt_errdetail(), "checksums") != NULL);
-	/* still whole after all that */
+	/* still whole after all that; while it is open, nobody else opens
+	 * the directory, persistent or not (which would drop the records) */
 	c = reopen(&e, NULL, NULL);
+	{
+		kvt_cache *c2 = NULL;
+
+		CHECK_ERR(open_geom(&c2, s, &geom, 0), KVT_EBUSY);
+		snprintf(path, sizeof(path), "ssd:%s,1M", dir);
+		CHECK_ERR(open_geom(&c2, path, &geom, 0), KVT_EBUSY);
+		CHECK(strstr(kvt_errdetail(), "persistent") != NULL);
+	}
 	CHECK_EQ(served(c, &e, 0, 50, 3), 3);
 	kvt_cache_close(c);
-	/* opened without 'persist': the records go, the next open is empty */
+	/* opened without 'persist': the records go, the next open is empty;
+	 * two plain tiers may share a directory (as before) */
 	snprintf(s, sizeof(s), "ssd:%s,1M", dir);
 	CHECK_OK(open_geom(&c, s, &geom, 0));
 	CHECK_ERR(kvt_cache_restore_info(c, &(kvt_cache_restore){ 0 }), -EINVAL);
+	{
+		kvt_cache *c2 = NULL;
+
+		CHECK_OK(open_geom(&c2, s, &geom, 0));
+		kvt_cache_close(c2);
+		snprintf(path, sizeof(path), "ssd:%s,1M,persist", dir);
+		CHECK_ERR(open_geom(&c2, path, &geom, 0), KVT_EBUSY);
+	}
 	kvt_cache_close(c);
 	snprintf(path, sizeof(path), "%s/kvtier-ssd-index.kvt", dir);
 	CHECK(stat(path, &sb) < 0 && errno == ENOENT);

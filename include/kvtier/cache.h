@@ -75,7 +75,8 @@
  * such a page fails there (counted in kvt_cache_stat.corrupt, its record
  * dropped) and is never served. Tenants whose pages were restored exist
  * again at open with their recorded salt. A directory of another geometry
- * or format version is refused (add 'fresh' to start over). Needs
+ * or format version is refused (add 'fresh' to start over); one in use by
+ * another open ssd tier is refused (KVT_EBUSY). Needs
  * checksums (not with KVT_CACHE_NO_VERIFY). docs/FORMATS.md has the
  * record format.
  *

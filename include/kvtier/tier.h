@@ -62,7 +62,9 @@
  *   persist         ssd               keep a page record per slot
  *                                     (kvtier-ssd-index.kvt) so the node
  *                                     cache rebuilds its index at the next
- *                                     open (docs/FORMATS.md); not with temp
+ *                                     open (docs/FORMATS.md); not with temp;
+ *                                     owns DIR while open (flock: another
+ *                                     ssd tier over it is KVT_EBUSY)
  *   device=N        hbm               CUDA device
  *   layout=L        hbm, hostdev      vllm (default) or sglang
  *

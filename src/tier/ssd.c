@@ -60,6 +60,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -95,6 +96,14 @@ static uint64_t file_slots(const kvt_tier *t, uint32_t f)
 	return n / t->nfiles + (f < n % t->nfiles ? 1 : 0);
 }
 
+static void ssd_unlock_dir(kvt_tier *t)
+{
+	if (t->dir_fd >= 0) {
+		close(t->dir_fd); /* and its lock */
+		t->dir_fd = -1;
+	}
+}
+
 static void ssd_close(kvt_tier *t)
 {
 	if (t->rec_map) {
@@ -122,6 +131,7 @@ static void ssd_close(kvt_tier *t)
 	kvt_free(t->files);
 	t->files = NULL;
 	t->nfiles = 0;
+	ssd_unlock_dir(t);
 	if (t->created_file && (t->spec.temp || !t->pool))
 		rmdir(t->spec.path); /* only if we made it; fails if not empty */
 }
@@ -434,6 +444,33 @@ int kvt_tier_ssd_records(kvt_tier *t, void **recs, uint32_t *rec_bytes,
 	return 0;
 }
 
+/* A persistent tier owns its directory (flock LOCK_EX, held until close):
+ * another tier over it (another process, or another cache in this one)
+ * would overwrite its slots, and without 'persist' remove its records.
+ * Plain tiers take LOCK_SH: they still may share a directory with each
+ * other as before, but not with a persistent one. */
+static int ssd_lock_dir(kvt_tier *t)
+{
+	int e;
+
+	t->dir_fd = open(t->spec.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (t->dir_fd < 0)
+		return kvti_fail(-errno, "tier spec '%s': directory %s: %s",
+				 t->spec.text, t->spec.path, strerror(errno));
+	if (flock(t->dir_fd, (t->spec.persist ? LOCK_EX : LOCK_SH) |
+			     LOCK_NB) == 0)
+		return 0;
+	e = errno;
+	ssd_unlock_dir(t);
+	if (t->created_file)
+		rmdir(t->spec.path);
+	return kvti_fail(e == EWOULDBLOCK ? KVT_EBUSY : -e,
+			 "tier spec '%s': %s is in use by %s ssd tier (a "
+			 "persistent tier owns its directory; engines share "
+			 "it through one process)", t->spec.text, t->spec.path,
+			 t->spec.persist ? "another" : "a persistent");
+}
+
 static int ssd_open(kvt_tier *t)
 {
 	uint64_t page = kvt_geom_page_bytes(&t->geom), slot, nslots, need;
@@ -442,7 +479,7 @@ static int ssd_open(kvt_tier *t)
 	char a[32], b[32];
 	int err;
 
-	t->rec_fd = -1;
+	t->rec_fd = t->dir_fd = -1;
 	slot = KVT_ALIGN_UP(page, KVT_SSD_ALIGN);
 	if ((err = kvti_tier_slots(t, t->spec.bytes, slot, &nslots)))
 		return err;
@@ -460,6 +497,8 @@ static int ssd_open(kvt_tier *t)
 		return kvti_fail(KVT_ESPEC, "tier spec '%s': %s is not a "
 				 "directory", t->spec.text, t->spec.path);
 	}
+	if ((err = ssd_lock_dir(t)))
+		return err;
 	t->desc.nslots = nslots;
 	t->desc.slot_bytes = slot;
 	t->nfiles = t->spec.files;
@@ -475,6 +514,7 @@ static int ssd_open(kvt_tier *t)
 			reuse = access(p, F_OK) == 0;
 		}
 		if (!reuse && avail < need) {
+			ssd_unlock_dir(t);
 			if (t->created_file)
 				rmdir(t->spec.path);
 			return kvti_fail(-ENOSPC, "tier spec '%s': needs %s in %s "
@@ -486,6 +526,7 @@ static int ssd_open(kvt_tier *t)
 	}
 	t->files = kvt_calloc(t->nfiles, sizeof(*t->files));
 	if (!t->files) {
+		ssd_unlock_dir(t);
 		if (t->created_file)
 			rmdir(t->spec.path);
 		return -ENOMEM;

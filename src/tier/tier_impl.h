@@ -56,6 +56,7 @@ struct kvt_tier {
 	uint32_t nfiles;
 	int direct;              /* files opened O_DIRECT */
 	int any_created;         /* this open created a slot file */
+	int dir_fd;              /* the directory, flock'ed: one tier per dir */
 	/* ssd 'persist': the record area (kvtier-ssd-index.kvt), mapped */
 	int rec_fd;
 	void *rec_map;
