@@ -60,6 +60,26 @@
  * wait, and any wait for a slot that a background copy is still reading,
  * is measured (kvt_cache_job_stat.wait_s).
  *
+ * PERSISTENCE. With an ssd tier opened 'persist' (ssd:DIR,SIZE,persist)
+ * the ssd tier and its part of the index survive a restart: each ssd slot
+ * has a record (page key, parent key, tenant and salt, depth, geometry
+ * fingerprint, layer sums, generation, checksum) written once the page's
+ * bytes are in place and verified, and zeroed before the slot is written
+ * again or when the page leaves. kvt_cache_open() reads the records and
+ * puts every page whose record and chain of parents are whole back in the
+ * index at its slot (kvt_cache_restore_info() says what it found and how
+ * long it took); the pages of faster tiers are gone. After a kill -9 at
+ * any moment, pages whose commit had not finished are absent; after a
+ * machine crash a page may be recorded with bytes that did not all reach
+ * the disk: every load verifies every layer against the recorded sums, so
+ * such a page fails there (counted in kvt_cache_stat.corrupt, its record
+ * dropped) and is never served. Tenants whose pages were restored exist
+ * again at open with their recorded salt. A directory of another geometry
+ * or format version is refused (add 'fresh' to start over); one in use by
+ * another open ssd tier is refused (KVT_EBUSY). Needs
+ * checksums (not with KVT_CACHE_NO_VERIFY). docs/FORMATS.md has the
+ * record format.
+ *
  * THREADS. Every call is thread-safe: an engine's scheduler thread may look
  * up while its worker threads load, store and wait. One lock guards the
  * index (held for bookkeeping only, never across a copy); jobs run on the
@@ -202,7 +222,11 @@ KVT_API int kvt_cache_attach(kvt_cache *c, void *const *base,
 KVT_API void kvt_cache_detach(kvt_cache_mem *m);
 
 /** Register @tenant with @salt (its keys never match another's).
- *  0, -EEXIST, -ENOMEM. Tenant 0 (salt 0) always exists. */
+ *  0, -EEXIST, -ENOMEM. Tenant 0 (salt 0) always exists. A tenant that
+ *  the open re-created from a persistent ssd tier (PERSISTENCE) may be
+ *  added once more: with its recorded salt that is 0 and its pages stay;
+ *  with another salt its restored pages are dropped first (KVT_EBUSY if
+ *  some are in use by a job). */
 KVT_API int kvt_cache_tenant_add(kvt_cache *c, uint32_t tenant,
 				 uint64_t salt);
 
@@ -469,6 +493,28 @@ typedef struct kvt_cache_check {
  * For tests and the end of the demo; holds the cache's lock throughout.
  */
 KVT_API int kvt_cache_verify(kvt_cache *c, kvt_cache_check *r);
+
+/** What the open found in a persistent ssd tier (PERSISTENCE). */
+typedef struct kvt_cache_restore {
+	uint64_t records;     /* whole records found (checksum, geometry and
+				 place right) */
+	uint64_t restored;    /* pages put back in the index */
+	uint64_t bad_records; /* records that failed their checksum, layer
+				 count, geometry or place: dropped */
+	uint64_t orphans;     /* whole records whose chain of parents is not
+				 (a parent missing, of another depth or
+				 salt): dropped */
+	uint64_t duplicates;  /* older records of a page recorded twice */
+	uint64_t failed;      /* pages the index refused (kvt_errdetail()
+				 was logged): dropped */
+	uint64_t tenants;     /* tenants other than 0 re-created */
+	double scan_s;        /* reading the records */
+	double rebuild_s;     /* the whole rebuild, scan included */
+} kvt_cache_restore;
+
+/** Fill @r for a cache whose ssd tier is persistent: 0, or -EINVAL (no
+ *  persistent ssd tier). */
+KVT_API int kvt_cache_restore_info(kvt_cache *c, kvt_cache_restore *r);
 
 /** The geometry in use; the tier of kind @k or NULL; the index and the
  *  transfer engine (for statistics; do not call the index directly while
