@@ -29,6 +29,7 @@ int bench_index(int argc, char **argv);
 int bench_sim(int argc, char **argv);
 int bench_xfer(int argc, char **argv);
 int bench_cache(int argc, char **argv);
+int bench_remote(int argc, char **argv);
 
 /* Print "kvtier <what>: <detail or strerror>" to stderr; returns
  * CLI_EXIT_FAIL (or CLI_EXIT_USAGE for spec/config errors). */

@@ -25,6 +25,8 @@
  *   auth=PASS     AUTH PASS after connecting; auth=USER:PASS for ACL users
  *   timeout=MS    connect and socket timeout per operation (default 2000)
  *   db=N          SELECT N after connecting (standalone only)
+ *   window=SIZE   value bytes in flight per node (default 16M; 0: a
+ *                 whole batch at once, see BATCHES)
  *   tag=none|ns   none (default): pages spread over the cluster's slots;
  *                 ns: the namespace is a hash tag, so every page of the
  *                 namespace lives in one slot (one node: a batch is one
@@ -79,11 +81,16 @@
  *
  * BATCHES
  *
- * Every call takes a list of pages. Requests are grouped by node, each
- * group is pipelined (all its requests written, then all replies read):
- * one round trip per node per call (plus one per redirect), requests to
- * all nodes in flight together. Large stores are cut into rounds of at
- * most 64 MiB per node.
+ * Every call takes a list of pages. Requests are grouped by node and
+ * pipelined on one connection per node, every node's requests in flight
+ * together. EXISTS: all of a batch's requests are written, then all
+ * replies read (one round trip per node). GET and SET keep a window of
+ * window= bytes of values in flight per node: the first window is written
+ * at once, and each reply read lets one more request go. A window as large
+ * as the batch is one round trip per node; the default (16 MiB: four 4 MiB
+ * pages) keeps the server from building a whole batch of replies at once,
+ * which is several times slower than a stream (docs/REMOTE.md has the
+ * figures). A redirected page costs one more round trip.
  *
  * ERRORS AND FAULTS
  *

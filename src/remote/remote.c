@@ -16,8 +16,10 @@
  * A node that fails (connect, write, read, timeout, an error reply other
  * than a redirect) fails its pages of the round, is dropped (reconnect
  * backed off) and the slot map is reloaded before the next call's first
- * round. Stores are cut into rounds of KVTI_RROUND_BYTES per node so the
- * output buffer stays bounded.
+ * round. Per node a window of window_bytes (spec option window=, default
+ * 16 MiB) of values is in flight: a GET or SET is sent as soon as an
+ * earlier one's reply is read, so neither side ever buffers a whole batch
+ * of large pages (see docs/REMOTE.md for why that matters).
  */
 #include "remote/remote_impl.h"
 #include "xfer/xxh.h"
@@ -183,6 +185,12 @@ static int spec_option(const char *text, struct kvti_rspec *s, char *tok)
 		if (s->cluster && x)
 			return spec_fail(text, "a cluster has only db 0:", v);
 		s->db = (int)x;
+	} else if (!strcmp(k, "window")) {
+		if (kvt_size_parse(v, &x) || x > (1ull << 40))
+			return spec_fail(text, "window must be a size such as "
+					 "16M (0: a whole batch at once), got",
+					 v);
+		s->window = x;
 	} else if (!strcmp(k, "tag")) {
 		if (!strcmp(v, "ns"))
 			s->tag_ns = 1;
@@ -196,7 +204,7 @@ static int spec_option(const char *text, struct kvti_rspec *s, char *tok)
 	} else {
 		*eq = '=';
 		return spec_fail(text, "unknown option (prefix, ns, ttl, auth, "
-				 "timeout, db, tag):", tok);
+				 "timeout, db, tag, window):", tok);
 	}
 	return 0;
 }
@@ -218,6 +226,7 @@ int kvti_remote_spec_parse(const char *text, struct kvti_rspec *s)
 	memset(s, 0, sizeof(*s));
 	kvti_strlcpy(s->prefix, "kvt:", sizeof(s->prefix));
 	s->timeout_ms = 2000;
+	s->window = KVTI_RWINDOW_BYTES;
 	if (!text || !*text)
 		return kvti_fail(KVT_ESPEC, "remote spec: empty (e.g. "
 				 "remote:redis://127.0.0.1:6379)");
@@ -408,6 +417,7 @@ int kvt_remote_open(kvt_remote **out, const char *spec, const kvt_geom *g)
 			     sizeof(r->spec.ns));
 	kvti_remote_fmt(&r->fmt, &r->g, r->spec.ns);
 	r->value_bytes = kvti_remote_head_bytes(&r->fmt) + r->fmt.page_bytes;
+	r->window_bytes = r->spec.window;
 	if ((err = pthread_mutex_init(&r->mu, NULL))) {
 		err = -err;
 		goto err_free;
@@ -654,26 +664,79 @@ static void take_reply(kvt_remote *r, struct batch *b, size_t i, int nd,
 	}
 }
 
-/* Fail every page queued on node @nd from position @from on. */
+/* Fail every page queued on node @nd from position @from on; the node is
+ * done for this round. */
 static void fail_queue(kvt_remote *r, struct batch *b, int nd, size_t from)
 {
 	struct kvti_rnode *n = &r->nodes[nd];
 
 	for (size_t k = from; k < n->nq; k++)
 		page_fail(r, b, n->q[k]);
-	n->nq = 0;
+	n->nq = n->got = n->sent = 0;
 }
 
-/* One round: route every pending page (up to a round's bytes per node),
- * send, read. Returns the number of pages still pending. */
+/* Queue up to @more further commands on node @k and write them all out;
+ * 0, or -EIO after failing the node's unanswered pages. */
+static int send_more(kvt_remote *r, struct batch *b, size_t k, size_t more)
+{
+	struct kvti_rnode *n = &r->nodes[k];
+	int done = 0;
+
+	for (; more && n->sent < n->nq; more--, n->sent++)
+		if (append(r, b, n->q[n->sent], (int)k)) {
+			kvti_remote_drop(r, k, "cannot queue a command");
+			fail_queue(r, b, (int)k, n->got);
+			return -EIO;
+		}
+	while (!done)
+		if (redisBufferWrite(n->c, &done) != REDIS_OK) {
+			kvti_remote_drop(r, k, n->c->errstr);
+			fail_queue(r, b, (int)k, n->got);
+			return -EIO;
+		}
+	return 0;
+}
+
+/* Read the reply to node @k's next page; 0, or -EIO after failing the
+ * node's unanswered pages. */
+static int read_one(kvt_remote *r, struct batch *b, size_t k, size_t *left)
+{
+	struct kvti_rnode *n = &r->nodes[k];
+	size_t i = n->q[n->got];
+	redisReply *rep = NULL;
+
+	for (int a = 0; a <= b->asking[i]; a++) {
+		if (rep)
+			freeReplyObject(rep);
+		rep = NULL;
+		if (redisGetReply(n->c, (void **)&rep) != REDIS_OK || !rep) {
+			kvti_remote_drop(r, k, n->c->errstr[0] ? n->c->errstr :
+					 "no reply");
+			fail_queue(r, b, (int)k, n->got);
+			return -EIO;
+		}
+	}
+	take_reply(r, b, i, (int)k, rep);
+	freeReplyObject(rep);
+	*left += !b->state[i];
+	n->got++;
+	return 0;
+}
+
+/* One round: route every pending page to its node, then keep a window of
+ * r->window_bytes of values in flight per node (every EXISTS at once):
+ * the first window goes out to every node, then each reply read lets one
+ * more request go. Returns the number of pages still pending (redirected
+ * to another node). */
 static size_t round_once(kvt_remote *r, struct batch *b)
 {
-	size_t cap = b->op == OP_SET ?
-		KVT_MAX(1, KVTI_RROUND_BYTES / r->value_bytes) : b->n;
+	size_t win = b->op == OP_EXISTS || !r->window_bytes ? b->n :
+		KVT_MAX(1, r->window_bytes / r->value_bytes);
 	size_t left = 0;
+	int active;
 
 	for (size_t k = 0; k < r->nnodes; k++)
-		r->nodes[k].nq = 0;
+		r->nodes[k].nq = r->nodes[k].got = r->nodes[k].sent = 0;
 	for (size_t i = 0; i < b->n; i++) {
 		struct kvti_rnode *n;
 		int nd;
@@ -686,10 +749,6 @@ static size_t round_once(kvt_remote *r, struct batch *b)
 			continue;
 		}
 		n = &r->nodes[nd];
-		if (n->nq == cap) {
-			left++;
-			continue;
-		}
 		if (kvti_grow((void **)&n->q, &n->capq, n->nq + 1,
 			      sizeof(*n->q), 64)) {
 			page_fail(r, b, i);
@@ -697,57 +756,30 @@ static size_t round_once(kvt_remote *r, struct batch *b)
 		}
 		n->q[n->nq++] = i;
 	}
-	/* append and flush every node before reading any: all in flight */
+	/* the first window to every node before reading any reply */
 	for (size_t k = 0; k < r->nnodes; k++) {
-		struct kvti_rnode *n = &r->nodes[k];
-		int done = 0;
-
-		if (!n->nq)
+		if (!r->nodes[k].nq)
 			continue;
-		if (kvti_remote_connect(r, k)) {
+		if (kvti_remote_connect(r, k))
 			fail_queue(r, b, (int)k, 0);
-			continue;
-		}
-		for (size_t q = 0; q < n->nq; q++)
-			if (append(r, b, n->q[q], (int)k)) {
-				kvti_remote_drop(r, k, "cannot queue a command");
-				fail_queue(r, b, (int)k, 0);
-				break;
-			}
-		while (n->nq && !done)
-			if (redisBufferWrite(n->c, &done) != REDIS_OK) {
-				kvti_remote_drop(r, k, n->c->errstr);
-				fail_queue(r, b, (int)k, 0);
-			}
+		else
+			send_more(r, b, k, win);
 	}
-	for (size_t k = 0; k < r->nnodes; k++) {
-		struct kvti_rnode *n = &r->nodes[k];
+	/* then one reply from each node in turn, refilling its window */
+	do {
+		active = 0;
+		for (size_t k = 0; k < r->nnodes; k++) {
+			struct kvti_rnode *n = &r->nodes[k];
 
-		for (size_t q = 0; q < n->nq; q++) {
-			size_t i = n->q[q];
-			int ask = b->asking[i];
-			redisReply *rep = NULL;
-
-			for (int a = 0; a <= ask; a++) {
-				if (rep)
-					freeReplyObject(rep);
-				rep = NULL;
-				if (redisGetReply(n->c, (void **)&rep) != REDIS_OK ||
-				    !rep) {
-					kvti_remote_drop(r, k, n->c->errstr[0] ?
-							 n->c->errstr :
-							 "no reply");
-					fail_queue(r, b, (int)k, q);
-					goto next_node;
-				}
-			}
-			take_reply(r, b, i, (int)k, rep);
-			freeReplyObject(rep);
-			left += !b->state[i];
+			if (n->got >= n->nq)
+				continue;
+			if (read_one(r, b, k, &left))
+				continue;
+			if (n->sent < n->nq && send_more(r, b, k, 1))
+				continue;
+			active |= n->got < n->nq;
 		}
-		n->nq = 0;
-next_node:;
-	}
+	} while (active);
 	return left;
 }
 

@@ -25,7 +25,7 @@
 #define KVTI_RHOPS_MAX 5      /* redirects one page may follow per call */
 #define KVTI_RREFRESH_NS 100000000ull /* slot map reloads at most every */
 #define KVTI_RBACKOFF_NS 100000000ull /* no reconnect to a failed node for */
-#define KVTI_RROUND_BYTES (64ull << 20) /* value bytes per node per round */
+#define KVTI_RWINDOW_BYTES (16ull << 20) /* default window= */
 
 /* ---- the spec --------------------------------------------------------- */
 
@@ -47,6 +47,7 @@ struct kvti_rspec {
 	uint32_t timeout_ms;
 	int db;
 	int tag_ns;
+	uint64_t window;       /* window= bytes, 0: a whole batch */
 };
 
 /* Parse @text (grammar in remote.h) into @s: 0, KVT_ESPEC or KVT_ENOTBUILT
@@ -89,8 +90,9 @@ struct kvti_rnode {
 	redisContext *c;       /* NULL while not connected */
 	uint64_t retry_ns;     /* no connect before this (after a failure) */
 	int warned;            /* its failure was logged */
-	/* one call's queue: the pages sent to this node in this round */
-	size_t nq, capq;
+	/* one call's queue: the pages for this node in this round, of
+	 * which @sent were sent and @got answered */
+	size_t nq, capq, sent, got;
 	size_t *q;
 };
 
@@ -105,6 +107,7 @@ struct kvt_remote {
 	int16_t *slots;        /* cluster: owner node per slot, -1 none */
 	int refresh;           /* the slot map may be stale */
 	uint64_t refresh_ns;   /* when it was last loaded */
+	uint64_t window_bytes; /* values in flight per node, 0: all */
 	uint8_t *scratch;      /* one value being built by set */
 	uint64_t *lsums;       /* its layer sums (L) */
 	kvt_remote_stat st;
