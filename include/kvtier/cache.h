@@ -85,6 +85,7 @@ extern "C" {
 
 typedef struct kvt_cache kvt_cache;
 typedef struct kvt_cache_job kvt_cache_job;
+typedef struct kvt_cache_mem kvt_cache_mem;
 
 /** kvt_cache_config.flags */
 enum {
@@ -176,6 +177,30 @@ KVT_API int kvt_cache_register(kvt_cache *c, void *const *base,
 			       uint64_t block_stride, uint64_t kv_stride,
 			       uint64_t token_stride, int device);
 
+/**
+ * kvt_cache_attach() - more engine memory, for a cache that serves several
+ * engines (the node daemon: one per client process and TP rank). The
+ * arguments and checks are kvt_cache_register()'s; any number may be
+ * attached, and kvt_cache_register()'s memory is unaffected. Jobs name the
+ * memory they use through kvt_cache_io.mem. Returns 0 and *@out, or
+ * kvt_cache_register()'s errors (KVT_EBUSY excepted).
+ */
+KVT_API int kvt_cache_attach(kvt_cache *c, void *const *base,
+			     uint32_t nlayers, uint64_t nblocks,
+			     uint64_t block_stride, uint64_t kv_stride,
+			     uint64_t token_stride, int device,
+			     kvt_cache_mem **out);
+
+/**
+ * kvt_cache_detach() - forget attached memory: new jobs on it fail
+ * (KVT_EBUSY), the jobs running on it are cancelled (a load's blocks go on
+ * its failed list, a store commits nothing) and waited for; when it
+ * returns kvtier touches the memory no more and it may be unmapped. Job
+ * handles stay valid until freed. Memory not detached is dropped by
+ * kvt_cache_close(). NULL is fine.
+ */
+KVT_API void kvt_cache_detach(kvt_cache_mem *m);
+
 /** Register @tenant with @salt (its keys never match another's).
  *  0, -EEXIST, -ENOMEM. Tenant 0 (salt 0) always exists. */
 KVT_API int kvt_cache_tenant_add(kvt_cache *c, uint32_t tenant,
@@ -259,6 +284,57 @@ KVT_API int kvt_cache_store(kvt_cache *c, uint32_t tenant,
 			    const kvt_page_key *keys, size_t nkeys,
 			    size_t first, const uint32_t *blocks,
 			    kvt_cache_job **out);
+
+/**
+ * struct kvt_cache_progress - what a kvt_cache_io.progress callback is told.
+ * @layers: layers 0..layers-1 of every block are in place and verified
+ *          (failed blocks excepted); grows, never shrinks.
+ * @failed: nonzero (the error) once every block is known to have failed,
+ *          when kvt_cache_job_wait_layer() would return it.
+ * @done, @result: the job is done, with kvt_cache_job_wait()'s result.
+ */
+typedef struct kvt_cache_progress {
+	uint32_t layers;
+	int failed;
+	int done;
+	int result;
+} kvt_cache_progress;
+
+/**
+ * kvt_cache_progress_fn - called from the cache's own threads, in order,
+ * each time a job's progress changes, and once with @p->done set (the
+ * last call; the job handle may be freed by the caller from then on). It
+ * runs under the job's lock: it must only record and wake (a store to
+ * shared memory, a futex or eventfd wake), never call kvtier.
+ */
+typedef void kvt_cache_progress_fn(void *arg, const kvt_cache_progress *p);
+
+/**
+ * struct kvt_cache_io - options of kvt_cache_load_ex() / _store_ex().
+ * @size:     sizeof(kvt_cache_io) as the caller knows it (the version).
+ * @mem:      engine memory from kvt_cache_attach(); NULL: the registered.
+ * @progress, @arg: an optional progress callback.
+ */
+typedef struct kvt_cache_io {
+	uint32_t size;
+	kvt_cache_mem *mem;
+	kvt_cache_progress_fn *progress;
+	void *arg;
+} kvt_cache_io;
+
+#define KVT_CACHE_IO_INIT { .size = sizeof(kvt_cache_io) }
+
+/** kvt_cache_load() / kvt_cache_store() with options (@io may be NULL):
+ *  other engine memory, a progress callback. -EINVAL for a bad @io->size
+ *  or memory of another cache; KVT_EBUSY for memory being detached. */
+KVT_API int kvt_cache_load_ex(kvt_cache *c, uint32_t tenant,
+			      const kvt_page_key *keys, size_t nkeys,
+			      size_t first, const uint32_t *blocks,
+			      const kvt_cache_io *io, kvt_cache_job **out);
+KVT_API int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
+			       const kvt_page_key *keys, size_t nkeys,
+			       size_t first, const uint32_t *blocks,
+			       const kvt_cache_io *io, kvt_cache_job **out);
 
 /**
  * kvt_cache_job_wait_layer() - block until layer @layer of every block of a

@@ -130,8 +130,23 @@ struct kvt_cache_job {
 	int efd;
 	kvt_cache_job_stat st;
 	uint64_t t0;
+	kvt_cache_mem *mem;  /* the engine memory it reads or writes */
+	int memref;          /* c->smu: counted in mem->jobs */
+	kvt_cache_progress_fn *progress; /* j->mu: kvt_cache_io */
+	void *parg;
+	uint32_t reported;   /* j->mu: layers last reported */
+	int freported;       /* j->mu: all-failed reported */
 	kvt_cache_job *qnext; /* c->wmu: worker queue */
 	kvt_cache_job *lprev, *lnext; /* c->smu: the cache's live jobs */
+};
+
+/* Engine memory: kvt_cache_register()'s, or one per kvt_cache_attach(). */
+struct kvt_cache_mem {
+	kvt_cache *c;
+	kvt_tier *t;         /* the wrapped memory (layout + bases) */
+	int jobs;            /* c->smu: jobs created on it, not finished */
+	int gone;            /* c->smu: being detached: no new jobs */
+	kvt_cache_mem *next; /* c->mu: c->mems */
 };
 
 struct kvt_cache {
@@ -141,7 +156,8 @@ struct kvt_cache {
 	double high, low;
 	kvt_tier *tiers[KVT_TIER_COUNT]; /* owned: fabric, dram, ssd */
 	int top;                         /* fastest owned tier */
-	kvt_tier *engine;                /* registered memory, or NULL */
+	kvt_cache_mem *reg;              /* kvt_cache_register()'s, or NULL */
+	kvt_cache_mem *mems;             /* mu: every attached memory */
 	kvt_tier *stage;                 /* ssd -> GPU bounce, or NULL */
 	kvt_xfer *x;
 
@@ -181,9 +197,9 @@ static uint64_t page_bytes(const kvt_cache *c)
 	return kvt_geom_page_bytes(&c->geom);
 }
 
-static kvt_tier *side(kvt_cache *c, int t)
+static kvt_tier *side(const kvt_cache_job *j, int t)
 {
-	return t == ENGINE ? c->engine : c->tiers[t];
+	return t == ENGINE ? j->mem->t : j->c->tiers[t];
 }
 
 static kvt_prefix prefix(const kvt_cache_job *j, size_t n)
@@ -666,6 +682,45 @@ static uint32_t job_ready(kvt_cache_job *j)
 	return r;
 }
 
+static int job_failed_now(kvt_cache_job *j, int *err);
+
+static int job_all_failed(kvt_cache_job *j)
+{
+	return j->n && j->st.failed == j->n;
+}
+
+/* c->smu held: the job no longer counts against its memory (detach waits
+ * for that). */
+static void mem_unref(kvt_cache *c, kvt_cache_job *j)
+{
+	if (j->memref && --j->mem->jobs == 0)
+		pthread_cond_broadcast(&c->scv);
+	j->memref = 0;
+}
+
+/* j->mu held: tell a kvt_cache_io progress callback what changed (layers
+ * ready, every block failed); the final report is job_finish()'s. */
+static void job_report(kvt_cache_job *j)
+{
+	kvt_cache_progress p = { .layers = job_ready(j) };
+	int why, fnow;
+
+	if (!j->progress || j->done)
+		return;
+	if (j->absent == j->n)
+		p.layers = 0; /* nothing copied: no layer is ever ready */
+	fnow = !j->freported && job_failed_now(j, &why);
+	if (p.layers <= j->reported && !fnow)
+		return;
+	if (fnow) {
+		j->freported = 1;
+		p.failed = why;
+	}
+	j->reported = KVT_MAX(j->reported, p.layers);
+	p.layers = j->reported;
+	j->progress(j->parg, &p);
+}
+
 static void sub_layer(kvt_xfer_job *xj, uint32_t layer, void *arg)
 {
 	struct sub *s = arg;
@@ -676,6 +731,7 @@ static void sub_layer(kvt_xfer_job *xj, uint32_t layer, void *arg)
 		s->landed = layer + 1;
 	if (!j->st.layer0_s && j->absent < j->n && job_ready(j) > 0)
 		j->st.layer0_s = secs(j->t0);
+	job_report(j);
 	pthread_cond_broadcast(&j->cv);
 	pthread_mutex_unlock(&j->mu);
 }
@@ -708,6 +764,7 @@ static void sub_end(struct sub *s, int err)
 	    !err)
 		j->st.layer0_s = secs(j->t0);
 	last = --j->subs_left == 0;
+	job_report(j);
 	pthread_cond_broadcast(&j->cv);
 	pthread_mutex_unlock(&j->mu);
 	if (last)
@@ -841,6 +898,7 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 		c->live = j->lnext;
 	if (j->lnext)
 		j->lnext->lprev = j->lprev;
+	mem_unref(c, j); /* every transfer is over: detach may go on */
 	pthread_mutex_unlock(&c->smu);
 	/* the job is the caller's once done is set: touch nothing of it
 	 * after this critical section (kvt_cache_job_free() takes j->mu) */
@@ -852,6 +910,14 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	pthread_cond_broadcast(&j->cv);
 	if (write(j->efd, &one, sizeof(one)) < 0) {
 		/* cannot overflow in practice */
+	}
+	if (j->progress) {
+		kvt_cache_progress p = {
+			.layers = job_all_failed(j) ? 0 : job_ready(j),
+			.done = 1, .result = j->result,
+			.failed = job_all_failed(j) ? j->result : 0,
+		};
+		j->progress(j->parg, &p);
 	}
 	pthread_mutex_unlock(&j->mu);
 	pthread_mutex_lock(&c->smu);
@@ -885,7 +951,7 @@ static int staged_run(kvt_cache *c, struct sub *s)
 		kvt_xfer_job *xj;
 
 		b.src = c->stage;
-		b.dst = c->engine;
+		b.dst = s->cj->mem->t;
 		b.src_slots = st_slots;
 		b.dst_slots = s->ds + off;
 		pthread_mutex_lock(&s->cj->mu);
@@ -979,7 +1045,13 @@ static void cache_free(kvt_cache *c)
 		meta_free(&c->m[t]);
 	}
 	kvt_tier_close(c->stage);
-	kvt_tier_close(c->engine);
+	while (c->mems) {
+		kvt_cache_mem *m = c->mems;
+
+		c->mems = m->next;
+		kvt_tier_close(m->t);
+		kvt_free(m);
+	}
 	kvt_free(c->cur.mv);
 	kvt_free(c->cur.sums);
 	kvt_free(c->bgb.mv);
@@ -1188,16 +1260,19 @@ static int open_stage(kvt_cache *c, int pin)
 	return kvt_tier_open(&c->stage, &s, &c->geom);
 }
 
-int kvt_cache_register(kvt_cache *c, void *const *base, uint32_t nlayers,
-		       uint64_t nblocks, uint64_t block_stride,
-		       uint64_t kv_stride, uint64_t token_stride, int device)
+/* kvt_cache_register() (@reg) and kvt_cache_attach(): check, wrap, link. */
+static int mem_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
+		      uint64_t nblocks, uint64_t block_stride,
+		      uint64_t kv_stride, uint64_t token_stride, int device,
+		      int reg, kvt_cache_mem **out)
 {
+	kvt_cache_mem *m;
 	kvt_layout l;
 	kvt_tier *t = NULL;
 	int err;
 
 	kvti_errclear();
-	if (!base)
+	if (!c || !base)
 		return kvti_fail(-EINVAL, "cache register: no base pointers");
 	if (nlayers != c->L)
 		return kvti_fail(KVT_EGEOM, "cache register: %u layers, the "
@@ -1238,22 +1313,85 @@ int kvt_cache_register(kvt_cache *c, void *const *base, uint32_t nlayers,
 						 "with 'pin'", d.name);
 		}
 	}
+	if (!(m = kvt_calloc(1, sizeof(*m))))
+		return -ENOMEM;
 	pthread_mutex_lock(&c->mu);
-	if (c->engine) {
+	if (reg && c->reg) {
 		pthread_mutex_unlock(&c->mu);
+		kvt_free(m);
 		return kvti_fail(KVT_EBUSY, "cache register: memory is already "
 				 "registered");
 	}
 	err = kvt_tier_wrap(&t, &l, base, device);
 	if (!err && (device >= 0 || c->stage_ssd))
 		err = open_stage(c, device >= 0);
-	if (!err)
-		c->engine = t;
-	else if (t && !c->engine)
+	if (!err) {
+		m->c = c;
+		m->t = t;
+		m->next = c->mems;
+		c->mems = m;
+		if (reg)
+			c->reg = m;
+		if (out)
+			*out = m;
+	} else {
 		kvt_tier_close(t);
+		kvt_free(m);
+	}
 	pthread_mutex_unlock(&c->mu);
 	return err;
 }
+
+int kvt_cache_register(kvt_cache *c, void *const *base, uint32_t nlayers,
+		       uint64_t nblocks, uint64_t block_stride,
+		       uint64_t kv_stride, uint64_t token_stride, int device)
+{
+	return mem_attach(c, base, nlayers, nblocks, block_stride, kv_stride,
+			  token_stride, device, 1, NULL);
+}
+
+int kvt_cache_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
+		     uint64_t nblocks, uint64_t block_stride,
+		     uint64_t kv_stride, uint64_t token_stride, int device,
+		     kvt_cache_mem **out)
+{
+	if (!out)
+		return kvti_fail(-EINVAL, "cache attach: no handle to fill");
+	return mem_attach(c, base, nlayers, nblocks, block_stride, kv_stride,
+			  token_stride, device, 0, out);
+}
+
+void kvt_cache_detach(kvt_cache_mem *m)
+{
+	kvt_cache *c;
+
+	if (!m)
+		return;
+	c = m->c;
+	pthread_mutex_lock(&c->smu);
+	m->gone = 1;
+	while (m->jobs) {
+		/* cancel what runs on it; a job between job_new() and
+		 * job_start() is not live yet: it starts, then ends */
+		for (kvt_cache_job *j = c->live; j; j = j->lnext)
+			if (j->mem == m)
+				kvt_cache_job_cancel(j);
+		pthread_cond_wait(&c->scv, &c->smu);
+	}
+	pthread_mutex_unlock(&c->smu);
+	pthread_mutex_lock(&c->mu);
+	for (kvt_cache_mem **p = &c->mems; *p; p = &(*p)->next)
+		if (*p == m) {
+			*p = m->next;
+			break;
+		}
+	if (c->reg == m)
+		c->reg = NULL;
+	pthread_mutex_unlock(&c->mu);
+	kvt_tier_close(m->t);
+	kvt_free(m);
+}
+
 
 int kvt_cache_tenant_add(kvt_cache *c, uint32_t tenant, uint64_t salt)
 {
@@ -1367,8 +1505,11 @@ static int cmp_u32(const void *a, const void *b)
 
 static int job_new(kvt_cache *c, int kind, uint32_t tenant,
 		   const kvt_page_key *keys, size_t nkeys, size_t first,
-		   const uint32_t *blocks, kvt_cache_job **out)
+		   const uint32_t *blocks, const kvt_cache_io *io,
+		   kvt_cache_job **out)
 {
+	kvt_cache_io o = { 0 };
+	kvt_cache_mem *m;
 	kvt_cache_job *j;
 	uint32_t *sorted;
 	size_t n;
@@ -1380,19 +1521,43 @@ static int job_new(kvt_cache *c, int kind, uint32_t tenant,
 				 "store", first, nkeys);
 	if (nkeys > KVT_INDEX_MAX_PAGES)
 		return kvti_fail(-E2BIG, "cache: %zu pages in one call", nkeys);
-	if (!c->engine)
+	if (io) {
+		if (io->size < sizeof(uint32_t) || io->size > sizeof(o))
+			return kvti_fail(-EINVAL, "cache: kvt_cache_io.size %u "
+					 "(this library knows %zu)", io->size,
+					 sizeof(o));
+		memcpy(&o, io, io->size);
+	}
+	m = o.mem ? o.mem : c->reg;
+	if (!m)
 		return kvti_fail(KVT_EBUSY, "cache: no engine memory registered "
 				 "(kvt_cache_register())");
+	if (m->c != c)
+		return kvti_fail(-EINVAL, "cache: memory attached to another "
+				 "cache");
 	n = nkeys - first;
 	for (size_t i = 0; i < n; i++)
-		if (blocks[i] >= kvt_tier_layout(c->engine)->slots)
+		if (blocks[i] >= kvt_tier_layout(m->t)->slots)
 			return kvti_fail(-EINVAL, "cache: block %u out of range "
 					 "(%llu blocks)", blocks[i],
 					 (unsigned long long)kvt_tier_layout(
-						 c->engine)->slots);
+						 m->t)->slots);
 	j = kvt_calloc(1, sizeof(*j));
 	if (!j)
 		return -ENOMEM;
+	pthread_mutex_lock(&c->smu);
+	if (m->gone) {
+		pthread_mutex_unlock(&c->smu);
+		kvt_free(j);
+		return kvti_fail(KVT_EBUSY, "cache: the memory is being "
+				 "detached");
+	}
+	m->jobs++;
+	pthread_mutex_unlock(&c->smu);
+	j->mem = m;
+	j->memref = 1;
+	j->progress = o.progress;
+	j->parg = o.arg;
 	j->c = c;
 	j->kind = kind;
 	j->tenant = tenant;
@@ -1489,8 +1654,8 @@ static int job_start(kvt_cache *c, kvt_cache_job *j)
 
 		if (!s->n || k == HOLD)
 			continue;
-		d.src = side(c, s->src);
-		d.dst = side(c, s->dst);
+		d.src = side(j, s->src);
+		d.dst = side(j, s->dst);
 		pthread_mutex_lock(&j->mu);
 		j->subs_left++;
 		if (s->staged)
@@ -1520,6 +1685,14 @@ int kvt_cache_load(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 		   size_t nkeys, size_t first, const uint32_t *blocks,
 		   kvt_cache_job **out)
 {
+	return kvt_cache_load_ex(c, tenant, keys, nkeys, first, blocks, NULL,
+				 out);
+}
+
+int kvt_cache_load_ex(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
+		      size_t nkeys, size_t first, const uint32_t *blocks,
+		      const kvt_cache_io *io, kvt_cache_job **out)
+{
 	kvt_page_info *info = NULL;
 	kvt_cache_job *j;
 	size_t found = 0, npin;
@@ -1528,7 +1701,8 @@ int kvt_cache_load(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	kvti_errclear();
 	if (!out)
 		return kvti_fail(-EINVAL, "cache load: no job handle to fill");
-	if ((err = job_new(c, JOB_LOAD, tenant, keys, nkeys, first, blocks, &j)))
+	if ((err = job_new(c, JOB_LOAD, tenant, keys, nkeys, first, blocks, io,
+			   &j)))
 		return err;
 	for (int t = 0; t < KVT_TIER_COUNT; t++) {
 		j->sub[t].cj = j;
@@ -1591,7 +1765,7 @@ int kvt_cache_load(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	pthread_mutex_unlock(&c->smu);
 	j->absent = j->st.failed;
 	if (j->sub[KVT_TIER_SSD].n &&
-	    (c->stage_ssd || kvt_tier_kind_of(c->engine) == KVT_TIER_HBM) &&
+	    (c->stage_ssd || kvt_tier_kind_of(j->mem->t) == KVT_TIER_HBM) &&
 	    c->stage)
 		j->sub[KVT_TIER_SSD].staged = 1;
 	kvt_free(info);
@@ -1616,6 +1790,15 @@ int kvt_cache_store(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 		    size_t nkeys, size_t first, const uint32_t *blocks,
 		    kvt_cache_job **out)
 {
+	return kvt_cache_store_ex(c, tenant, keys, nkeys, first, blocks, NULL,
+				  out);
+}
+
+int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
+		       const kvt_page_key *keys, size_t nkeys, size_t first,
+		       const uint32_t *blocks, const kvt_cache_io *io,
+		       kvt_cache_job **out)
+{
 	kvt_page_loc *locs = NULL;
 	kvt_page_info *info = NULL;
 	kvt_insert_result res;
@@ -1630,7 +1813,7 @@ int kvt_cache_store(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	if (!out)
 		return kvti_fail(-EINVAL, "cache store: no job handle to fill");
 	if ((err = job_new(c, JOB_STORE, tenant, keys, nkeys, first, blocks,
-			   &j)))
+			   io, &j)))
 		return err;
 	/* sub 0: engine -> top tier; sub 1 + t: a parent promoted from t */
 	for (int k = 0; k < MAX_SUBS; k++) {
@@ -1740,11 +1923,6 @@ fail:
 }
 
 /* ---- jobs: waiting, results ---------------------------------------------- */
-
-static int job_all_failed(kvt_cache_job *j)
-{
-	return j->n && j->st.failed == j->n;
-}
 
 /* j->mu held: 1 when every block of a load is known to have failed by now
  * (absent at the start, on a transfer that ended in error, or marked bad
@@ -1907,6 +2085,11 @@ void kvt_cache_job_free(kvt_cache_job *j)
 	/* job_finish()'s last touch ends with its critical section */
 	pthread_mutex_lock(&j->mu);
 	pthread_mutex_unlock(&j->mu);
+	if (j->memref) { /* never started */
+		pthread_mutex_lock(&j->c->smu);
+		mem_unref(j->c, j);
+		pthread_mutex_unlock(&j->c->smu);
+	}
 	for (int k = 0; k < MAX_SUBS; k++)
 		sub_free(&j->sub[k]);
 	if (j->efd >= 0)
@@ -1997,7 +2180,9 @@ kvt_tier *kvt_cache_tier(kvt_cache *c, kvt_tier_kind k)
 {
 	if ((unsigned)k >= KVT_TIER_COUNT)
 		return NULL;
-	return k == KVT_TIER_HBM ? c->engine : c->tiers[k];
+	if (k == KVT_TIER_HBM)
+		return c->reg ? c->reg->t : NULL;
+	return c->tiers[k];
 }
 
 kvt_index *kvt_cache_index(kvt_cache *c)
