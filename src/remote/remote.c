@@ -839,15 +839,21 @@ static int run(kvt_remote *r, struct batch *b)
 	return done;
 }
 
+/* NULL arguments and sizes; @bufs (optional): no NULL page pointer. */
 static int check_args(kvt_remote *r, const kvt_page_key *keys, size_t n,
-		      const void *a, const void *b, const char *what)
+		      const void *a, const void *const *bufs,
+		      const char *what)
 {
 	kvti_errclear();
-	if (!r || (n && (!keys || !a || !b)))
+	if (!r || (n && (!keys || !a)))
 		return kvti_fail(-EINVAL, "kvt_remote_%s: NULL argument", what);
 	if (n > (1u << 24))
 		return kvti_fail(-EINVAL, "kvt_remote_%s: %zu pages in one "
 				 "call (at most 16M)", what, n);
+	for (size_t i = 0; bufs && i < n; i++)
+		if (!bufs[i])
+			return kvti_fail(-EINVAL, "kvt_remote_%s: bufs[%zu] is "
+					 "NULL", what, i);
 	return 0;
 }
 
@@ -858,7 +864,7 @@ int kvt_remote_exists(kvt_remote *r, const kvt_page_key *keys, size_t n,
 	uint8_t *res = present;
 	int err;
 
-	if ((err = check_args(r, keys, n, leading, leading, "exists")))
+	if ((err = check_args(r, keys, n, leading, NULL, "exists")))
 		return err;
 	*leading = 0;
 	if (!n)
@@ -882,12 +888,11 @@ int kvt_remote_get(kvt_remote *r, const kvt_page_key *keys, size_t n,
 			   .res = ok, .out_sums = sums };
 	int err;
 
-	if ((err = check_args(r, keys, n, bufs, ok, "get")))
+	if ((err = check_args(r, keys, n, ok, (const void *const *)bufs,
+			      "get")))
 		return err;
-	for (size_t i = 0; i < n; i++)
-		if (!bufs[i])
-			return kvti_fail(-EINVAL, "kvt_remote_get: bufs[%zu] "
-					 "is NULL", i);
+	if (n && !bufs)
+		return kvti_fail(-EINVAL, "kvt_remote_get: NULL argument");
 	return n ? run(r, &b) : 0;
 }
 
@@ -900,10 +905,6 @@ int kvt_remote_set(kvt_remote *r, const kvt_page_key *keys, size_t n,
 
 	if ((err = check_args(r, keys, n, bufs, bufs, "set")))
 		return err;
-	for (size_t i = 0; i < n; i++)
-		if (!bufs[i])
-			return kvti_fail(-EINVAL, "kvt_remote_set: bufs[%zu] "
-					 "is NULL", i);
 	if (!n)
 		return 0;
 	if (!ok && !(b.res = kvt_malloc(n)))
