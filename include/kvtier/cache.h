@@ -516,7 +516,8 @@ KVT_API int kvt_cache_remote_flush(kvt_cache *c, int64_t timeout_ns);
 
 /** What the cache's remote tier did (plain values). */
 typedef struct kvt_cache_remote_stat {
-	kvt_remote_stat remote;  /* the connection's own counters */
+	kvt_remote_stat remote;  /* the connections' own counters (lookups
+				    and prefetches, write-through), added */
 	uint64_t queued;         /* pages queued for write-through */
 	uint64_t written;        /* of those, stored by the server */
 	uint64_t present;        /* of those, already there: not sent */

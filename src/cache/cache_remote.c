@@ -12,6 +12,9 @@
  *
  *   prefetch: kvt_remote_get(-> pstage); store_ex(pstage -> top tier)
  *
+ * Two connections: the writer's own (cr->rw), so a lookup or prefetch
+ * (cr->r) never waits behind a write batch.
+ *
  * Locks: cr->mu guards the queue and the counters; it is a leaf (taken
  * inside a job's progress callback, never held across a cache call).
  * cr->pmu serializes prefetches (one staging area).
@@ -19,6 +22,7 @@
 #include "cache/cache_remote.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 #define STAGE_BYTES (64ull << 20) /* per staging area */
@@ -42,13 +46,15 @@ struct fwd {
 
 struct kvti_cremote {
 	kvt_cache *c;
-	kvt_remote *r;
+	kvt_remote *r;                /* lookups and prefetches */
+	kvt_remote *rw;               /* the writer's own: a lookup never
+					 waits behind a write batch */
 	uint64_t page;
 	uint32_t slots;               /* pages per staging area */
 	uint8_t *wbuf, *pbuf;
 	kvt_cache_mem *wmem, *pmem;
 	uint32_t *blocks;             /* 0..slots-1 */
-	uint8_t *ok;
+	uint8_t *ok, *wok;            /* per staged page: prefetch, writer */
 	pthread_mutex_t pmu;
 
 	pthread_mutex_t mu;
@@ -109,9 +115,9 @@ static void write_entry(struct kvti_cremote *cr, const struct wentry *e)
 			dropped += e->nkeys - s;
 			break;
 		}
-		kvt_remote_exists(cr->r, e->keys + s, cnt, &lead, cr->ok);
+		kvt_remote_exists(cr->rw, e->keys + s, cnt, &lead, cr->wok);
 		for (size_t i = 0; i < cnt; i++)
-			present += cr->ok[i];
+			present += cr->wok[i];
 		if (lead == cnt) {
 			s += cnt;
 			continue;
@@ -130,7 +136,7 @@ static void write_entry(struct kvti_cremote *cr, const struct wentry *e)
 
 			for (long b = 0; b < nbad && b < (long)cr->slots; b++)
 				gone |= bad[b] == i;
-			if (cr->ok[i])
+			if (cr->wok[i])
 				continue;
 			if (gone) {
 				dropped++;
@@ -139,7 +145,7 @@ static void write_entry(struct kvti_cremote *cr, const struct wentry *e)
 			ks[m] = e->keys[s + i];
 			bufs[m++] = cr->wbuf + i * cr->page;
 		}
-		got = m ? kvt_remote_set(cr->r, ks, m, bufs, NULL, NULL) : 0;
+		got = m ? kvt_remote_set(cr->rw, ks, m, bufs, NULL, NULL) : 0;
 		written += got > 0 ? (uint64_t)got : 0;
 		failed += m - (got > 0 ? (uint64_t)got : 0);
 		s += cnt;
@@ -349,10 +355,24 @@ int kvti_cache_remote_prefetch(struct kvti_cremote *cr, uint32_t tenant,
 void kvti_cache_remote_stat(struct kvti_cremote *cr,
 			    kvt_cache_remote_stat *st)
 {
+	kvt_remote_stat w;
+	uint64_t *a = (uint64_t *)&st->remote;
+	const uint64_t *b = (const uint64_t *)&w;
+
 	pthread_mutex_lock(&cr->mu);
 	*st = cr->st;
 	pthread_mutex_unlock(&cr->mu);
 	kvt_remote_stat_get(cr->r, &st->remote);
+	kvt_remote_stat_get(cr->rw, &w);
+	/* both connections' counters added (every field up to lat_ns_max
+	 * is a uint64_t count); the longest call and the nodes are the
+	 * larger of the two */
+	for (size_t i = 0; i < offsetof(kvt_remote_stat, lat_ns_max) /
+				       sizeof(uint64_t); i++)
+		a[i] += b[i];
+	st->remote.lat_ns_max = KVT_MAX(st->remote.lat_ns_max, w.lat_ns_max);
+	st->remote.nodes = KVT_MAX(st->remote.nodes, w.nodes);
+	st->remote.nodes_up = KVT_MAX(st->remote.nodes_up, w.nodes_up);
 }
 
 /* ---- open and close --------------------------------------------------------- */
@@ -373,11 +393,12 @@ int kvti_cache_remote_open(kvt_cache *c, const char *spec,
 	pthread_mutex_init(&cr->pmu, NULL);
 	kvti_cond_init_mono(&cr->cv);
 	kvti_cond_init_mono(&cr->idle);
-	if ((err = kvt_remote_open(&cr->r, spec, kvt_cache_geom(c))))
+	if ((err = kvt_remote_open(&cr->r, spec, kvt_cache_geom(c))) ||
+	    (err = kvt_remote_open(&cr->rw, spec, kvt_cache_geom(c))))
 		goto fail;
 	err = -ENOMEM;
 	if (!(cr->blocks = kvt_malloc(cr->slots * sizeof(*cr->blocks))) ||
-	    !(cr->ok = kvt_malloc(cr->slots)))
+	    !(cr->ok = kvt_malloc(cr->slots)) || !(cr->wok = kvt_malloc(cr->slots)))
 		goto fail;
 	for (uint32_t i = 0; i < cr->slots; i++)
 		cr->blocks[i] = i;
@@ -430,10 +451,12 @@ void kvti_cache_remote_free(struct kvti_cremote *cr)
 	if (!cr)
 		return;
 	kvt_remote_close(cr->r);
+	kvt_remote_close(cr->rw);
 	kvt_free(cr->wbuf);
 	kvt_free(cr->pbuf);
 	kvt_free(cr->blocks);
 	kvt_free(cr->ok);
+	kvt_free(cr->wok);
 	pthread_mutex_destroy(&cr->mu);
 	pthread_mutex_destroy(&cr->pmu);
 	pthread_cond_destroy(&cr->cv);
