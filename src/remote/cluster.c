@@ -92,6 +92,7 @@ int kvti_remote_redirect(const char *err, size_t len, int *slot, char *host,
 
 /* ---- nodes ------------------------------------------------------------ */
 
+/* @host must not point into r->nodes (the table may move). */
 int kvti_remote_node(kvt_remote *r, const char *host, size_t hlen, int port)
 {
 	struct kvti_rnode *n;
@@ -223,7 +224,7 @@ static int parse_slots(kvt_remote *r, size_t from, const redisReply *rep,
 		return -EPROTO;
 	for (size_t e = 0; e < rep->elements; e++) {
 		const redisReply *en = rep->element[e], *m;
-		const char *host;
+		char host[KVTI_RHOST_MAX];
 		size_t hlen;
 		int node;
 
@@ -241,12 +242,16 @@ static int parse_slots(kvt_remote *r, size_t from, const redisReply *rep,
 			  hi = en->element[1]->integer;
 		if (lo < 0 || hi >= KVTI_RSLOTS || lo > hi)
 			return -EPROTO;
-		host = m->element[0]->str;
+		/* copied: growing the node table may move r->nodes */
 		hlen = m->element[0]->len;
-		if (!hlen || (hlen == 1 && host[0] == '?')) {
+		if (hlen >= sizeof(host))
+			return -EPROTO;
+		memcpy(host, m->element[0]->str, hlen);
+		host[hlen] = 0;
+		if (!hlen || !strcmp(host, "?")) {
 			/* the node answering does not know its own address */
-			host = r->nodes[from].a.host;
-			hlen = strlen(host);
+			hlen = strlen(r->nodes[from].a.host);
+			memcpy(host, r->nodes[from].a.host, hlen + 1);
 		}
 		node = kvti_remote_node(r, host, hlen,
 					(int)m->element[1]->integer);

@@ -716,10 +716,10 @@ static int read_one(kvt_remote *r, struct batch *b, size_t k, size_t *left)
 			return -EIO;
 		}
 	}
-	take_reply(r, b, i, (int)k, rep);
+	take_reply(r, b, i, (int)k, rep); /* may grow r->nodes: n is stale */
 	freeReplyObject(rep);
 	*left += !b->state[i];
-	n->got++;
+	r->nodes[k].got++;
 	return 0;
 }
 
@@ -775,6 +775,7 @@ static size_t round_once(kvt_remote *r, struct batch *b)
 				continue;
 			if (read_one(r, b, k, &left))
 				continue;
+			n = &r->nodes[k]; /* a redirect may have grown the table */
 			if (n->sent < n->nq && send_more(r, b, k, 1))
 				continue;
 			active |= n->got < n->nq;

@@ -1,5 +1,5 @@
 /*
- * test_remote_cache.c — the node cache with a remote tier below its dram,
+ * test_remote_cache_threads.c — the node cache with a remote tier below its dram,
  * against a real redis-server on loopback (skipped without one). ~2 s.
  *
  *   process A   stores a prompt's pages out of its engine memory; the
