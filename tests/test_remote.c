@@ -220,6 +220,31 @@ static void test_down(void)
 	bufs[1] = NULL;
 	CHECK_ERR(kvt_remote_get(r, k, 3, bufs, ok, NULL), -EINVAL);
 	kvt_remote_close(r);
+	/* tag=ns: every page of the namespace in one slot */
+	{
+		char a[160], b[160];
+		int la, lb;
+
+		CHECK_OK(kvt_remote_open(&r, "redis-cluster://127.0.0.1:1,"
+					 "tag=ns,timeout=100", &g));
+		if (r) {
+			la = kvt_remote_key_name(r, &k[0], a, sizeof(a));
+			lb = kvt_remote_key_name(r, &k[2], b, sizeof(b));
+			CHECK(la > 0 && lb > 0 && strchr(a, '{'));
+			CHECK_EQ(kvt_remote_slot(a, (size_t)la),
+				 kvt_remote_slot(b, (size_t)lb));
+			CHECK_ERR(kvt_remote_key_name(r, &k[0], a, 20), -ERANGE);
+			kvt_remote_close(r);
+		}
+		CHECK_OK(kvt_remote_open(&r, "redis-cluster://127.0.0.1:1,"
+					 "timeout=100", &g));
+		if (r) {
+			la = kvt_remote_key_name(r, &k[0], a, sizeof(a));
+			CHECK(la > 0 && !strchr(a, '{'));
+			CHECK(!strncmp(a, "kvt:", 4));
+			kvt_remote_close(r);
+		}
+	}
 	CHECK_ERR(kvt_remote_open(&r, "redis://h:1,bogus=1", &g), KVT_ESPEC);
 	g.layers = 0;
 	CHECK_ERR(kvt_remote_open(&r, "redis://h:1", &g), KVT_EGEOM);
