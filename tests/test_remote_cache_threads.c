@@ -7,6 +7,8 @@
  *   process B   its own cache and dram: lookup finds the prefix remotely
  *               (tier_pages[remote]), prefetch brings it into dram, load
  *               puts it into B's engine blocks: byte-identical, verified
+ *   background  a prefetch in its own thread, waited for or cut off:
+ *               what arrived is loadable; a cache closed under it
  *   write       a later store writes only the new pages
  *   faults      the server killed: lookups, stores and loads of the local
  *               tiers still work; remote writes and prefetches fail,
@@ -91,6 +93,7 @@ int main(void)
 	kvt_cache_lookup_result lr;
 	kvt_cache_remote_stat st;
 	kvt_cache_job *j;
+	kvt_cache_fetch *j2;
 	kvt_cache *c, *cd;
 	uint64_t got;
 	int port, status;
@@ -181,6 +184,33 @@ int main(void)
 	CHECK_OK(kvt_cache_remote_stat_get(c, &st));
 	CHECK_EQ(st.queued, 4);
 	CHECK_EQ(st.written, 4);
+
+	/* prefetch in the background: waited for, and cut off at once */
+	for (int cut = 0; cut < 2; cut++) {
+		kvt_cache *c2 = open_cache(spec);
+		kvt_cache_fetch *f;
+		kvt_page_key k2[NP];
+
+		if (!c2)
+			break;
+		prompt_keys(c2, k2, NP);
+		CHECK_OK(kvt_cache_prefetch_start(c2, 0, k2, NP, 0, &f));
+		got = 99;
+		CHECK_OK(kvt_cache_prefetch_end(f, cut, &got));
+		CHECK(got <= NP);
+		if (!cut)
+			CHECK_EQ(got, NP);
+		/* whatever arrived is committed and loadable */
+		CHECK_OK(kvt_cache_lookup(c2, 0, k2, NP, 0, &lr));
+		CHECK_EQ(lr.pages, got);
+		CHECK_EQ(lr.tier_pages[KVT_TIER_DRAM], got);
+		/* close with a prefetch running: it stops, the handle ends */
+		CHECK_OK(kvt_cache_prefetch_start(c2, 0, k2, NP, 0, &f));
+		kvt_cache_close(c2);
+		CHECK_OK(kvt_cache_prefetch_end(f, 1, &got));
+	}
+	CHECK_ERR(kvt_cache_prefetch_start(c, 0, keys, NP, NP + 1, &j2),
+		  -EINVAL);
 
 	/* the server dies: local tiers keep working, remote work is counted */
 	rt_stop(&srv, SIGKILL);

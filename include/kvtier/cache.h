@@ -487,8 +487,10 @@ KVT_API void kvt_cache_quiesce(kvt_cache *c);
  *              (only when none is in flight): tier_pages[KVT_TIER_REMOTE].
  *              They are not in @pages: a load cannot supply them until
  *              kvt_cache_prefetch() has brought them in.
- *   prefetch   kvt_cache_prefetch(): remote -> staging -> a store into the
- *              top tier (sums taken, committed as any store), so the next
+ *   prefetch   kvt_cache_prefetch() (blocking) or kvt_cache_prefetch_start()
+ *              / _end() (in the background, cut off when the request is
+ *              scheduled): remote -> staging -> a store into the top tier
+ *              (sums taken, committed as any store), so the next
  *              kvt_cache_load() gets them from dram like any page.
  *
  * A remote failure (server down, node killed, timeout, a value that fails
@@ -509,6 +511,24 @@ KVT_API void kvt_cache_quiesce(kvt_cache *c);
 KVT_API int kvt_cache_prefetch(kvt_cache *c, uint32_t tenant,
 			       const kvt_page_key *keys, size_t nkeys,
 			       size_t first, uint64_t *pages);
+
+/**
+ * kvt_cache_prefetch_start() - the same, in a thread of its own, in
+ * batches of up to 16 MiB, while the caller goes on (a request waiting in
+ * the scheduler's queue). kvt_cache_prefetch_end() then either waits for
+ * it (@cut 0) or cuts it off (@cut 1: the batch in flight finishes, no
+ * other starts: whatever arrived is in the top tier and loadable), frees
+ * the handle and gives the pages brought in. End every prefetch before
+ * kvt_cache_close() (which stops them between batches).
+ * start: 0, -EINVAL, KVT_ENOTFOUND (no remote tier), -ENOMEM.
+ * end: kvt_cache_prefetch()'s result.
+ */
+typedef struct kvt_cache_fetch kvt_cache_fetch;
+KVT_API int kvt_cache_prefetch_start(kvt_cache *c, uint32_t tenant,
+				     const kvt_page_key *keys, size_t nkeys,
+				     size_t first, kvt_cache_fetch **out);
+KVT_API int kvt_cache_prefetch_end(kvt_cache_fetch *f, int cut,
+				   uint64_t *pages);
 
 /** Wait until every queued remote write is done (or @timeout_ns passed,
  *  < 0: no limit): 0, -ETIMEDOUT, KVT_ENOTFOUND (no remote tier). */

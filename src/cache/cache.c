@@ -2226,6 +2226,19 @@ int kvt_cache_prefetch(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 					  pages);
 }
 
+int kvt_cache_prefetch_start(kvt_cache *c, uint32_t tenant,
+			     const kvt_page_key *keys, size_t nkeys,
+			     size_t first, kvt_cache_fetch **out)
+{
+	kvti_errclear();
+	if (!c || !out || (nkeys && !keys) || first > nkeys)
+		return kvti_fail(-EINVAL, "cache prefetch: bad arguments");
+	if (!c->remote)
+		return kvti_fail(KVT_ENOTFOUND, "cache prefetch: no remote tier");
+	return kvti_cache_remote_fetch_start(c->remote, tenant, keys, nkeys,
+					     first, out);
+}
+
 int kvt_cache_remote_flush(kvt_cache *c, int64_t timeout_ns)
 {
 	if (!c || !c->remote)

@@ -22,12 +22,14 @@
 #include "cache/cache_remote.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
 
 #define STAGE_BYTES (64ull << 20) /* per staging area */
 #define STAGE_MAX 64              /* pages per staging area */
 #define QUEUE_MAX (1u << 16)      /* pages waiting for write-through */
+#define FETCH_BATCH_BYTES (16ull << 20) /* asynchronous prefetch batch */
 
 struct wentry {
 	struct wentry *next;
@@ -61,6 +63,8 @@ struct kvti_cremote {
 	pthread_cond_t cv, idle;
 	struct wentry *head, *tail;   /* mu */
 	uint64_t pending;             /* mu: pages queued or being written */
+	int fetches;                  /* mu: asynchronous prefetches running */
+	atomic_int closing;           /* prefetches stop between batches */
 	int stop, have_thread;
 	pthread_t th;
 	kvt_cache_remote_stat st;     /* mu (remote: filled on read) */
@@ -307,9 +311,11 @@ void kvti_cache_remote_lookup(struct kvti_cremote *cr,
 	pthread_mutex_unlock(&cr->mu);
 }
 
-int kvti_cache_remote_prefetch(struct kvti_cremote *cr, uint32_t tenant,
-			       const kvt_page_key *keys, size_t nkeys,
-			       size_t first, uint64_t *pages)
+/* Bring pages first..nkeys-1 in, @batch pages a time, until one is not
+ * there, @cut is set (checked between batches) or the cache closes. */
+static int fetch_run(struct kvti_cremote *cr, uint32_t tenant,
+		     const kvt_page_key *keys, size_t nkeys, size_t first,
+		     size_t batch, atomic_int *cut, uint64_t *pages)
 {
 	kvt_cache_io io = KVT_CACHE_IO_INIT;
 	void **bufs;
@@ -323,8 +329,9 @@ int kvti_cache_remote_prefetch(struct kvti_cremote *cr, uint32_t tenant,
 		bufs[i] = cr->pbuf + i * cr->page;
 	io.mem = cr->pmem;
 	pthread_mutex_lock(&cr->pmu);
-	while (s < nkeys) {
-		size_t cnt = KVT_MIN((size_t)cr->slots, nkeys - s), lead = 0;
+	while (s < nkeys && !(cut && atomic_load(cut)) &&
+	       !atomic_load(&cr->closing)) {
+		size_t cnt = KVT_MIN(batch, nkeys - s), lead = 0;
 		kvt_cache_job *j;
 
 		kvt_remote_get(cr->r, keys + s, cnt, bufs, cr->ok, NULL);
@@ -349,6 +356,88 @@ int kvti_cache_remote_prefetch(struct kvti_cremote *cr, uint32_t tenant,
 	cr->st.prefetched += *pages;
 	pthread_mutex_unlock(&cr->mu);
 	kvt_free(bufs);
+	return err;
+}
+
+int kvti_cache_remote_prefetch(struct kvti_cremote *cr, uint32_t tenant,
+			       const kvt_page_key *keys, size_t nkeys,
+			       size_t first, uint64_t *pages)
+{
+	return fetch_run(cr, tenant, keys, nkeys, first, cr->slots, NULL,
+			 pages);
+}
+
+/* ---- asynchronous prefetch ------------------------------------------------ */
+
+struct kvt_cache_fetch {
+	struct kvti_cremote *cr;
+	uint32_t tenant;
+	size_t nkeys, first;
+	atomic_int cut;
+	uint64_t pages;
+	int err;
+	pthread_t th;
+	kvt_page_key keys[];
+};
+
+static void *fetch_main(void *arg)
+{
+	kvt_cache_fetch *f = arg;
+	struct kvti_cremote *cr = f->cr;
+	/* small batches: a cut-off waits for at most one of them */
+	size_t batch = (size_t)KVT_MAX(1, KVT_MIN(cr->slots,
+						  FETCH_BATCH_BYTES / cr->page));
+
+	f->err = fetch_run(cr, f->tenant, f->keys, f->nkeys, f->first, batch,
+			   &f->cut, &f->pages);
+	pthread_mutex_lock(&cr->mu);
+	cr->fetches--;
+	pthread_cond_broadcast(&cr->idle);
+	pthread_mutex_unlock(&cr->mu);
+	return NULL;
+}
+
+int kvti_cache_remote_fetch_start(struct kvti_cremote *cr, uint32_t tenant,
+				  const kvt_page_key *keys, size_t nkeys,
+				  size_t first, kvt_cache_fetch **out)
+{
+	kvt_cache_fetch *f = kvt_calloc(1, sizeof(*f) + nkeys * sizeof(*keys));
+	int err;
+
+	if (!f)
+		return -ENOMEM;
+	f->cr = cr;
+	f->tenant = tenant;
+	f->nkeys = nkeys;
+	f->first = first;
+	memcpy(f->keys, keys, nkeys * sizeof(*keys));
+	pthread_mutex_lock(&cr->mu);
+	cr->fetches++;
+	pthread_mutex_unlock(&cr->mu);
+	if ((err = -pthread_create(&f->th, NULL, fetch_main, f))) {
+		pthread_mutex_lock(&cr->mu);
+		cr->fetches--;
+		pthread_mutex_unlock(&cr->mu);
+		kvt_free(f);
+		return kvti_fail(err, "cache prefetch: starting its thread");
+	}
+	*out = f;
+	return 0;
+}
+
+int kvt_cache_prefetch_end(kvt_cache_fetch *f, int cut, uint64_t *pages)
+{
+	int err;
+
+	if (!f)
+		return kvti_fail(-EINVAL, "cache prefetch end: no handle");
+	if (cut)
+		atomic_store(&f->cut, 1);
+	pthread_join(f->th, NULL);
+	if (pages)
+		*pages = f->pages;
+	err = f->err;
+	kvt_free(f);
 	return err;
 }
 
@@ -424,9 +513,12 @@ void kvti_cache_remote_stop(struct kvti_cremote *cr)
 {
 	if (!cr)
 		return;
+	atomic_store(&cr->closing, 1);
 	pthread_mutex_lock(&cr->mu);
 	cr->stop = 1;
 	pthread_cond_broadcast(&cr->cv);
+	while (cr->fetches) /* their handles stay valid until _end() */
+		pthread_cond_wait(&cr->idle, &cr->mu);
 	pthread_mutex_unlock(&cr->mu);
 	if (cr->have_thread)
 		pthread_join(cr->th, NULL);

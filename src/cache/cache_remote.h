@@ -38,6 +38,9 @@ int kvti_cache_remote_store(struct kvti_cremote *cr, uint32_t tenant,
 int kvti_cache_remote_prefetch(struct kvti_cremote *cr, uint32_t tenant,
 			       const kvt_page_key *keys, size_t nkeys,
 			       size_t first, uint64_t *pages);
+int kvti_cache_remote_fetch_start(struct kvti_cremote *cr, uint32_t tenant,
+				  const kvt_page_key *keys, size_t nkeys,
+				  size_t first, kvt_cache_fetch **out);
 int kvti_cache_remote_flush(struct kvti_cremote *cr, int64_t timeout_ns);
 void kvti_cache_remote_stat(struct kvti_cremote *cr,
 			    kvt_cache_remote_stat *st);
