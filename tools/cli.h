@@ -22,6 +22,8 @@ int cmd_trace(int argc, char **argv);
 int cmd_stress(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_stat(int argc, char **argv);
 
 /* Benchmarks: one file each (tools/bench_<name>.c), run by cmd_bench. */
 int bench_pool(int argc, char **argv);
@@ -30,6 +32,7 @@ int bench_sim(int argc, char **argv);
 int bench_xfer(int argc, char **argv);
 int bench_cache(int argc, char **argv);
 int bench_remote(int argc, char **argv);
+int bench_server(int argc, char **argv);
 
 /* Print "kvtier <what>: <detail or strerror>" to stderr; returns
  * CLI_EXIT_FAIL (or CLI_EXIT_USAGE for spec/config errors). */

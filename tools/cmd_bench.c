@@ -18,6 +18,7 @@ static const struct {
 	{ "xfer", bench_xfer, "transfer engine GB/s vs one contiguous copy" },
 	{ "cache", bench_cache, "layer-wise cache load into engine memory vs bare copy" },
 	{ "remote", bench_remote, "batch GET of pages from Redis vs redis-benchmark" },
+	{ "server", bench_server, "daemon load into a client process vs the in-process cache" },
 };
 
 static void bench_usage(FILE *f)

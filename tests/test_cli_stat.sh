@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# test_cli_stat — kvtier stat's formatter on metrics JSON from the daemon's
+# renderer (tests/metrics_sample.json: made by src/server/metrics.c's
+# kvtd_metrics_render_json over a real cache; test_metrics checks it still
+# has every field the renderer writes), --watch/--count, and bad input.
+. "$(dirname "$0")/cli_lib.sh" stat "$@"
+SAMPLE=${KVT_SOURCE_DIR:-$(dirname "$0")/..}/tests/metrics_sample.json
+
+has() { # has FILE NEEDLE...: every needle is in FILE
+	local f=$1; shift
+	for n in "$@"; do
+		grep -qF -- "$n" "$f" || fail "$f lacks '$n'"
+	done
+}
+
+"$KVT" stat --from-file "$SAMPLE" >"$TMP/table.txt" || fail "stat --from-file"
+has "$TMP/table.txt" "kvtier daemon 0." "clients 3, leases 7 (56 pages pinned)" \
+	"jobs in flight 1, engine memory registered 3.00 GiB" "cache: pages loaded 0" "dram         2.00 MiB" "0/1024" \
+	"tenant alice (id 1): 1606 pages looked up, hit rate 94.0%, 96 misses" \
+	"ssd->engine 1.20 GiB" "lease expiries: disconnect 3" "180/200" \
+	"tenant bob (id 2): 576 pages looked up, hit rate 11.1%, 512 misses" \
+	"protocol errors: not_owner 1" "protocol errors: truncated 1, idle 1" \
+	"node (no tenant" "dram->ssd 480.00 MiB"
+# read failures and checksum failures are their own columns, apart from misses
+grep -qE "^  ssd +310 +2 +0 +0 +1 " "$TMP/table.txt" || fail "alice's ssd row"
+# latency: counts, and p50 <= p99 from the buckets
+grep -qE "^  lookup +1000 +[0-9.]+ us +[0-9.]+ us" "$TMP/table.txt" || fail "lookup latency row"
+grep -qE "^  store +100 +[0-9.]+ ms" "$TMP/table.txt" || fail "store latency row"
+
+# quantiles as histogram_quantile(): linear inside the bucket the rank falls in
+cat >"$TMP/q.json" <<'JSON'
+{"format": 1, "version": "t", "time": 3725, "start_time": 0, "gauges": {}, "tiers": [],
+ "cache": null, "buckets": [1e-6, 2e-6, 5e-6],
+ "tenants": [{"id": 4, "name": "q", "misses": 0, "tiers": {}, "transfer_bytes": [],
+   "lease_expiries": {}, "protocol_errors": {},
+   "latency": {"lookup": {"count": 10, "sum_seconds": 1.5e-5, "cumulative": [0, 10, 10, 10]},
+               "load": {"count": 4, "sum_seconds": 100, "cumulative": [0, 0, 2, 4]}}}]}
+JSON
+"$KVT" stat --from-file "$TMP/q.json" >"$TMP/q.txt" || fail "stat on a hand-made histogram"
+grep -qE "^  lookup +10 +1.5 us +2.0 us +1.5 us$" "$TMP/q.txt" || fail "lookup p50/p99/mean: $(grep lookup "$TMP/q.txt")"
+grep -qE "^  load +4 +5.0 us +> 5.0 us +25.00 s$" "$TMP/q.txt" || fail "load quantiles past the last bound: $(grep load "$TMP/q.txt")"
+grep -q "up 1h02m05s" "$TMP/q.txt" || fail "uptime"
+grep -q "tenant q (id 4): no lookups" "$TMP/q.txt" || fail "a tenant without lookups"
+
+# a format-1 document with every member of the wrong type: printed as far
+# as it goes, no crash
+cat >"$TMP/odd.json" <<'JSON'
+{"format": 1, "version": 7, "time": "x", "gauges": [], "tiers": {"a": 1}, "cache": [],
+ "buckets": {}, "tenants": [{"id": "x", "name": 5, "misses": "y", "tiers": [1, {"hits": "z"}],
+   "transfer_bytes": {"a": 1}, "lease_expiries": [1, 2], "protocol_errors": "no",
+   "latency": [{"count": 3, "cumulative": [1]}]}, 7, "s"]}
+JSON
+"$KVT" stat --from-file "$TMP/odd.json" >"$TMP/odd.txt" 2>&1; rc=$?
+[ $rc -le 1 ] || fail "stat on odd JSON: exit $rc: $(cat "$TMP/odd.txt")"
+
+"$KVT" stat --from-file "$SAMPLE" --tenant bob >"$TMP/bob.txt" || fail "stat --tenant bob"
+has "$TMP/bob.txt" "tenant bob"
+grep -q "tenant alice" "$TMP/bob.txt" && fail "--tenant bob shows alice"
+"$KVT" stat --from-file "$SAMPLE" --json >"$TMP/out.json" || fail "stat --json"
+has "$TMP/out.json" '"format":	1' '"tenants":' '"cumulative":'
+
+# --watch: one table per refresh, --count stops it; JSON lines with --json
+"$KVT" stat --from-file "$SAMPLE" --watch 0.1 --count 3 >"$TMP/watch.txt" || fail "stat --watch"
+[ "$(grep -c '^kvtier daemon' "$TMP/watch.txt")" = 3 ] || fail "--watch --count 3 printed $(grep -c '^kvtier daemon' "$TMP/watch.txt") tables"
+"$KVT" stat --from-file "$SAMPLE" --json --watch 0.1 --count 2 >"$TMP/watch.json" || fail "stat --json --watch"
+[ "$(grep -c '^{"format":1,' "$TMP/watch.json")" = 2 ] || fail "--json --watch: not 2 JSON lines"
+# an interrupted --watch ends cleanly
+"$KVT" stat --from-file "$SAMPLE" --watch 0.2 >/dev/null & pid=$!
+sleep 0.5; kill -INT $pid; wait $pid; rc=$?
+[ $rc = 0 ] || fail "--watch interrupted: exit $rc"
+
+"$KVT" stat --help | grep -q -- "--watch SECS" || fail "stat --help"
+"$KVT" --help | grep -q "stat " || fail "kvtier --help lacks stat"
+
+# bad input
+printf 'not json' >"$TMP/garbage.json"
+printf '{"format": 2}' >"$TMP/future.json"
+expect 2 "--watch: '0' is not a number" -- stat --from-file "$SAMPLE" --watch 0
+expect 2 "--watch: 'abc'" -- stat --watch abc
+expect 2 "--count: '0'" -- stat --watch 1 --count 0
+expect 2 "--count needs --watch" -- stat --count 2
+expect 2 "unexpected argument 'x'" -- stat x
+expect 2 "--socket: empty path" -- stat --socket ""
+expect 2 "exclude each other" -- stat --socket /x --from-file "$SAMPLE"
+expect 2 "--tenant selects rows" -- stat --json --tenant a
+expect 2 "unrecognized option" -- stat --bogus
+expect 1 "No such file" -- stat --from-file "$TMP/absent.json"
+expect 1 "not valid JSON" -- stat --from-file "$TMP/garbage.json"
+expect 1 "metrics format 2, this kvtier reads format 1" -- stat --from-file "$TMP/future.json"
+expect 1 "no tenant 'nobody'" -- stat --from-file "$SAMPLE" --tenant nobody
+expect 1 "kvtier stat" -- stat --socket "$TMP/no-daemon.sock"
+exit $((fails > 0))
