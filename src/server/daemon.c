@@ -644,6 +644,15 @@ static kvt_page_key *keys_copy(const uint8_t *p, uint32_t n)
 	return k;
 }
 
+/* The fastest owned tier (where stores and prefetches land). */
+static int top_tier(kvtd *d)
+{
+	for (int k = KVT_TIER_FABRIC; k < KVT_TIER_REMOTE; k++)
+		if (kvt_cache_tier(d->c, (kvt_tier_kind)k))
+			return k;
+	return KVT_TIER_DRAM;
+}
+
 /* End this client's prefetch: @cut 1 keeps what arrived and stops. */
 static void fetch_end(struct conn *c, int cut)
 {
@@ -653,6 +662,10 @@ static void fetch_end(struct conn *c, int cut)
 		return;
 	kvt_cache_prefetch_end(c->fetch, cut, &pages);
 	c->fetch = NULL;
+	if (pages) /* remote -> the top owned tier */
+		kvtd_metrics_bytes(c->d->m, c->t->mt, KVTD_END_REMOTE,
+				   (enum kvtd_end)top_tier(c->d), pages *
+				   kvt_geom_page_bytes(c->d->g));
 }
 
 static void fetch_start(struct conn *c, const kvt_page_key *keys,
@@ -762,16 +775,25 @@ static int do_release(struct conn *c, const kvtd_hdr *h, uint32_t s)
 						   KVTD_END_ENGINE,
 						   st.from[t] *
 						   kvt_geom_page_bytes(c->d->g));
-		if (st.failed && (res == KVT_ECORRUPT || res == -EIO))
-			kvtd_metrics_read_failure(c->d->m, c->t->mt,
-						  KVT_TIER_COUNT, st.failed);
-		if (res == KVT_ECORRUPT)
-			kvtd_metrics_checksum_failure(c->d->m, c->t->mt,
-						      KVT_TIER_COUNT,
-						      st.failed);
+		/* copies there but not readable right, by tier (absent or
+		 * busy blocks were misses, counted at lookup) */
+		uint64_t rf[KVT_TIER_COUNT];
+
+		if (st.failed && !kvt_cache_job_read_failures(j->cj, rf))
+			for (int t = 0; t < KVT_TIER_COUNT; t++) {
+				if (!rf[t])
+					continue;
+				kvtd_metrics_read_failure(c->d->m, c->t->mt,
+							  (kvt_tier_kind)t,
+							  rf[t]);
+				if (res == KVT_ECORRUPT)
+					kvtd_metrics_checksum_failure(c->d->m,
+						c->t->mt, (kvt_tier_kind)t,
+						rf[t]);
+			}
 	} else if (st.bytes) {
 		kvtd_metrics_bytes(c->d->m, c->t->mt, KVTD_END_ENGINE,
-				   (enum kvtd_end)KVT_TIER_COUNT, st.bytes);
+				   (enum kvtd_end)top_tier(c->d), st.bytes);
 	}
 	reply_begin(c, h, 0);
 	kvtd_put_u32(&c->out, (uint32_t)res);
