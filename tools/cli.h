@@ -17,12 +17,12 @@
 
 /* Subcommands: one file each (tools/cmd_<name>.c). */
 int cmd_info(int argc, char **argv);
+int cmd_stat(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_stress(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
-int cmd_stat(int argc, char **argv);
 
 /* Benchmarks: one file each (tools/bench_<name>.c), run by cmd_bench. */
 int bench_pool(int argc, char **argv);

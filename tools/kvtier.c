@@ -16,11 +16,11 @@ static const struct {
 } cmds[] = {
 	{ "demo", cmd_demo, "the main job: an agentic workload through the real cache" },
 	{ "info", cmd_info, "what this machine offers; build and report tiers" },
+	{ "stat", cmd_stat, "the node daemon's metrics, for a person (--json, --watch)" },
 	{ "bench", cmd_bench, "benchmarks (JSON with --json)" },
 	{ "trace", cmd_trace, "replay request traces through the index" },
 	{ "sim", cmd_sim, "simulate a serving node: TTFT, throughput, policies" },
 	{ "stress", cmd_stress, "memory stressor: N threads copying, GB/s each" },
-	{ "stat", cmd_stat, "the node daemon's metrics, for a person (--json, --watch)" },
 };
 
 static void usage(FILE *f)
