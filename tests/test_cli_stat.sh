@@ -89,4 +89,45 @@ expect 1 "not valid JSON" -- stat --from-file "$TMP/garbage.json"
 expect 1 "metrics format 2, this kvtier reads format 1" -- stat --from-file "$TMP/future.json"
 expect 1 "no tenant 'nobody'" -- stat --from-file "$SAMPLE" --tenant nobody
 expect 1 "kvtier stat" -- stat --socket "$TMP/no-daemon.sock"
+# against a live daemon, where this kvtier has one: stat over the socket, and
+# GET /metrics (bash's /dev/tcp) on a loopback port; bounded by timeouts
+if "$KVT" serve --help >/dev/null 2>&1; then
+	http() { # http METHOD PATH: the whole response on stdout
+		exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
+		printf '%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n' "$1" "$2" >&3
+		timeout 10 cat <&3
+		exec 3<&-
+	}
+	for try in 1 2 3; do # a random port may be taken: try another
+		port=$((20000 + RANDOM % 30000))
+		rm -f "$TMP/d.sock"
+		"$KVT" serve --socket "$TMP/d.sock" --tiers dram:64M \
+			--metrics "127.0.0.1:$port" >"$TMP/serve.log" 2>&1 & dpid=$!
+		for i in $(seq 100); do
+			[ -S "$TMP/d.sock" ] || ! kill -0 $dpid 2>/dev/null && break
+			sleep 0.1
+		done
+		kill -0 $dpid 2>/dev/null && break
+		wait $dpid
+	done
+	if kill -0 $dpid 2>/dev/null; then
+		timeout 20 "$KVT" stat --socket "$TMP/d.sock" >"$TMP/live.txt" 2>&1 ||
+			fail "stat on a live daemon: $(cat "$TMP/live.txt")"
+		has "$TMP/live.txt" "kvtier daemon" "dram " "tenant default"
+		timeout 20 "$KVT" stat --socket "$TMP/d.sock" --json >"$TMP/live.json" 2>&1 ||
+			fail "stat --json on a live daemon"
+		has "$TMP/live.json" '"format":	1' '"tiers":'
+		expect 1 "no tenant 7" -- stat --socket "$TMP/d.sock" --as 7
+		expect 1 "geometry" -- stat --socket "$TMP/d.sock" --page-tokens 32
+		http GET /metrics >"$TMP/scrape.txt" || fail "GET /metrics"
+		has "$TMP/scrape.txt" "HTTP/1.1 200" "text/plain; version=0.0.4" \
+			"# TYPE kvtier_hits_total counter" 'kvtier_tier_capacity_bytes{tier="dram"} 67108864'
+		http GET /other | grep -q "HTTP/1.1 404" || fail "GET /other is not 404"
+		http POST /metrics | grep -q "HTTP/1.1 405" || fail "POST /metrics is not 405"
+		kill -TERM $dpid; wait $dpid || fail "daemon exit $?: $(cat "$TMP/serve.log")"
+	else
+		fail "no daemon started: $(cat "$TMP/serve.log")"
+	fi
+	expect 2 "metrics address" -- serve --socket "$TMP/e.sock" --tiers dram:64M --metrics 127.0.0.1:99999
+fi
 exit $((fails > 0))

@@ -34,7 +34,7 @@ struct hist {
 };
 
 struct kvtd_mtenant {
-	uint32_t id;                      /* 0: the node block */
+	uint32_t id;                      /* the node block: 0, unused */
 	char name[KVTD_METRICS_NAME_MAX + 1];
 	actr hits[NT], read_fail[NT], evict[NT], demote[NT], csum[NT];
 	actr misses;
@@ -194,8 +194,6 @@ int kvtd_metrics_tenant(kvtd_metrics *m, uint32_t id, const char *name,
 	int err;
 
 	*out = NULL;
-	if (id == 0)
-		return kvti_fail(-EINVAL, "metrics: tenant id 0 is the node's");
 	err = check_name(name);
 	if (err)
 		return err;
@@ -957,7 +955,9 @@ static void json_tenant(struct jb *j, cJSON *arr, const struct snap *s,
 
 	if (!o)
 		return;
-	jnum(j, o, "id", t->id);
+	if (t->node ? !cJSON_AddNullToObject(o, "id") :
+		      !cJSON_AddNumberToObject(o, "id", t->id))
+		j->ok = 0;
 	if (!cJSON_AddStringToObject(o, "name", t->name))
 		j->ok = 0;
 	jnum(j, o, "misses", (double)t->misses);
