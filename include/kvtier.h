@@ -99,7 +99,8 @@ KVT_API const char *kvt_version(void);
 #define KVT_ENOTBUILT  (-31907) /* feature not compiled into this build */
 #define KVT_ENOTFOUND  (-31908) /* no such key, slot, page or tenant */
 #define KVT_EBUSY      (-31909) /* object in use (pinned, leased, in flight) */
-#define KVT_ERR_LAST   (-31909)
+#define KVT_EPROTO     (-31910) /* malformed or unexpected protocol message */
+#define KVT_ERR_LAST   (-31910)
 
 /**
  * kvt_strerror() - describe an error code.

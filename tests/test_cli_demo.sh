@@ -65,6 +65,13 @@ grep -qF '"error":' "$TMP/out.json" || fail "tampered demo: json error"
 grep -qP '^\t\t"bad":\t0,?$' "$TMP/out.json" && fail "tampered demo: json bad 0"
 
 demo $SMALL --stress 1 --stress-bytes 8M --quiet >/dev/null 2>&1 || fail "demo --stress"
+# --daemon: each policy's cache in a kvtierd child, the engine a client
+demo $SMALL --daemon --json >"$TMP/out.json" 2>"$TMP/err.txt" || fail "demo --daemon exit $? ($(tail -2 "$TMP/err.txt"))"
+for k in '"ok":	true' '"daemon":	true' '"final_bad":	0' '"bad":	0'; do
+	grep -qF "$k" "$TMP/out.json" || fail "demo --daemon json lacks $k"
+done
+grep -q '"final_checked":	[1-9]' "$TMP/out.json" || fail "demo --daemon: the daemon's final check read nothing"
+ls /tmp/kvtier-demo-*.sock 2>/dev/null | grep -q . && fail "demo --daemon left a socket behind"
 "$KVT" demo --help | grep -q -- "--sessions" || fail "demo --help"
 
 expect 2 "--sessions" -- demo --sessions 0

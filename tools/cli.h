@@ -17,12 +17,13 @@
 
 /* Subcommands: one file each (tools/cmd_<name>.c). */
 int cmd_info(int argc, char **argv);
-int cmd_stat(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_stress(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_stat(int argc, char **argv);
 
 /* Benchmarks: one file each (tools/bench_<name>.c), run by cmd_bench. */
 int bench_pool(int argc, char **argv);
@@ -30,6 +31,7 @@ int bench_index(int argc, char **argv);
 int bench_sim(int argc, char **argv);
 int bench_xfer(int argc, char **argv);
 int bench_cache(int argc, char **argv);
+int bench_server(int argc, char **argv);
 
 /* Print "kvtier <what>: <detail or strerror>" to stderr; returns
  * CLI_EXIT_FAIL (or CLI_EXIT_USAGE for spec/config errors). */

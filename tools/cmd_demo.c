@@ -56,6 +56,9 @@ static void demo_usage(FILE *f)
 "  --dir DIR           directory for the ssd tier (default: a temp dir,\n"
 "                      removed at the end)\n"
 "  --seed N            workload seed (1)\n"
+"  --daemon            each policy's cache in a node daemon process\n"
+"                      (kvtierd), the engine a client of it: its KV memory\n"
+"                      shared as a memfd, every call through the socket\n"
 "  --json              machine-readable result on stdout\n"
 "  --quiet             no progress bar and no tables: one summary line\n"
 "\n"
@@ -641,6 +644,7 @@ static cJSON *result_json(const kvt_demo_result *r, int err)
 	cJSON_AddStringToObject(o, "hardware", c->hardware);
 	cJSON_AddStringToObject(o, "gpu_modeled", r->gpu_name);
 	cJSON_AddBoolToObject(o, "real_gpu", c->gpu);
+	cJSON_AddBoolToObject(o, "daemon", c->daemon);
 	cJSON_AddNumberToObject(o, "stress_threads", c->stress);
 	cJSON_AddNumberToObject(o, "hbm_bytes", (double)c->hbm_bytes);
 	cJSON_AddNumberToObject(o, "fabric_bytes", (double)c->fabric_bytes);
@@ -770,6 +774,7 @@ int cmd_demo(int argc, char **argv)
 		{ "seed", required_argument, 0, 'e' },
 		{ "json", no_argument, 0, 'j' },
 		{ "quiet", no_argument, 0, 'q' },
+		{ "daemon", no_argument, 0, 'D' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 }
 	};
@@ -814,6 +819,7 @@ int cmd_demo(int argc, char **argv)
 		case 'e': if (cli_u64("--seed", optarg, 0, UINT64_MAX, &v)) return 2; c.seed = v; break;
 		case 'j': json = 1; break;
 		case 'q': quiet = 1; break;
+		case 'D': c.daemon = 1; break;
 		case 'h': demo_usage(stdout); return 0;
 		default: demo_usage(stderr); return CLI_EXIT_USAGE;
 		}

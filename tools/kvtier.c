@@ -16,11 +16,12 @@ static const struct {
 } cmds[] = {
 	{ "demo", cmd_demo, "the main job: an agentic workload through the real cache" },
 	{ "info", cmd_info, "what this machine offers; build and report tiers" },
-	{ "stat", cmd_stat, "the node daemon's metrics, for a person (--json, --watch)" },
 	{ "bench", cmd_bench, "benchmarks (JSON with --json)" },
 	{ "trace", cmd_trace, "replay request traces through the index" },
 	{ "sim", cmd_sim, "simulate a serving node: TTFT, throughput, policies" },
 	{ "stress", cmd_stress, "memory stressor: N threads copying, GB/s each" },
+	{ "serve", cmd_serve, "the node daemon (kvtierd): tiers shared by engines" },
+	{ "stat", cmd_stat, "the node daemon's metrics, for a person (--json, --watch)" },
 };
 
 static void usage(FILE *f)
@@ -37,6 +38,11 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+	const char *self = strrchr(argv[0], '/');
+
+	/* installed as kvtierd too: that name is `kvtier serve` */
+	if (!strcmp(self ? self + 1 : argv[0], "kvtierd"))
+		return cmd_serve(argc, argv);
 	if (argc < 2) {
 		usage(stderr);
 		return CLI_EXIT_USAGE;

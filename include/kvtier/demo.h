@@ -140,6 +140,11 @@ typedef struct kvt_demo_config {
 	char dir[KVT_PATH_MAX];    /* ssd directory (a fresh temp dir if "") */
 	int gpu;                   /* 1: engine memory on a CUDA GPU; always 0
 				      in this version (host memory) */
+	int daemon;                /* 1: each policy's cache runs in a node
+				      daemon child process (kvtierd) and the
+				      engine reaches it through the client
+				      library, its KV memory shared as a
+				      memfd; 0: in this process */
 	unsigned stress;           /* memory stressor threads during the runs */
 	uint64_t stress_bytes;     /* each stressor's two buffers (256 MiB) */
 	uint64_t seed;

@@ -29,6 +29,7 @@ static const struct {
 	{ KVT_ENOTBUILT, "feature not built into this kvtier" },
 	{ KVT_ENOTFOUND, "not found" },
 	{ KVT_EBUSY, "in use" },
+	{ KVT_EPROTO, "protocol error" },
 };
 
 const char *kvt_strerror(int err)

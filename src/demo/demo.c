@@ -30,6 +30,9 @@
  * without keeping anything.
  */
 #include "core/core.h"
+#include "server/server.h"
+
+#include <kvtier/client.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,6 +44,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -287,9 +292,13 @@ struct engine {
 	uint64_t nblocks, chunk; /* chunk: one (block, layer, kv), bytes */
 	uint32_t *free;         /* free block ids, a stack */
 	uint64_t nfree;
+	int shared;             /* base[] is the daemon-shared memfd's */
 };
 
-static int engine_open(struct engine *e, const kvt_geom *g, uint64_t bytes)
+/* @shared: per-layer memory the daemon shares (vLLM layout), or NULL to
+ * allocate our own. */
+static int engine_open(struct engine *e, const kvt_geom *g, uint64_t bytes,
+		       void *const *shared)
 {
 	e->layers = g->layers;
 	e->kv = kvt_geom_kv(g);
@@ -299,10 +308,13 @@ static int engine_open(struct engine *e, const kvt_geom *g, uint64_t bytes)
 	e->free = kvt_malloc(e->nblocks * sizeof(*e->free));
 	if (!e->base || !e->free)
 		return -ENOMEM;
+	e->shared = shared != NULL;
 	for (uint32_t l = 0; l < e->layers; l++) {
 		size_t n = (size_t)(e->kv * e->nblocks * e->chunk);
 
-		if (!(e->base[l] = kvti_aligned_alloc(4096, n)))
+		if (shared)
+			e->base[l] = shared[l];
+		else if (!(e->base[l] = kvti_aligned_alloc(4096, n)))
 			return -ENOMEM;
 		memset(e->base[l], 0, n); /* fault it in now, not in a request */
 	}
@@ -314,7 +326,7 @@ static int engine_open(struct engine *e, const kvt_geom *g, uint64_t bytes)
 
 static void engine_close(struct engine *e)
 {
-	for (uint32_t l = 0; e->base && l < e->layers; l++)
+	for (uint32_t l = 0; e->base && !e->shared && l < e->layers; l++)
 		kvt_free(e->base[l]);
 	kvt_free(e->base);
 	kvt_free(e->free);
@@ -391,7 +403,7 @@ static double since(uint64_t t0)
 struct pending {
 	uint32_t *blocks;
 	uint64_t nblocks;
-	kvt_cache_job *job[2];
+	struct djob *job[2];
 	kvt_demo_req *req;
 };
 
@@ -399,7 +411,11 @@ struct pass_ctx {
 	const kvt_demo_config *c;
 	kvt_demo_pass *out;
 	struct session *ss;
-	kvt_cache *cache;
+	kvt_cache *cache;       /* in process, or: */
+	kvt_client *cl;         /* through the daemon (--daemon) */
+	kvt_client_mem *cm;
+	pid_t dpid;             /* the daemon child, its report pipe */
+	int dfd;
 	struct engine eng;
 	kvt_cost cost;
 	int lmcache;
@@ -411,6 +427,102 @@ struct pass_ctx {
 	int err;                /* first job or check failure (not fatal) */
 	char msg[256];          /* what it was */
 };
+
+/* ---- the cache as the engine reaches it: in this process, or through the
+ * node daemon in a child process (--daemon). One job type for both. ---- */
+
+struct djob {
+	kvt_cache_job *j;
+	kvt_client_job *c;
+};
+
+static int dj_wrap(int err, kvt_cache_job *j, kvt_client_job *c,
+		   struct djob **out)
+{
+	if (err)
+		return err;
+	if (!(*out = kvt_calloc(1, sizeof(**out)))) {
+		kvt_cache_job_free(j);
+		kvt_client_job_free(c);
+		return -ENOMEM;
+	}
+	(*out)->j = j;
+	(*out)->c = c;
+	return 0;
+}
+
+static int dj_wait(struct djob *j, int64_t t)
+{
+	return j->j ? kvt_cache_job_wait(j->j, t) : kvt_client_job_wait(j->c, t);
+}
+
+static int dj_wait_layer(struct djob *j, uint32_t l, int64_t t)
+{
+	return j->j ? kvt_cache_job_wait_layer(j->j, l, t) :
+	       kvt_client_job_wait_layer(j->c, l, t);
+}
+
+static int dj_poll(struct djob *j)
+{
+	return j->j ? kvt_cache_job_poll(j->j) : kvt_client_job_poll(j->c);
+}
+
+static long dj_failed(struct djob *j, uint32_t *b, size_t max)
+{
+	return j->j ? kvt_cache_job_failed(j->j, b, max) :
+	       kvt_client_job_failed(j->c, b, max);
+}
+
+static void dj_stat(struct djob *j, kvt_cache_job_stat *st)
+{
+	if (j->j)
+		kvt_cache_job_stat_get(j->j, st);
+	else
+		kvt_client_job_stat_get(j->c, st);
+}
+
+static void dj_free(struct djob *j)
+{
+	if (!j)
+		return;
+	kvt_cache_job_free(j->j);
+	kvt_client_job_free(j->c);
+	kvt_free(j);
+}
+
+static int dc_hash(struct pass_ctx *p, const uint32_t *tok, size_t n,
+		   kvt_page_key *keys)
+{
+	return p->cl ? kvt_client_hash_tokens(p->cl, tok, n, keys) :
+	       kvt_cache_hash_tokens(p->cache, 0, tok, n, keys);
+}
+
+static int dc_lookup(struct pass_ctx *p, size_t n, unsigned flags,
+		     kvt_cache_lookup_result *r)
+{
+	return p->cl ? kvt_client_lookup(p->cl, p->keys, n, flags, r) :
+	       kvt_cache_lookup(p->cache, 0, p->keys, n, flags, r);
+}
+
+static int dc_job(struct pass_ctx *p, int store, size_t n, size_t first,
+		  const uint32_t *blocks, struct djob **out)
+{
+	kvt_cache_job *j = NULL;
+	kvt_client_job *c = NULL;
+	int err;
+
+	if (p->cl)
+		err = store ? kvt_client_store(p->cl, p->cm, p->keys, n, first,
+					       blocks, &c)
+			    : kvt_client_load(p->cl, p->cm, p->keys, n, first,
+					      blocks, &c);
+	else
+		err = store ? kvt_cache_store(p->cache, 0, p->keys, n, first,
+					      blocks, &j)
+			    : kvt_cache_load(p->cache, 0, p->keys, n, first,
+					     blocks, &j);
+	return dj_wrap(err, j, c, out);
+}
 
 /* Record a failure that does not stop the run (a job's, a check's): the
  * first one is the run's answer. */
@@ -431,28 +543,28 @@ note_err(struct pass_ctx *p, int err, const char *fmt, ...)
 }
 
 /* Account a finished store job to its request and free it. */
-static void store_done(struct pass_ctx *p, kvt_cache_job *j, kvt_demo_req *r)
+static void store_done(struct pass_ctx *p, struct djob *j, kvt_demo_req *r)
 {
 	kvt_cache_job_stat st;
 	int rc;
 
 	if (!j)
 		return;
-	rc = kvt_cache_job_wait(j, -1);
-	kvt_cache_job_stat_get(j, &st);
+	rc = dj_wait(j, -1);
+	dj_stat(j, &st);
 	r->stored_pages += st.copied;
 	r->cache_wait_s += st.wait_s;
 	if (rc && !r->store_err)
 		r->store_err = rc;
 	note_err(p, rc, "demo %s: session %u turn %u: a store failed",
 		 p->out->policy, r->session, r->turn);
-	kvt_cache_job_free(j);
+	dj_free(j);
 }
 
 static int pending_done(struct pending *pd)
 {
 	for (int i = 0; i < 2; i++)
-		if (pd->job[i] && kvt_cache_job_poll(pd->job[i]) == -EINPROGRESS)
+		if (pd->job[i] && dj_poll(pd->job[i]) == -EINPROGRESS)
 			return 0;
 	return 1;
 }
@@ -485,7 +597,10 @@ static void pass_drain(struct pass_ctx *p)
 
 	while (pending_retire(p, 1))
 		;
-	kvt_cache_quiesce(p->cache);
+	if (p->cl)
+		kvt_client_quiesce(p->cl);
+	else
+		kvt_cache_quiesce(p->cache);
 	p->out->drain_s += since(t0);
 }
 
@@ -522,12 +637,11 @@ static void recompute(struct pass_ctx *p, const struct session *se,
  * requests' stores still hold (KVT_EFULL), wait for the oldest of them and
  * try again: back-pressure, in the caller's measured time. */
 static int store_submit(struct pass_ctx *p, uint64_t nkeys, uint64_t first,
-			const uint32_t *blocks, kvt_cache_job **job)
+			const uint32_t *blocks, struct djob **job)
 {
 	int err;
 
-	while ((err = kvt_cache_store(p->cache, 0, p->keys, nkeys, first,
-				      blocks, job)) == KVT_EFULL &&
+	while ((err = dc_job(p, 1, nkeys, first, blocks, job)) == KVT_EFULL &&
 	       pending_retire(p, 1))
 		;
 	return err;
@@ -553,7 +667,7 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 	uint64_t T = prompt_len(c, k), full = T / P, ans_full, need, hit = 0,
 		 t0, t1, model_ns, ff;
 	kvt_cache_lookup_result lr;
-	kvt_cache_job *load = NULL, *store = NULL, *astore = NULL;
+	struct djob *load = NULL, *store = NULL, *astore = NULL;
 	kvt_cache_job_stat st;
 	uint32_t *blocks = NULL;
 	long nfailed = 0;
@@ -570,10 +684,8 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 	t0 = kvt_now_ns();
 	while (pending_retire(p, 0)) /* stores already done: free blocks */
 		;
-	if ((err = kvt_cache_hash_tokens(p->cache, 0, se->tokens, full * P,
-					 p->keys)) ||
-	    (err = kvt_cache_lookup(p->cache, 0, p->keys, full,
-				   KVT_LOOKUP_TOUCH, &lr)))
+	if ((err = dc_hash(p, se->tokens, full * P, p->keys)) ||
+	    (err = dc_lookup(p, full, KVT_LOOKUP_TOUCH, &lr)))
 		goto out;
 	r->lookup_s = since(t0);
 	r->inflight_pages = (uint32_t)lr.inflight;
@@ -585,7 +697,7 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 		pending_retire(p, 1);
 		r->block_wait_s += since(t1);
 		t1 = kvt_now_ns();
-		if ((err = kvt_cache_lookup(p->cache, 0, p->keys, full, 0, &lr)))
+		if ((err = dc_lookup(p, full, 0, &lr)))
 			goto out;
 		r->lookup_s += since(t1);
 	}
@@ -610,8 +722,7 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 	}
 	for (uint64_t i = 0; i < need; i++)
 		blocks[i] = p->eng.free[--p->eng.nfree];
-	if (hit && (err = kvt_cache_load(p->cache, 0, p->keys, hit, 0, blocks,
-					 &load)))
+	if (hit && (err = dc_job(p, 0, hit, 0, blocks, &load)))
 		goto out;
 	r->lookup_s += since(t1);
 
@@ -624,9 +735,9 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 	ff = hit;
 	if (load && p->lmcache) { /* the whole prefix first */
 		t1 = kvt_now_ns();
-		rc = kvt_cache_job_wait(load, -1);
+		rc = dj_wait(load, -1);
 		r->load_wait_s += since(t1);
-		nfailed = kvt_cache_job_failed(load, p->failed, hit);
+		nfailed = dj_failed(load, p->failed, hit);
 		if (rc && !nfailed) { /* a failure with no block to blame */
 			err = rc;
 			goto out;
@@ -646,7 +757,7 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 			uint64_t w0 = kvt_now_ns(), w1;
 
 			if (load && !p->lmcache && !broken &&
-			    (rc = kvt_cache_job_wait_layer(load, l, -1)))
+			    (rc = dj_wait_layer(load, l, -1)))
 				broken = 1; /* every block failed, or cancelled */
 			w1 = kvt_now_ns();
 			r->load_wait_s += (double)(w1 - w0) / 1e9;
@@ -660,9 +771,9 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 	r->ready_s = L ? p->ready[L - 1] : 0;
 	if (load && !p->lmcache) { /* its end: leases released, failures */
 		t1 = kvt_now_ns();
-		rc = kvt_cache_job_wait(load, -1);
+		rc = dj_wait(load, -1);
 		r->load_wait_s += since(t1);
-		nfailed = kvt_cache_job_failed(load, p->failed, hit);
+		nfailed = dj_failed(load, p->failed, hit);
 		if (rc && !nfailed) {
 			err = rc;
 			goto out;
@@ -689,7 +800,7 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 	/* ---- first token: the rest is off the clock ---- */
 
 	if (load) {
-		kvt_cache_job_stat_get(load, &st);
+		dj_stat(load, &st);
 		r->loaded_pages = st.copied;
 		r->verified_pages = st.verified;
 		r->failed_pages = st.failed;
@@ -699,7 +810,7 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 		r->cache_wait_s += st.wait_s;
 		for (int t = 0; t < KVT_TIER_COUNT; t++)
 			r->hit_tokens[t] = (uint32_t)(st.from[t] * P);
-		rc = kvt_cache_job_wait(load, 0);
+		rc = dj_wait(load, 0);
 		/* evicted since the lookup, or moving between tiers at that
 		 * instant: recomputed, not a fault */
 		if (rc && rc != KVT_ENOTFOUND && rc != KVT_EBUSY) {
@@ -723,8 +834,7 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 	if (ans_full > full && !(p->lmcache && r->store_err)) {
 		for (uint32_t l = 0; l < L; l++)
 			engine_write_layer(&p->eng, se, blocks, full, ans_full, l);
-		if ((err = kvt_cache_hash_tokens(p->cache, 0, se->tokens,
-						 ans_full * P, p->keys)) ||
+		if ((err = dc_hash(p, se->tokens, ans_full * P, p->keys)) ||
 		    (err = store_submit(p, ans_full, full, blocks + full,
 					&astore)))
 			goto out;
@@ -745,7 +855,7 @@ static int one_request(struct pass_ctx *p, uint32_t s, uint32_t k,
 		store = astore = NULL;
 	}
 out:
-	kvt_cache_job_free(load);
+	dj_free(load);
 	if (store)
 		store_done(p, store, r);
 	if (astore)
@@ -770,6 +880,178 @@ static void tier_spec(const kvt_demo_config *c, const char *dir, char *buf,
 		 (unsigned long long)c->fabric_bytes,
 		 (unsigned long long)c->dram_bytes, dir,
 		 (unsigned long long)c->ssd_bytes);
+}
+
+/* ---- --daemon: this policy's cache in a kvtierd child process ---------- */
+
+/* What the daemon child reports: once ready (or failed), once drained. */
+struct dreport {
+	int err;
+	char detail[256];
+	char where[KVT_PATH_MAX];
+	int check_err;
+	char check_detail[256];
+	kvt_cache_check check;
+	kvt_cache_stat cache;
+	kvt_index_stat index;
+};
+
+static kvtd *demo_daemon;
+
+static void demo_daemon_term(int sig)
+{
+	(void)sig;
+	kvtd_stop(demo_daemon);
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+	const char *b = p;
+
+	while (n) {
+		ssize_t k = write(fd, b, n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		b += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+	char *b = p;
+
+	while (n) {
+		ssize_t k = read(fd, b, n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		b += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+/* The child: serve until SIGTERM, then check every copy as the in-process
+ * pass does, report, drain. */
+static void __attribute__((noreturn))
+daemon_child(const kvtd_config *dc, int fd)
+{
+	struct sigaction sa = { .sa_handler = demo_daemon_term };
+	struct dreport *rep = calloc(1, sizeof(*rep));
+	kvt_cache *cache;
+	kvt_tier_desc d;
+
+	if (!rep)
+		_exit(1);
+	rep->err = kvtd_open(&demo_daemon, dc);
+	if (rep->err) {
+		snprintf(rep->detail, sizeof(rep->detail), "%s", kvt_errdetail());
+		write_all(fd, rep, sizeof(*rep));
+		_exit(1);
+	}
+	cache = kvtd_cache(demo_daemon);
+	kvt_tier_info(kvt_cache_tier(cache, KVT_TIER_FABRIC), &d);
+	snprintf(rep->where, sizeof(rep->where), "%s%s%s", d.where,
+		 d.emulated ? ", EMULATED: " : "",
+		 d.emulated ? (d.note[0] ? d.note : "emulated") : "");
+	sigaction(SIGTERM, &sa, NULL);
+	if (write_all(fd, rep, sizeof(*rep)))
+		_exit(1);
+	rep->err = kvtd_run(demo_daemon);
+	kvt_cache_quiesce(cache);
+	rep->check_err = kvt_cache_verify(cache, &rep->check);
+	snprintf(rep->check_detail, sizeof(rep->check_detail), "%s",
+		 kvt_errdetail());
+	kvt_cache_stat_get(cache, &rep->cache);
+	kvt_index_stat_get(kvt_cache_index(cache), &rep->index);
+	write_all(fd, rep, sizeof(*rep));
+	kvtd_close(demo_daemon);
+	_exit(0);
+}
+
+/* Start this policy's daemon and connect to it as the engine. */
+static int daemon_open(struct pass_ctx *p, const kvt_demo_config *c,
+		       const kvt_cache_config *cc, char *sock, size_t slen)
+{
+	kvt_client_config cl = KVT_CLIENT_CONFIG_INIT;
+	kvtd_config dc = { 0 };
+	struct dreport rep;
+	int fds[2], err;
+
+	snprintf(sock, slen, "/tmp/kvtier-demo-%d-%s.sock", (int)getpid(),
+		 p->out->policy);
+	dc.socket = sock;
+	dc.tiers = cc->tiers;
+	dc.model = c->model;
+	dc.page_tokens = c->page_tokens;
+	dc.tp = 1;
+	dc.write = cc->write;
+	dc.evict = cc->evict;
+	dc.cache_flags = cc->flags;
+	dc.lease_ms = 3600 * 1000; /* a slow run is not a stuck client */
+	if (pipe2(fds, O_CLOEXEC))
+		return kvti_fail(-errno, "demo: pipe: %s", strerror(errno));
+	p->dpid = fork();
+	if (p->dpid < 0) {
+		err = -errno;
+		close(fds[0]);
+		close(fds[1]);
+		return kvti_fail(err, "demo: fork: %s", strerror(-err));
+	}
+	if (p->dpid == 0) {
+		close(fds[0]);
+		daemon_child(&dc, fds[1]);
+	}
+	close(fds[1]);
+	p->dfd = fds[0];
+	if (read_all(p->dfd, &rep, sizeof(rep)))
+		return kvti_fail(-ECHILD, "demo: the %s daemon exited at start",
+				 p->out->policy);
+	if (rep.err)
+		return kvti_fail(rep.err, "demo: the %s daemon: %s",
+				 p->out->policy, rep.detail);
+	snprintf(p->out->fabric_where, sizeof(p->out->fabric_where), "%s",
+		 rep.where);
+	cl.socket = sock;
+	cl.model = c->model;
+	cl.page_tokens = c->page_tokens;
+	return kvt_client_connect(&p->cl, &cl);
+}
+
+/* Disconnect, stop the daemon, take its final check. */
+static void daemon_finish(struct pass_ctx *p)
+{
+	kvt_demo_pass *out = p->out;
+	struct dreport rep;
+	int st;
+
+	kvt_client_close(p->cl);
+	p->cl = NULL;
+	p->cm = NULL;
+	kill(p->dpid, SIGTERM);
+	if (read_all(p->dfd, &rep, sizeof(rep))) {
+		out->check_err = kvti_fail(-ECHILD, "demo: the %s daemon died "
+					   "before its final check",
+					   out->policy);
+	} else {
+		out->check_err = rep.check_err;
+		out->check = rep.check;
+		out->cache = rep.cache;
+		out->index = rep.index;
+		if (rep.check_err)
+			kvti_fail(rep.check_err, "%s", rep.check_detail);
+	}
+	close(p->dfd);
+	p->dfd = -1;
+	waitpid(p->dpid, &st, 0);
+	p->dpid = 0;
 }
 
 static int pass_open(struct pass_ctx *p, const kvt_demo_config *c,
@@ -809,6 +1091,23 @@ static int pass_open(struct pass_ctx *p, const kvt_demo_config *c,
 	cc.write = lmcache ? KVT_WRITE_THROUGH : KVT_WRITE_BACK;
 	if (!(c->background & (lmcache ? KVT_DEMO_LMCACHE : KVT_DEMO_KVTIER)))
 		cc.flags |= KVT_CACHE_NO_BACKGROUND;
+	if (c->daemon) {
+		void **base = kvt_calloc(g->layers, sizeof(*base));
+		char sock[108];
+
+		if (!base)
+			return -ENOMEM;
+		err = daemon_open(p, c, &cc, sock, sizeof(sock));
+		if (!err)
+			err = kvt_client_mem_alloc(p->cl, c->hbm_bytes /
+						   kvt_geom_page_bytes(g), base,
+						   NULL, NULL, NULL, &p->cm);
+		if (!err)
+			err = engine_open(&p->eng, g, c->hbm_bytes, base);
+		kvt_free(base);
+		out->nblocks = p->eng.nblocks;
+		return err;
+	}
 	if ((err = kvt_cache_open(&p->cache, &cc)))
 		return err;
 	{
@@ -819,7 +1118,7 @@ static int pass_open(struct pass_ctx *p, const kvt_demo_config *c,
 			 d.where, d.emulated ? ", EMULATED: " : "",
 			 d.emulated ? (d.note[0] ? d.note : "emulated") : "");
 	}
-	if ((err = engine_open(&p->eng, g, c->hbm_bytes)))
+	if ((err = engine_open(&p->eng, g, c->hbm_bytes, NULL)))
 		return err;
 	out->nblocks = p->eng.nblocks;
 	/* vLLM's layout: per layer [2][nblocks][P][H][D] */
@@ -836,12 +1135,18 @@ static void pass_finish(struct pass_ctx *p)
 {
 	kvt_demo_pass *out = p->out;
 
-	if (!p->cache)
+	if (p->dpid > 0) {
+		if (p->cl)
+			pass_drain(p);
+		daemon_finish(p);
+	} else if (!p->cache) {
 		return;
-	pass_drain(p);
-	out->check_err = kvt_cache_verify(p->cache, &out->check);
-	kvt_cache_stat_get(p->cache, &out->cache);
-	kvt_index_stat_get(kvt_cache_index(p->cache), &out->index);
+	} else {
+		pass_drain(p);
+		out->check_err = kvt_cache_verify(p->cache, &out->check);
+		kvt_cache_stat_get(p->cache, &out->cache);
+		kvt_index_stat_get(kvt_cache_index(p->cache), &out->index);
+	}
 	if (out->cache.corrupt)
 		note_err(p, KVT_ECORRUPT, "demo %s: %llu page copies failed "
 			 "verification", out->policy,
@@ -857,6 +1162,8 @@ static void pass_finish(struct pass_ctx *p)
 static void pass_close(struct pass_ctx *p)
 {
 	kvt_cache_close(p->cache); /* temp: removes the ssd files */
+	if (p->dpid > 0) /* failed before its finish */
+		daemon_finish(p);
 	engine_close(&p->eng);
 	for (size_t i = p->qhead; p->q && i < p->qtail; i++)
 		kvt_free(p->q[i % p->qcap].blocks);

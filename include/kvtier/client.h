@@ -1,0 +1,214 @@
+/*
+ * kvtier/client.h — an engine process talking to the node daemon (kvtierd,
+ * `kvtier serve`). The same shape as the in-process cache (cache.h): keys,
+ * lookup, asynchronous layer-wise load and store jobs into engine blocks,
+ * failed-block lists — so a connector can use either.
+ *
+ * WHY A DAEMON
+ *
+ *   Every process of a node (the TP ranks of one engine, several engines,
+ *   a prefill and a decode instance) shares one set of fabric, dram and ssd
+ *   tiers and one index, owned by the daemon. Page data never goes through
+ *   the socket: the client's KV memory is shared with the daemon once
+ *   (REGISTER), and the daemon's transfer engine copies pages straight
+ *   between its tiers and the client's blocks.
+ *
+ *      engine process                          kvtierd
+ *   +---------------------+   unix socket   +---------------------------+
+ *   | kvt_client          | --------------> | protocol (src/server/)    |
+ *   |  KV memory (memfd)  | <== mapped ===> | kvt_cache: index, tiers,  |
+ *   |  job slots (shared) | <== progress == |   transfer engine         |
+ *   +---------------------+                 +---------------------------+
+ *
+ * MEMORY
+ *
+ *   Host memory is shared as a memfd sealed against shrinking (the daemon
+ *   refuses one that could shrink under it). kvt_client_mem_alloc() makes
+ *   one in the vLLM layout (per layer: K blocks then V blocks) and registers
+ *   it; kvt_client_register_fd() registers a memfd the caller laid out.
+ *   GPU memory (CUDA IPC handles) is not implemented yet: device >= 0 is
+ *   refused with KVT_ENOTBUILT.
+ *
+ * JOBS
+ *
+ *   A load or store is one request; its progress (layers ready, done, the
+ *   result) comes back through a slot of a shared memory page the daemon
+ *   writes and the client waits on with a futex: wait_layer(l) costs no
+ *   round trip. The failed-block list and statistics are fetched once, when
+ *   the job is done, by the first call that needs them. A job holds its
+ *   pages (a lease) until it is done, at most the daemon's lease time;
+ *   when the client disconnects or dies, its jobs are cancelled and its
+ *   memory unmapped by the daemon.
+ *
+ * THREADS
+ *
+ *   Every call is thread-safe; requests of one client are serialized on its
+ *   socket (one round trip at a time), waits are not. Use one kvt_client per
+ *   process (or per TP rank: each rank connects with its own rank).
+ *
+ * ERRORS
+ *
+ *   kvtier codes as everywhere (kvt_strerror(), kvt_errdetail()); the
+ *   daemon's detail text travels with its errors. -ECONNRESET / -EPIPE: the
+ *   daemon went away (every job of the client has failed with it).
+ *   KVT_EPROTO: a message the other side could not accept.
+ */
+#ifndef KVTIER_CLIENT_H
+#define KVTIER_CLIENT_H
+
+#include <kvtier.h>
+#include <kvtier/cache.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvt_client kvt_client;
+typedef struct kvt_client_mem kvt_client_mem;
+typedef struct kvt_client_job kvt_client_job;
+
+/** The daemon's default socket (also KVT_SOCKET in the environment). */
+#define KVT_CLIENT_SOCKET "/run/kvtier/kvtierd.sock"
+
+/**
+ * struct kvt_client_config - who the client is. Start from
+ * KVT_CLIENT_CONFIG_INIT; zero is the default for every field but @size.
+ * @size:        sizeof(kvt_client_config) (the version).
+ * @socket:      the daemon's socket (KVT_SOCKET, else KVT_CLIENT_SOCKET).
+ * @tenant:      the tenant to act as (0); the daemon checks the process's
+ *               uid/gid against that tenant's allow-list.
+ * @ns:          the model namespace the daemon serves ("default").
+ * @model, @geom, @page_tokens, @tp_size, @tp_rank: this process's geometry
+ *               as in kvt_cache_config; the daemon refuses a client whose
+ *               geometry differs from its namespace's (KVT_EGEOM). With
+ *               neither @model nor @geom the client is a monitor (`kvtier
+ *               stat`): it may call kvt_client_stats() and nothing else
+ *               (the daemon answers KVT_EPROTO).
+ * @timeout_ms:  per request (10000).
+ */
+typedef struct kvt_client_config {
+	uint32_t size;
+	uint32_t tenant;
+	const char *socket;
+	const char *ns;
+	const char *model;
+	const kvt_geom *geom;
+	uint32_t page_tokens, tp_size, tp_rank;
+	uint32_t timeout_ms;
+} kvt_client_config;
+
+#define KVT_CLIENT_CONFIG_INIT { .size = sizeof(kvt_client_config) }
+
+/**
+ * kvt_client_connect() - connect and say HELLO. Returns 0 and *@out;
+ * -ENOENT / -ECONNREFUSED (no daemon at the socket), -EACCES (the tenant
+ * does not allow this uid/gid), KVT_EGEOM, KVT_ENOTFOUND (namespace or
+ * tenant unknown to the daemon), KVT_EPROTO (a daemon of another protocol
+ * version), -ETIMEDOUT, -ENOMEM.
+ */
+KVT_API int kvt_client_connect(kvt_client **out, const kvt_client_config *cfg);
+
+/** Cancel this client's jobs (the daemon does), unmap, disconnect. Job and
+ *  memory handles not yet freed are freed. NULL is fine. */
+KVT_API void kvt_client_close(kvt_client *cl);
+
+/** The geometry the daemon confirmed. */
+KVT_API const kvt_geom *kvt_client_geom(const kvt_client *cl);
+
+/**
+ * kvt_client_mem_alloc() - allocate @nblocks engine blocks of host memory
+ * shared with the daemon (a sealed memfd, vLLM layout: per layer, the K
+ * chunks of every block, then the V chunks), and register them. @base gets
+ * the address of block 0 (K) of each layer, @block_stride / @kv_stride /
+ * @token_stride the strides (any may be NULL). The memory is zeroed and
+ * lives until kvt_client_mem_free() or kvt_client_close().
+ */
+KVT_API int kvt_client_mem_alloc(kvt_client *cl, uint64_t nblocks,
+				  void **base, uint64_t *block_stride,
+				  uint64_t *kv_stride, uint64_t *token_stride,
+				  kvt_client_mem **out);
+
+/**
+ * kvt_client_register_fd() - register memory the caller laid out in a
+ * memfd @fd (sealed F_SEAL_SHRINK; the daemon checks): layer l's block 0
+ * starts at byte @layer_off[l] of the file; strides as in
+ * kvt_cache_register(); @device must be -1 (GPU registration: KVT_ENOTBUILT).
+ * The fd is sent to the daemon and stays the caller's. Returns 0 and
+ * *@out; KVT_EGEOM / -EINVAL as kvt_cache_register(), or the daemon's
+ * refusal (a file too small or not sealed: -EINVAL).
+ */
+KVT_API int kvt_client_register_fd(kvt_client *cl, int fd,
+				   const uint64_t *layer_off, uint32_t nlayers,
+				   uint64_t nblocks, uint64_t block_stride,
+				   uint64_t kv_stride, uint64_t token_stride,
+				   int device, kvt_client_mem **out);
+
+/** Unregister: the daemon cancels the jobs on it and unmaps it; memory
+ *  from kvt_client_mem_alloc() is unmapped here too. NULL is fine. */
+KVT_API void kvt_client_mem_free(kvt_client_mem *m);
+
+/** The chained page keys of @tokens for this client's tenant (computed by
+ *  the daemon with the tenant's salt): ntokens / P keys. */
+KVT_API int kvt_client_hash_tokens(kvt_client *cl, const uint32_t *tokens,
+				   size_t ntokens, kvt_page_key *keys);
+
+/** kvt_cache_lookup() through the daemon (KVT_LOOKUP_TOUCH in @flags). */
+KVT_API int kvt_client_lookup(kvt_client *cl, const kvt_page_key *keys,
+			      size_t nkeys, unsigned flags,
+			      kvt_cache_lookup_result *r);
+
+/**
+ * kvt_client_load() / kvt_client_store() - kvt_cache_load() /
+ * kvt_cache_store() into / out of registered memory @m: the same rules
+ * (pages first..nkeys-1 into blocks[0..nkeys-first); never blocks on the
+ * cache; absent or busy pages go on the failed list). Returns 0 and *@out
+ * once the daemon accepted the job, or the daemon's error (nothing
+ * started); KVT_EBUSY when the client has KVT_CLIENT_MAX_JOBS jobs not
+ * freed.
+ */
+KVT_API int kvt_client_load(kvt_client *cl, kvt_client_mem *m,
+			    const kvt_page_key *keys, size_t nkeys,
+			    size_t first, const uint32_t *blocks,
+			    kvt_client_job **out);
+KVT_API int kvt_client_store(kvt_client *cl, kvt_client_mem *m,
+			     const kvt_page_key *keys, size_t nkeys,
+			     size_t first, const uint32_t *blocks,
+			     kvt_client_job **out);
+
+#define KVT_CLIENT_MAX_JOBS 1024
+
+/** As kvt_cache_job_wait_layer(), _wait(), _poll(), _cancel(),
+ *  _failed(), _stat_get(), _free(); waits cost no round trip. A job of a
+ *  client whose daemon died ends with -ECONNRESET. */
+KVT_API int kvt_client_job_wait_layer(kvt_client_job *j, uint32_t layer,
+				      int64_t timeout_ns);
+KVT_API int kvt_client_job_wait(kvt_client_job *j, int64_t timeout_ns);
+KVT_API int kvt_client_job_poll(kvt_client_job *j);
+KVT_API int kvt_client_job_cancel(kvt_client_job *j);
+KVT_API long kvt_client_job_failed(kvt_client_job *j, uint32_t *blocks,
+				   size_t max);
+KVT_API void kvt_client_job_stat_get(kvt_client_job *j,
+				     kvt_cache_job_stat *st);
+KVT_API void kvt_client_job_free(kvt_client_job *j);
+
+/**
+ * kvt_client_fd() - an eventfd (nonblocking) the daemon signals whenever a
+ * job of this client is done, for poll/epoll/asyncio: when readable, read
+ * it (8 bytes) and poll the jobs you wait for. Owned by the client.
+ */
+KVT_API int kvt_client_fd(kvt_client *cl);
+
+/** The daemon's metrics as JSON (docs/METRICS.md), malloc'd into *@json
+ *  (free()). */
+KVT_API int kvt_client_stats(kvt_client *cl, char **json);
+
+/** Wait until the daemon's background demotion has settled
+ *  (kvt_cache_quiesce(); for tests and benchmarks that want a settled
+ *  state). Holds the client's socket meanwhile. */
+KVT_API int kvt_client_quiesce(kvt_client *cl);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVTIER_CLIENT_H */

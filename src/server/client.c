@@ -1,0 +1,937 @@
+/*
+ * client.c — the engine side of the daemon protocol (include/kvtier/
+ * client.h is the contract, proto.h the wire format).
+ *
+ * One blocking socket per client; requests are serialized by cl->mu (send,
+ * then read the one reply). Job progress needs no request: the daemon
+ * writes each job's slot in a shared page (mapped read-only here) and
+ * wakes futex waiters; a waiter also wakes every 100 ms to see whether the
+ * daemon's end of the socket has gone (POLLRDHUP), so no wait outlives a
+ * dead daemon. A job's failed list and statistics come with RELEASE, sent
+ * once by the first call that needs them after the job is done.
+ */
+#include <kvtier/client.h>
+#include "server/io.h"
+#include "server/proto.h"
+#include "core/core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+struct kvt_client_mem {
+	kvt_client *cl;
+	uint32_t id;
+	int fd;               /* ours (kvt_client_mem_alloc), or -1 */
+	void *map;
+	size_t len;
+	kvt_client_mem *next; /* cl->mu */
+};
+
+struct kvt_client_job {
+	kvt_client *cl;
+	uint32_t slot;
+	int released;         /* cl->mu: RELEASE done, fields below valid */
+	int result;
+	kvt_cache_job_stat st;
+	uint32_t *failed;
+	long nfailed;
+	kvt_client_job *prev, *next; /* cl->mu */
+};
+
+struct kvt_client {
+	int fd;
+	pthread_mutex_t mu;   /* the socket, the lists, slot allocation */
+	uint32_t seq;
+	kvt_geom g;
+	uint32_t id, max_jobs, slot_bytes, lease_ms;
+	uint64_t page_bytes;
+	const uint8_t *slots;
+	size_t slots_len;
+	int efd;
+	uint8_t *used;        /* max_jobs */
+	uint32_t njobs;
+	kvt_client_job *jobs;
+	kvt_client_mem *mems;
+	kvtd_buf out, in;
+	_Atomic int dead;     /* the daemon went away */
+};
+
+/* ---- requests ------------------------------------------------------------- */
+
+/* cl->mu held; cl->out built (kvtd_begin .. puts). Send it, read the one
+ * reply into cl->in; on status 0, *@rd reads the reply body. */
+static int rpc(kvt_client *cl, const int *fds, int nfds, kvtd_rd *rd)
+{
+	uint16_t op = (uint16_t)(cl->out.p ? cl->out.p[6] | cl->out.p[7] << 8
+					   : 0);
+	char detail[256];
+	const uint8_t *body;
+	size_t blen;
+	int32_t status;
+	kvtd_hdr h;
+	int err;
+
+	if (atomic_load(&cl->dead))
+		return kvti_fail(-ECONNRESET, "client: the daemon has gone");
+	if ((err = kvtd_end(&cl->out)))
+		return err;
+	err = kvtd_send(cl->fd, cl->out.p, cl->out.len, fds, nfds);
+	if (!err) {
+		err = kvtd_recv(cl->fd, &cl->in, &h, NULL, NULL, 1);
+		if (err == 1)
+			err = kvti_fail(-ECONNRESET, "client: the daemon closed "
+					"the connection");
+	}
+	if (err == -EPIPE || err == -ECONNRESET)
+		atomic_store(&cl->dead, 1);
+	if (err)
+		return err;
+	if ((h.op & ~KVTD_REPLY) == 0) /* our header was refused */
+		atomic_store(&cl->dead, 1);
+	else if ((h.op & ~KVTD_REPLY) != op || h.seq != cl->seq)
+		return kvti_fail(KVT_EPROTO, "client: reply %s #%u to %s #%u",
+				 kvtd_msg_name(h.op), h.seq,
+				 kvtd_msg_name(op), cl->seq);
+	if ((err = kvtd_reply_decode(cl->in.p + KVTD_HDR, h.len, &status,
+				     detail, sizeof(detail), &body, &blen)))
+		return err;
+	if (status)
+		return kvti_fail(status, "daemon: %s", detail[0] ? detail :
+				 kvt_strerror(status));
+	*rd = (kvtd_rd){ .p = body, .len = blen };
+	return 0;
+}
+
+static void begin(kvt_client *cl, uint16_t op)
+{
+	kvtd_begin(&cl->out, op, ++cl->seq);
+}
+
+static int body_end(kvtd_rd *rd)
+{
+	if (rd->err)
+		return kvti_fail(KVT_EPROTO, "client: a reply shorter than its "
+				 "op's body");
+	return 0;
+}
+
+/* ---- connect ---------------------------------------------------------------- */
+
+static int geom_of(kvt_geom *g, const kvt_client_config *cfg)
+{
+	uint32_t P = cfg->page_tokens ? cfg->page_tokens : 16;
+	uint32_t tp = cfg->tp_size ? cfg->tp_size : 1;
+	const char *model = cfg->model;
+
+	if (cfg->geom) {
+		*g = *cfg->geom;
+		return kvt_geom_finish(g);
+	}
+	if (!model || !*model) { /* a monitor: statistics only */
+		memset(g, 0, sizeof(*g));
+		return 0;
+	}
+	if (strchr(model, '/') && access(model, R_OK) == 0)
+		return kvt_geom_from_config(g, model, P, tp, cfg->tp_rank);
+	return kvt_geom_preset(g, model, P, tp, cfg->tp_rank);
+}
+
+static int dial(const char *path, int *out)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, err;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return kvti_fail(-EINVAL, "client: socket path '%s' too long",
+				 path);
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return kvti_fail(-errno, "client: socket: %s", strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		err = -errno;
+		close(fd);
+		return kvti_fail(err, "client: no daemon at %s: %s", path,
+				 strerror(-err));
+	}
+	*out = fd;
+	return 0;
+}
+
+int kvt_client_connect(kvt_client **out, const kvt_client_config *in)
+{
+	kvt_client_config cfg = { 0 };
+	const char *path, *ns;
+	kvt_client *cl;
+	kvtd_rd rd;
+	int fds[KVTD_MAX_FDS], nfds = 0, err;
+	uint32_t max_jobs, slot_bytes;
+
+	kvti_errclear();
+	if (!out || !in)
+		return kvti_fail(-EINVAL, "client connect: no config");
+	if (in->size < sizeof(uint32_t) || in->size > sizeof(cfg))
+		return kvti_fail(-EINVAL, "client connect: config size %u (this "
+				 "library knows %zu)", in->size, sizeof(cfg));
+	memcpy(&cfg, in, in->size);
+	path = cfg.socket && *cfg.socket ? cfg.socket :
+	       getenv("KVT_SOCKET") ? getenv("KVT_SOCKET") : KVT_CLIENT_SOCKET;
+	ns = cfg.ns && *cfg.ns ? cfg.ns : "default";
+	if (strlen(ns) > KVTD_NS_MAX)
+		return kvti_fail(-EINVAL, "client connect: namespace longer "
+				 "than %d bytes", KVTD_NS_MAX);
+	if (!(cl = kvt_calloc(1, sizeof(*cl))))
+		return -ENOMEM;
+	cl->fd = cl->efd = -1;
+	pthread_mutex_init(&cl->mu, NULL);
+	if ((err = geom_of(&cl->g, &cfg)))
+		goto fail;
+	if ((err = dial(path, &cl->fd)))
+		goto fail;
+	if ((err = kvtd_set_timeout(cl->fd, cfg.timeout_ms ? cfg.timeout_ms :
+				    10000)))
+		goto fail;
+	begin(cl, KVTD_MSG_HELLO);
+	kvtd_put_u32(&cl->out, cfg.tenant);
+	kvtd_put_u32(&cl->out, cl->g.tp_rank);
+	kvtd_put_u32(&cl->out, cl->g.tp_size);
+	kvtd_put_u32(&cl->out, cl->g.page_tokens);
+	kvtd_put_u32(&cl->out, cl->g.layers);
+	kvtd_put_u32(&cl->out, cl->g.kv_heads_total);
+	kvtd_put_u32(&cl->out, cl->g.kv_heads);
+	kvtd_put_u32(&cl->out, cl->g.head_dim);
+	kvtd_put_u32(&cl->out, cl->g.dtype_bytes);
+	kvtd_put_u32(&cl->out, cl->g.mla);
+	kvtd_put_u16(&cl->out, (uint16_t)strlen(ns));
+	kvtd_put_bytes(&cl->out, ns, strlen(ns));
+	if ((err = kvtd_end(&cl->out)))
+		goto fail;
+	/* HELLO's reply carries fds: receive it by hand */
+	if ((err = kvtd_send(cl->fd, cl->out.p, cl->out.len, NULL, 0)))
+		goto fail;
+	{
+		char detail[256];
+		const uint8_t *body;
+		size_t blen;
+		int32_t status;
+		kvtd_hdr h;
+
+		err = kvtd_recv(cl->fd, &cl->in, &h, fds, &nfds, 1);
+		if (err == 1)
+			err = kvti_fail(-ECONNRESET, "client: the daemon closed "
+					"the connection at HELLO");
+		if (err)
+			goto fail;
+		if ((err = kvtd_reply_decode(cl->in.p + KVTD_HDR, h.len,
+					     &status, detail, sizeof(detail),
+					     &body, &blen)))
+			goto fail;
+		if (status) {
+			err = kvti_fail(status, "daemon: %s", detail);
+			goto fail;
+		}
+		rd = (kvtd_rd){ .p = body, .len = blen };
+	}
+	cl->id = kvtd_get_u32(&rd);
+	max_jobs = kvtd_get_u32(&rd);
+	slot_bytes = kvtd_get_u32(&rd);
+	cl->lease_ms = kvtd_get_u32(&rd);
+	cl->page_bytes = kvtd_get_u64(&rd);
+	if ((err = body_end(&rd)))
+		goto fail;
+	if (nfds != 2 || !max_jobs || max_jobs > (1u << 20) ||
+	    slot_bytes < KVTD_SLOT_BYTES || slot_bytes > 4096) {
+		err = kvti_fail(KVT_EPROTO, "client: HELLO reply with %d fds, "
+				"%u slots of %u bytes", nfds, max_jobs,
+				slot_bytes);
+		goto fail;
+	}
+	if (cl->g.layers && cl->page_bytes != kvt_geom_page_bytes(&cl->g)) {
+		err = kvti_fail(KVT_EGEOM, "client: the daemon's pages are %llu "
+				"bytes, ours %llu",
+				(unsigned long long)cl->page_bytes,
+				(unsigned long long)kvt_geom_page_bytes(&cl->g));
+		goto fail;
+	}
+	cl->max_jobs = KVT_MIN(max_jobs, (uint32_t)KVT_CLIENT_MAX_JOBS);
+	cl->slot_bytes = slot_bytes;
+	cl->slots_len = (size_t)max_jobs * slot_bytes;
+	cl->slots = mmap(NULL, cl->slots_len, PROT_READ, MAP_SHARED, fds[0], 0);
+	if (cl->slots == MAP_FAILED) {
+		cl->slots = NULL;
+		err = kvti_fail(-errno, "client: job slots: %s", strerror(errno));
+		goto fail;
+	}
+	close(fds[0]);
+	cl->efd = fds[1];
+	nfds = 0;
+	if (!(cl->used = kvt_calloc(cl->max_jobs, 1))) {
+		err = -ENOMEM;
+		goto fail;
+	}
+	*out = cl;
+	return 0;
+fail:
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	kvt_client_close(cl);
+	return err;
+}
+
+const kvt_geom *kvt_client_geom(const kvt_client *cl)
+{
+	return &cl->g;
+}
+
+int kvt_client_fd(kvt_client *cl)
+{
+	return cl->efd;
+}
+
+/* ---- memory ------------------------------------------------------------------ */
+
+static int reg_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
+		  uint32_t nlayers, uint64_t nblocks, uint64_t bs, uint64_t ks,
+		  uint64_t ts, int device, uint32_t *id)
+{
+	kvtd_rd rd;
+	int err;
+
+	if (!layer_off || !nlayers || nlayers > KVTD_MAX_LAYERS)
+		return kvti_fail(-EINVAL, "client register: %u layer offsets",
+				 nlayers);
+	pthread_mutex_lock(&cl->mu);
+	begin(cl, KVTD_MSG_REGISTER);
+	kvtd_put_u32(&cl->out, (uint32_t)device);
+	kvtd_put_u32(&cl->out, nlayers);
+	kvtd_put_u64(&cl->out, nblocks);
+	kvtd_put_u64(&cl->out, bs);
+	kvtd_put_u64(&cl->out, ks);
+	kvtd_put_u64(&cl->out, ts);
+	for (uint32_t l = 0; l < nlayers; l++)
+		kvtd_put_u64(&cl->out, layer_off[l]);
+	err = rpc(cl, &fd, 1, &rd);
+	if (!err) {
+		*id = kvtd_get_u32(&rd);
+		err = body_end(&rd);
+	}
+	pthread_mutex_unlock(&cl->mu);
+	return err;
+}
+
+static void mem_link(kvt_client *cl, kvt_client_mem *m)
+{
+	pthread_mutex_lock(&cl->mu);
+	m->next = cl->mems;
+	cl->mems = m;
+	pthread_mutex_unlock(&cl->mu);
+}
+
+int kvt_client_register_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
+			   uint32_t nlayers, uint64_t nblocks,
+			   uint64_t block_stride, uint64_t kv_stride,
+			   uint64_t token_stride, int device,
+			   kvt_client_mem **out)
+{
+	kvt_client_mem *m;
+	int err;
+
+	kvti_errclear();
+	if (!cl || !out || fd < 0)
+		return kvti_fail(-EINVAL, "client register: bad arguments");
+	if (!(m = kvt_calloc(1, sizeof(*m))))
+		return -ENOMEM;
+	m->cl = cl;
+	m->fd = -1;
+	err = reg_fd(cl, fd, layer_off, nlayers, nblocks, block_stride,
+		     kv_stride, token_stride, device, &m->id);
+	if (err) {
+		kvt_free(m);
+		return err;
+	}
+	mem_link(cl, m);
+	*out = m;
+	return 0;
+}
+
+int kvt_client_mem_alloc(kvt_client *cl, uint64_t nblocks, void **base,
+			 uint64_t *block_stride, uint64_t *kv_stride,
+			 uint64_t *token_stride, kvt_client_mem **out)
+{
+	const kvt_geom *g;
+	uint64_t chunk, kv, layer, ps = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t off[KVTD_MAX_LAYERS];
+	kvt_client_mem *m;
+	int err;
+
+	kvti_errclear();
+	if (!cl || !out || !nblocks || nblocks > KVT_POOL_MAX_SLOTS)
+		return kvti_fail(-EINVAL, "client mem alloc: bad arguments");
+	g = &cl->g;
+	chunk = kvt_geom_chunk_bytes(g);
+	kv = kvt_geom_kv(g);
+	layer = (kv * nblocks * chunk + ps - 1) / ps * ps;
+	if (g->layers > KVTD_MAX_LAYERS || layer > (UINT64_MAX >> 8) / g->layers)
+		return kvti_fail(-E2BIG, "client mem alloc: too large");
+	if (!(m = kvt_calloc(1, sizeof(*m))))
+		return -ENOMEM;
+	m->cl = cl;
+	m->len = (size_t)(layer * g->layers);
+	m->fd = memfd_create("kvtier-kv", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (m->fd < 0 || ftruncate(m->fd, (off_t)m->len) ||
+	    fcntl(m->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+		  F_SEAL_SEAL)) {
+		err = kvti_fail(-errno, "client mem alloc: memfd of %zu bytes: "
+				"%s", m->len, strerror(errno));
+		goto fail;
+	}
+	m->map = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd,
+		      0);
+	if (m->map == MAP_FAILED) {
+		m->map = NULL;
+		err = kvti_fail(-errno, "client mem alloc: mmap: %s",
+				strerror(errno));
+		goto fail;
+	}
+	for (uint32_t l = 0; l < g->layers; l++)
+		off[l] = l * layer;
+	err = reg_fd(cl, m->fd, off, g->layers, nblocks, chunk, nblocks * chunk,
+		     (uint64_t)g->kv_heads * g->head_dim * g->dtype_bytes, -1,
+		     &m->id);
+	if (err)
+		goto fail;
+	if (base)
+		for (uint32_t l = 0; l < g->layers; l++)
+			base[l] = (uint8_t *)m->map + off[l];
+	if (block_stride)
+		*block_stride = chunk;
+	if (kv_stride)
+		*kv_stride = nblocks * chunk;
+	if (token_stride)
+		*token_stride = (uint64_t)g->kv_heads * g->head_dim *
+				g->dtype_bytes;
+	mem_link(cl, m);
+	*out = m;
+	return 0;
+fail:
+	if (m->map)
+		munmap(m->map, m->len);
+	if (m->fd >= 0)
+		close(m->fd);
+	kvt_free(m);
+	return err;
+}
+
+static void mem_release(kvt_client_mem *m, int tell)
+{
+	kvt_client *cl = m->cl;
+	kvtd_rd rd;
+
+	if (tell) {
+		begin(cl, KVTD_MSG_UNREGISTER);
+		kvtd_put_u32(&cl->out, m->id);
+		rpc(cl, NULL, 0, &rd); /* a dead daemon has dropped it */
+	}
+	if (m->map)
+		munmap(m->map, m->len);
+	if (m->fd >= 0)
+		close(m->fd);
+	kvt_free(m);
+}
+
+void kvt_client_mem_free(kvt_client_mem *m)
+{
+	kvt_client *cl;
+
+	if (!m)
+		return;
+	cl = m->cl;
+	pthread_mutex_lock(&cl->mu);
+	for (kvt_client_mem **p = &cl->mems; *p; p = &(*p)->next)
+		if (*p == m) {
+			*p = m->next;
+			break;
+		}
+	mem_release(m, 1);
+	pthread_mutex_unlock(&cl->mu);
+}
+
+/* ---- keys, lookup ---------------------------------------------------------------- */
+
+int kvt_client_hash_tokens(kvt_client *cl, const uint32_t *tokens,
+			   size_t ntokens, kvt_page_key *keys)
+{
+	size_t want = ntokens / cl->g.page_tokens;
+	kvtd_rd rd;
+	int err;
+
+	kvti_errclear();
+	if ((ntokens && !tokens) || (want && !keys) || ntokens > UINT32_MAX)
+		return kvti_fail(-EINVAL, "client hash: bad arguments");
+	pthread_mutex_lock(&cl->mu);
+	begin(cl, KVTD_MSG_HASH);
+	kvtd_put_u32(&cl->out, (uint32_t)ntokens);
+	for (size_t i = 0; i < ntokens; i++)
+		kvtd_put_u32(&cl->out, tokens[i]);
+	err = rpc(cl, NULL, 0, &rd);
+	if (!err && kvtd_get_u32(&rd) != want)
+		err = kvti_fail(KVT_EPROTO, "client hash: wrong key count");
+	for (size_t i = 0; !err && i < want; i++) {
+		keys[i].lo = kvtd_get_u64(&rd);
+		keys[i].hi = kvtd_get_u64(&rd);
+	}
+	if (!err)
+		err = body_end(&rd);
+	pthread_mutex_unlock(&cl->mu);
+	return err;
+}
+
+int kvt_client_lookup(kvt_client *cl, const kvt_page_key *keys, size_t nkeys,
+		      unsigned flags, kvt_cache_lookup_result *r)
+{
+	kvtd_rd rd;
+	uint32_t nt;
+	int err;
+
+	kvti_errclear();
+	if (!r || (nkeys && !keys) || nkeys > UINT32_MAX)
+		return kvti_fail(-EINVAL, "client lookup: bad arguments");
+	pthread_mutex_lock(&cl->mu);
+	begin(cl, KVTD_MSG_LOOKUP);
+	kvtd_put_u32(&cl->out, flags);
+	kvtd_put_u32(&cl->out, (uint32_t)nkeys);
+	kvtd_put_keys(&cl->out, keys, nkeys);
+	err = rpc(cl, NULL, 0, &rd);
+	if (!err) {
+		memset(r, 0, sizeof(*r));
+		r->pages = kvtd_get_u64(&rd);
+		nt = kvtd_get_u32(&rd);
+		for (uint32_t t = 0; t < nt && !rd.err; t++) {
+			uint64_t v = kvtd_get_u64(&rd);
+			if (t < KVT_TIER_COUNT)
+				r->tier_pages[t] = v;
+		}
+		r->inflight = kvtd_get_u64(&rd);
+		err = body_end(&rd);
+	}
+	pthread_mutex_unlock(&cl->mu);
+	return err;
+}
+
+/* ---- jobs ------------------------------------------------------------------------ */
+
+static int job_start(kvt_client *cl, kvt_client_mem *m, int store,
+		     const kvt_page_key *keys, size_t nkeys, size_t first,
+		     const uint32_t *blocks, kvt_client_job **out)
+{
+	kvt_client_job *j;
+	kvtd_rd rd;
+	uint32_t s;
+	int err;
+
+	kvti_errclear();
+	if (!cl || !m || m->cl != cl || !out || (nkeys && !keys) ||
+	    first > nkeys || (nkeys > first && !blocks) || nkeys > UINT32_MAX)
+		return kvti_fail(-EINVAL, "client %s: bad arguments",
+				 store ? "store" : "load");
+	if (!(j = kvt_calloc(1, sizeof(*j))))
+		return -ENOMEM;
+	j->cl = cl;
+	pthread_mutex_lock(&cl->mu);
+	for (s = 0; s < cl->max_jobs && cl->used[s]; s++)
+		;
+	if (s == cl->max_jobs) {
+		pthread_mutex_unlock(&cl->mu);
+		kvt_free(j);
+		return kvti_fail(KVT_EBUSY, "client: %u jobs not freed",
+				 cl->max_jobs);
+	}
+	begin(cl, store ? KVTD_MSG_STORE : KVTD_MSG_LOAD);
+	kvtd_put_u32(&cl->out, m->id);
+	kvtd_put_u32(&cl->out, s);
+	kvtd_put_u32(&cl->out, (uint32_t)nkeys);
+	kvtd_put_u32(&cl->out, (uint32_t)first);
+	kvtd_put_keys(&cl->out, keys, nkeys);
+	for (size_t i = first; i < nkeys; i++)
+		kvtd_put_u32(&cl->out, blocks[i - first]);
+	err = rpc(cl, NULL, 0, &rd);
+	if (!err) {
+		cl->used[s] = 1;
+		cl->njobs++;
+		j->slot = s;
+		j->next = cl->jobs;
+		if (cl->jobs)
+			cl->jobs->prev = j;
+		cl->jobs = j;
+	}
+	pthread_mutex_unlock(&cl->mu);
+	if (err) {
+		kvt_free(j);
+		return err;
+	}
+	*out = j;
+	return 0;
+}
+
+int kvt_client_load(kvt_client *cl, kvt_client_mem *m,
+		    const kvt_page_key *keys, size_t nkeys, size_t first,
+		    const uint32_t *blocks, kvt_client_job **out)
+{
+	return job_start(cl, m, 0, keys, nkeys, first, blocks, out);
+}
+
+int kvt_client_store(kvt_client *cl, kvt_client_mem *m,
+		     const kvt_page_key *keys, size_t nkeys, size_t first,
+		     const uint32_t *blocks, kvt_client_job **out)
+{
+	return job_start(cl, m, 1, keys, nkeys, first, blocks, out);
+}
+
+static const _Atomic uint32_t *word_of(kvt_client_job *j)
+{
+	return (const _Atomic uint32_t *)(j->cl->slots +
+					  (size_t)j->slot * j->cl->slot_bytes);
+}
+
+static int32_t slot_i32(kvt_client_job *j, int off)
+{
+	const uint8_t *p = j->cl->slots + (size_t)j->slot * j->cl->slot_bytes +
+			   off;
+	return __atomic_load_n((const int32_t *)p, __ATOMIC_RELAXED);
+}
+
+/* 1 once the daemon's end of the socket has gone. */
+static int daemon_gone(kvt_client *cl)
+{
+	struct pollfd p = { .fd = cl->fd, .events = POLLRDHUP };
+
+	if (atomic_load(&cl->dead))
+		return 1;
+	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP |
+						 POLLERR))) {
+		atomic_store(&cl->dead, 1);
+		return 1;
+	}
+	return 0;
+}
+
+/* Wait until @ready(word) or the deadline; 0, -ETIMEDOUT, -ECONNRESET. */
+static int wait_word(kvt_client_job *j, int (*ready)(uint32_t, uint32_t),
+		     uint32_t arg, int64_t timeout_ns)
+{
+	uint64_t end = timeout_ns < 0 ? UINT64_MAX :
+		       kvt_now_ns() + (uint64_t)timeout_ns;
+
+	for (;;) {
+		uint32_t w = atomic_load_explicit(word_of(j),
+						  memory_order_acquire);
+		uint64_t now, slice = 100 * 1000 * 1000ull;
+		struct timespec ts;
+
+		if (ready(w, arg))
+			return 0;
+		if (daemon_gone(j->cl))
+			return -ECONNRESET;
+		now = kvt_now_ns();
+		if (now >= end)
+			return -ETIMEDOUT;
+		slice = KVT_MIN(slice, end - now);
+		ts.tv_sec = (time_t)(slice / 1000000000ull);
+		ts.tv_nsec = (long)(slice % 1000000000ull);
+		syscall(SYS_futex, word_of(j), FUTEX_WAIT, w, &ts, NULL, 0);
+	}
+}
+
+static int is_done(uint32_t w, uint32_t arg)
+{
+	(void)arg;
+	return !!(w & KVTD_SLOT_DONE);
+}
+
+static int layer_ready(uint32_t w, uint32_t layer)
+{
+	return (w & (KVTD_SLOT_DONE | KVTD_SLOT_FAILED)) ||
+	       (w & KVTD_SLOT_LAYERS) > layer;
+}
+
+int kvt_client_job_wait_layer(kvt_client_job *j, uint32_t layer,
+			      int64_t timeout_ns)
+{
+	uint32_t w;
+	int err;
+
+	if (layer >= j->cl->g.layers)
+		return kvti_fail(-ERANGE, "client job: layer %u of %u", layer,
+				 j->cl->g.layers);
+	if (j->released) /* done and released: the final word is gone */
+		return j->result && j->nfailed == (long)j->st.pages ?
+		       j->result : 0;
+	if ((err = wait_word(j, layer_ready, layer, timeout_ns)))
+		return err;
+	w = atomic_load_explicit(word_of(j), memory_order_acquire);
+	if (w & KVTD_SLOT_FAILED)
+		return slot_i32(j, 8);
+	if ((w & KVTD_SLOT_DONE) && (w & KVTD_SLOT_LAYERS) <= layer &&
+	    slot_i32(j, 4) == -ECANCELED)
+		return -ECANCELED;
+	return 0;
+}
+
+int kvt_client_job_wait(kvt_client_job *j, int64_t timeout_ns)
+{
+	int err;
+
+	if (j->released)
+		return j->result;
+	if ((err = wait_word(j, is_done, 0, timeout_ns)))
+		return err;
+	return slot_i32(j, 4);
+}
+
+int kvt_client_job_poll(kvt_client_job *j)
+{
+	uint32_t w;
+
+	if (j->released)
+		return j->result;
+	w = atomic_load_explicit(word_of(j), memory_order_acquire);
+	if (w & KVTD_SLOT_DONE)
+		return slot_i32(j, 4);
+	return daemon_gone(j->cl) ? -ECONNRESET : -EINPROGRESS;
+}
+
+int kvt_client_job_cancel(kvt_client_job *j)
+{
+	kvt_client *cl = j->cl;
+	kvtd_rd rd;
+	int err;
+
+	if (kvt_client_job_poll(j) != -EINPROGRESS)
+		return -EALREADY;
+	pthread_mutex_lock(&cl->mu);
+	begin(cl, KVTD_MSG_CANCEL);
+	kvtd_put_u32(&cl->out, j->slot);
+	err = rpc(cl, NULL, 0, &rd);
+	pthread_mutex_unlock(&cl->mu);
+	return err;
+}
+
+/* cl->mu held; the job is done (or the daemon gone): RELEASE once. */
+static int job_release(kvt_client_job *j)
+{
+	kvt_client *cl = j->cl;
+	kvtd_rd rd;
+	uint32_t nt, nf;
+	int err;
+
+	if (j->released)
+		return 0;
+	if (atomic_load(&cl->dead)) {
+		j->released = 1;
+		j->result = -ECONNRESET;
+		return 0;
+	}
+	begin(cl, KVTD_MSG_RELEASE);
+	kvtd_put_u32(&cl->out, j->slot);
+	if ((err = rpc(cl, NULL, 0, &rd))) {
+		if (atomic_load(&cl->dead)) {
+			j->released = 1;
+			j->result = -ECONNRESET;
+			return 0;
+		}
+		return err;
+	}
+	j->result = (int32_t)kvtd_get_u32(&rd);
+	j->st.pages = kvtd_get_u64(&rd);
+	j->st.copied = kvtd_get_u64(&rd);
+	j->st.skipped = kvtd_get_u64(&rd);
+	j->st.failed = kvtd_get_u64(&rd);
+	j->st.verified = kvtd_get_u64(&rd);
+	j->st.bytes = kvtd_get_u64(&rd);
+	nt = kvtd_get_u32(&rd);
+	for (uint32_t t = 0; t < nt && !rd.err; t++) {
+		uint64_t v = kvtd_get_u64(&rd);
+		if (t < KVT_TIER_COUNT)
+			j->st.from[t] = v;
+	}
+	j->st.wait_s = kvtd_get_f64(&rd);
+	j->st.layer0_s = kvtd_get_f64(&rd);
+	j->st.total_s = kvtd_get_f64(&rd);
+	nf = kvtd_get_u32(&rd);
+	if (!rd.err && nf > (rd.len - rd.off) / 4)
+		rd.err = KVT_EPROTO;
+	if ((err = body_end(&rd)))
+		return err;
+	if (nf && !(j->failed = kvt_malloc(nf * sizeof(*j->failed))))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < nf; i++)
+		j->failed[i] = kvtd_get_u32(&rd);
+	j->nfailed = nf;
+	j->released = 1;
+	cl->used[j->slot] = 0;
+	cl->njobs--;
+	return 0;
+}
+
+static int job_fetch(kvt_client_job *j)
+{
+	int err = kvt_client_job_poll(j);
+
+	if (err == -EINPROGRESS)
+		return err;
+	pthread_mutex_lock(&j->cl->mu);
+	err = job_release(j);
+	pthread_mutex_unlock(&j->cl->mu);
+	return err;
+}
+
+long kvt_client_job_failed(kvt_client_job *j, uint32_t *blocks, size_t max)
+{
+	int err = job_fetch(j);
+
+	if (err)
+		return err;
+	for (long i = 0; i < j->nfailed && (size_t)i < max; i++)
+		blocks[i] = j->failed[i];
+	return j->nfailed;
+}
+
+void kvt_client_job_stat_get(kvt_client_job *j, kvt_cache_job_stat *st)
+{
+	if (job_fetch(j))
+		memset(st, 0, sizeof(*st));
+	else
+		*st = j->st;
+}
+
+/* cl->mu held. */
+static void job_unlink_free(kvt_client_job *j)
+{
+	kvt_client *cl = j->cl;
+
+	if (j->prev)
+		j->prev->next = j->next;
+	else
+		cl->jobs = j->next;
+	if (j->next)
+		j->next->prev = j->prev;
+	kvt_free(j->failed);
+	kvt_free(j);
+}
+
+void kvt_client_job_free(kvt_client_job *j)
+{
+	kvt_client *cl;
+
+	if (!j)
+		return;
+	cl = j->cl;
+	if (kvt_client_job_poll(j) == -EINPROGRESS) {
+		kvt_client_job_cancel(j);
+		kvt_client_job_wait(j, -1);
+	}
+	pthread_mutex_lock(&cl->mu);
+	if (job_release(j) && !j->released) {
+		/* the daemon holds the slot: keep it out of use */
+		kvti_warn("client: job slot %u not released: %s", j->slot,
+			  kvt_errdetail());
+	}
+	job_unlink_free(j);
+	pthread_mutex_unlock(&cl->mu);
+}
+
+int kvt_client_stats(kvt_client *cl, char **json)
+{
+	const uint8_t *p;
+	kvtd_rd rd;
+	uint32_t n;
+	int err;
+
+	kvti_errclear();
+	if (!cl || !json)
+		return kvti_fail(-EINVAL, "client stats: bad arguments");
+	pthread_mutex_lock(&cl->mu);
+	begin(cl, KVTD_MSG_STATS);
+	err = rpc(cl, NULL, 0, &rd);
+	if (!err) {
+		n = kvtd_get_u32(&rd);
+		p = kvtd_get_bytes(&rd, n);
+		if (!(err = body_end(&rd))) {
+			*json = malloc((size_t)n + 1);
+			if (!*json) {
+				err = -ENOMEM;
+			} else {
+				memcpy(*json, p, n);
+				(*json)[n] = 0;
+			}
+		}
+	}
+	pthread_mutex_unlock(&cl->mu);
+	return err;
+}
+
+int kvt_client_quiesce(kvt_client *cl)
+{
+	kvtd_rd rd;
+	int err;
+
+	kvti_errclear();
+	pthread_mutex_lock(&cl->mu);
+	begin(cl, KVTD_MSG_QUIESCE);
+	err = rpc(cl, NULL, 0, &rd);
+	pthread_mutex_unlock(&cl->mu);
+	return err;
+}
+
+void kvt_client_close(kvt_client *cl)
+{
+	if (!cl)
+		return;
+	/* the daemon cancels our jobs and unmaps our memory when the socket
+	 * closes: close it first, then free the handles */
+	/* jobs in flight write into our memory: end them first (a copy
+	 * in flight finishes; a lease at most) */
+	for (kvt_client_job *j = cl->jobs; j; j = j->next)
+		if (kvt_client_job_poll(j) == -EINPROGRESS &&
+		    !kvt_client_job_cancel(j))
+			kvt_client_job_wait(j, (int64_t)cl->lease_ms * 1000000);
+	if (cl->fd >= 0) {
+		shutdown(cl->fd, SHUT_RDWR);
+		atomic_store(&cl->dead, 1);
+	}
+	pthread_mutex_lock(&cl->mu);
+	while (cl->jobs)
+		job_unlink_free(cl->jobs);
+	while (cl->mems) {
+		kvt_client_mem *m = cl->mems;
+
+		cl->mems = m->next;
+		mem_release(m, 0);
+	}
+	pthread_mutex_unlock(&cl->mu);
+	if (cl->fd >= 0)
+		close(cl->fd);
+	if (cl->efd >= 0)
+		close(cl->efd);
+	if (cl->slots)
+		munmap((void *)cl->slots, cl->slots_len);
+	kvtd_buf_free(&cl->out);
+	kvtd_buf_free(&cl->in);
+	kvt_free(cl->used);
+	pthread_mutex_destroy(&cl->mu);
+	kvt_free(cl);
+}

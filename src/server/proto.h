@@ -1,0 +1,225 @@
+/*
+ * proto.h — the kvtierd wire protocol, version 1: the one place that says
+ * what travels on the daemon's Unix socket. docs/PROTOCOL.md has the same
+ * tables for people writing a client in another language.
+ *
+ * FRAMING
+ *
+ *   A stream socket (AF_UNIX, SOCK_STREAM). Every message, both ways, is a
+ *   16-byte header and a payload. Integers are little-endian, unaligned;
+ *   f64 is an IEEE-754 double. File descriptors ride with the first byte of
+ *   a message's header (SCM_RIGHTS); only the messages below that say so
+ *   carry any, and any others are closed and the message refused.
+ *
+ *   off size  header field
+ *     0    4  magic   KVTD_MAGIC
+ *     4    2  version KVTD_VERSION (a daemon refuses others: KVT_EPROTO)
+ *     6    2  op      KVTD_MSG_*; a reply has KVTD_REPLY set
+ *     8    4  len     payload bytes, <= KVTD_MAX_PAYLOAD
+ *    12    4  seq     chosen by the client, echoed by the reply
+ *
+ *   One request at a time per connection: the daemon answers each request
+ *   with exactly one reply, in order. A request whose header it cannot
+ *   accept (magic, version, op, length) gets a reply with op 0 (KVTD_REPLY
+ *   alone) and status KVT_EPROTO, and the connection is closed: there is
+ *   no way to find the next message. A reply's payload starts with
+ *
+ *     0    4  status  0 or a kvtier error (i32)
+ *     4    2  dlen    bytes of detail text (kvt_errdetail()), <= 255
+ *     6 dlen  detail
+ *   then, only when status is 0, the op's reply body below.
+ *
+ * REQUESTS (payload) and REPLY BODIES
+ *
+ *   HELLO      u32 tenant, u32 tp_rank, u32 tp_size, u32 page_tokens,
+ *              u32 layers, u32 kv_heads_total, u32 kv_heads, u32 head_dim,
+ *              u32 dtype_bytes, u32 mla, u16 nslen, ns[nslen] (<= 63);
+ *              every geometry field 0: a monitor (STATS only; any
+ *              tenant that allows the peer)
+ *     reply    u32 client_id, u32 max_jobs, u32 slot_bytes, u32 lease_ms,
+ *              u64 page_bytes; fds: the job-slot memfd (max_jobs *
+ *              slot_bytes, map read-only), the done eventfd
+ *   REGISTER   i32 device, u32 nlayers, u64 nblocks, u64 block_stride,
+ *              u64 kv_stride, u64 token_stride, u64 layer_off[nlayers];
+ *              fd: a memfd sealed F_SEAL_SHRINK
+ *     reply    u32 mem_id
+ *   UNREGISTER u32 mem_id                              reply: (none)
+ *   HASH       u32 ntokens, u32 tokens[ntokens]
+ *     reply    u32 nkeys, nkeys * (u64 lo, u64 hi)
+ *   LOOKUP     u32 flags, u32 nkeys, nkeys * (u64 lo, u64 hi)
+ *     reply    u64 pages, u32 ntiers, u64 tier_pages[ntiers], u64 inflight
+ *   LOAD,      u32 mem_id, u32 slot, u32 nkeys, u32 first,
+ *   STORE      nkeys * (u64 lo, u64 hi), u32 blocks[nkeys - first]
+ *     reply    (none): accepted; progress goes to job slot @slot
+ *   CANCEL     u32 slot                                reply: (none)
+ *   RELEASE    u32 slot (a job that is done; frees the slot)
+ *     reply    i32 result, u64 pages, copied, skipped, failed, verified,
+ *              bytes, u32 ntiers, u64 from[ntiers], f64 wait_s, layer0_s,
+ *              total_s, u32 nfailed, u32 failed_blocks[nfailed]
+ *   STATS      (empty)                       reply: u32 len, JSON[len]
+ *   QUIESCE    (empty): returns once background demotion has settled
+ *              (kvt_cache_quiesce(); tests, benchmarks)    reply: (none)
+ *
+ * JOB SLOTS (the HELLO memfd; written by the daemon only)
+ *
+ *   off size
+ *     0    4  word    futex word: bits 0-23 layers ready, bit 30 every
+ *                     block failed, bit 31 done; FUTEX_WAKE on change
+ *     4    4  result  i32, valid once done
+ *     8    4  failed  i32: the error when bit 30 is set
+ *    12    4  gen     bumped by the daemon when a job takes the slot
+ *
+ * Every decoder here is total: any byte string gives a decoded message or
+ * KVT_EPROTO with a reason, never a read out of bounds (fuzzed by
+ * tests/fuzz/fuzz_proto.c).
+ */
+#ifndef KVT_SERVER_PROTO_H
+#define KVT_SERVER_PROTO_H
+
+#include <kvtier.h>
+#include <kvtier/index.h>
+#include <kvtier/tier.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVTD_MAGIC 0x4454564bu /* "KVTD" */
+#define KVTD_VERSION 1
+#define KVTD_HDR 16
+#define KVTD_MAX_PAYLOAD (4u << 20)
+#define KVTD_REPLY 0x8000u
+#define KVTD_NS_MAX 63
+#define KVTD_MAX_LAYERS 1024
+#define KVTD_SLOT_BYTES 16
+#define KVTD_MAX_FDS 2
+
+#define KVTD_SLOT_DONE (1u << 31)
+#define KVTD_SLOT_FAILED (1u << 30)
+#define KVTD_SLOT_LAYERS 0x00ffffffu
+
+enum kvtd_msg {
+	KVTD_MSG_HELLO = 1,
+	KVTD_MSG_REGISTER = 2,
+	KVTD_MSG_UNREGISTER = 3,
+	KVTD_MSG_HASH = 4,
+	KVTD_MSG_LOOKUP = 5,
+	KVTD_MSG_LOAD = 6,
+	KVTD_MSG_STORE = 7,
+	KVTD_MSG_CANCEL = 8,
+	KVTD_MSG_RELEASE = 9,
+	KVTD_MSG_STATS = 10,
+	KVTD_MSG_QUIESCE = 11,
+	KVTD_MSG_MAX = 11,
+};
+
+typedef struct kvtd_hdr {
+	uint32_t magic;
+	uint16_t version, op;
+	uint32_t len, seq;
+} kvtd_hdr;
+
+/* A decoded request. Arrays point into the message (unaligned: read them
+ * with kvtd_key_at() / kvtd_u32_at()). */
+typedef struct kvtd_req {
+	kvtd_hdr h;
+	union {
+		struct {
+			uint32_t tenant, tp_rank, tp_size, page_tokens;
+			uint32_t layers, kv_heads_total, kv_heads, head_dim;
+			uint32_t dtype_bytes, mla;
+			char ns[KVTD_NS_MAX + 1];
+		} hello;
+		struct {
+			int32_t device;
+			uint32_t nlayers;
+			uint64_t nblocks, block_stride, kv_stride, token_stride;
+			const uint8_t *layer_off; /* nlayers u64 */
+		} reg;
+		struct {
+			uint32_t ntokens;
+			const uint8_t *tokens;
+		} hash;
+		struct {
+			uint32_t flags, nkeys;
+			const uint8_t *keys;
+		} lookup;
+		struct {
+			uint32_t mem_id, slot, nkeys, first;
+			const uint8_t *keys;
+			const uint8_t *blocks; /* nkeys - first u32 */
+		} job;
+		uint32_t id; /* UNREGISTER mem_id; CANCEL, RELEASE slot */
+	} u;
+} kvtd_req;
+
+/* Which ops carry how many fds (requests). */
+int kvtd_msg_fds(uint16_t op);
+const char *kvtd_msg_name(uint16_t op);
+
+/* The header of @buf (>= KVTD_HDR bytes): 0, or KVT_EPROTO for a bad
+ * magic, version, op or length (kvt_errdetail() says which). @reply: a
+ * reply is expected (the client) rather than a request (the daemon). */
+int kvtd_hdr_decode(const uint8_t *buf, kvtd_hdr *h, int reply);
+
+/* A whole request (header + h.len payload bytes): 0 or KVT_EPROTO. */
+int kvtd_req_decode(const uint8_t *buf, size_t len, kvtd_req *r);
+
+static inline uint32_t kvtd_u32_at(const uint8_t *p, size_t i)
+{
+	p += 4 * i;
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t kvtd_u64_at(const uint8_t *p, size_t i)
+{
+	return (uint64_t)kvtd_u32_at(p, 2 * i) |
+	       (uint64_t)kvtd_u32_at(p, 2 * i + 1) << 32;
+}
+
+static inline kvt_page_key kvtd_key_at(const uint8_t *p, size_t i)
+{
+	kvt_page_key k = { kvtd_u64_at(p, 2 * i), kvtd_u64_at(p, 2 * i + 1) };
+	return k;
+}
+
+/* ---- building messages --------------------------------------------------- */
+
+/* A growing buffer; put_* record -ENOMEM in @err and keep going. */
+typedef struct kvtd_buf {
+	uint8_t *p;
+	size_t len, cap;
+	int err;
+} kvtd_buf;
+
+void kvtd_buf_free(kvtd_buf *b);
+void kvtd_put_u16(kvtd_buf *b, uint16_t v);
+void kvtd_put_u32(kvtd_buf *b, uint32_t v);
+void kvtd_put_u64(kvtd_buf *b, uint64_t v);
+void kvtd_put_f64(kvtd_buf *b, double v);
+void kvtd_put_bytes(kvtd_buf *b, const void *p, size_t n);
+void kvtd_put_keys(kvtd_buf *b, const kvt_page_key *k, size_t n);
+/* Start a message (header with len 0); kvtd_end() fills the length.
+ * kvtd_end(): 0, -ENOMEM, or KVT_EPROTO for a payload over the limit. */
+void kvtd_begin(kvtd_buf *b, uint16_t op, uint32_t seq);
+int kvtd_end(kvtd_buf *b);
+
+/* A reply's status and detail; *@body / *@blen the rest. Returns 0 (and
+ * *@status) or KVT_EPROTO for a malformed reply payload. */
+int kvtd_reply_decode(const uint8_t *payload, size_t len, int32_t *status,
+		      char *detail, size_t dmax, const uint8_t **body,
+		      size_t *blen);
+
+/* A bounds-checked reader over a reply body. */
+typedef struct kvtd_rd {
+	const uint8_t *p;
+	size_t len, off;
+	int err; /* KVT_EPROTO once a read went past the end */
+} kvtd_rd;
+
+uint32_t kvtd_get_u32(kvtd_rd *r);
+uint64_t kvtd_get_u64(kvtd_rd *r);
+double kvtd_get_f64(kvtd_rd *r);
+const uint8_t *kvtd_get_bytes(kvtd_rd *r, size_t n);
+
+#endif /* KVT_SERVER_PROTO_H */

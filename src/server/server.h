@@ -1,0 +1,65 @@
+/*
+ * server.h — the node daemon kvtierd (daemon.c) as `kvtier serve` drives
+ * it. Internal to libkvtier: engines use include/kvtier/client.h, and
+ * docs/DAEMON.md is the operator's manual.
+ */
+#ifndef KVT_SERVER_SERVER_H
+#define KVT_SERVER_SERVER_H
+
+#include <kvtier.h>
+#include <kvtier/cache.h>
+
+typedef struct kvtd kvtd;
+
+/**
+ * struct kvtd_config - what `kvtier serve` takes (flags, KVT_* environment
+ * or a config file with the same names). Zero means the default.
+ * @socket:      path of the control socket (KVT_CLIENT_SOCKET); its
+ *               directory must exist; a stale socket file is replaced,
+ *               a live daemon's is not (-EADDRINUSE).
+ * @socket_mode: permission bits of the socket (0660).
+ * @tiers, @model, @page_tokens, @tp: the cache (kvt_cache_config), one
+ *               namespace @ns ("default") whose clients must match it.
+ * @tenants:     "NAME:ID[,uid=U][,gid=G][,salt=S]" entries joined by ';'.
+ *               A client acting as tenant ID must run as one of its uids
+ *               or gids (SO_PEERCRED); root may act as any. Empty: one
+ *               tenant "default:0" for the daemon's own uid.
+ * @lease_ms:    a job's lease: cancelled (pins dropped) when it runs this
+ *               long (30000).
+ * @hello_ms:    a connection that has not said HELLO by then is closed
+ *               (5000).
+ * @max_clients: connections served at once (64); more are refused.
+ * @metrics:     "HOST:PORT" for GET /metrics, NULL or "" for none.
+ * @cache_flags, @write, @evict, @xfer_threads: kvt_cache_config's.
+ */
+typedef struct kvtd_config {
+	const char *socket;
+	uint32_t socket_mode;
+	const char *tiers, *model, *ns;
+	uint32_t page_tokens, tp;
+	const char *tenants;
+	uint32_t lease_ms, hello_ms, max_clients;
+	const char *metrics;
+	unsigned cache_flags;      /* KVT_CACHE_* */
+	int write, evict;          /* kvt_cache_config's (write-back, LRU) */
+	uint32_t xfer_threads;
+} kvtd_config;
+
+/** Open the cache, the tenants, the socket (and the metrics endpoint).
+ *  Nothing is served until kvtd_run(). 0 or an error, detail set. */
+int kvtd_open(kvtd **out, const kvtd_config *cfg);
+
+/** Accept and serve until kvtd_stop(); 0, or an accept error. */
+int kvtd_run(kvtd *d);
+
+/** Make kvtd_run() return. Async-signal-safe (a SIGTERM handler). */
+void kvtd_stop(kvtd *d);
+
+/** Drain: refuse new work, wait for jobs in flight (at most a lease),
+ *  disconnect every client, close the cache. NULL is fine. */
+void kvtd_close(kvtd *d);
+
+/** The cache it serves (tests). */
+kvt_cache *kvtd_cache(kvtd *d);
+
+#endif /* KVT_SERVER_SERVER_H */

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# test_cli_serve — `kvtier serve` / `kvtierd` as an operator runs it: its
+# help and its answers to bad flags; the socket it creates (mode 0660); a
+# second daemon on a live socket refused, a stale socket file replaced;
+# options from a config file and KVT_* below the flags; readiness to
+# systemd (NOTIFY_SOCKET) when python3 is there to listen; SIGTERM drains
+# and exits 0, removing its socket; SIGINT the same.
+. "$(dirname "$0")/cli_lib.sh" serve "$@"
+KVTD=$(dirname "$KVT")/kvtierd
+SOCK=/tmp/kvtd-cli-$$.sock
+MODEL=$TMP/model.json
+echo '{"num_hidden_layers":4,"num_attention_heads":2,"hidden_size":128,"num_key_value_heads":2,"torch_dtype":"bfloat16"}' >"$MODEL"
+ARGS=(--socket "$SOCK" --tiers dram:2M --model "$MODEL" --page-tokens 4)
+
+"$KVT" serve --help | grep -q -- "--tenants" || fail "serve --help"
+[ -x "$KVTD" ] && "$KVTD" --help | grep -q "kvtierd" || fail "kvtierd --help"
+expect 2 "no tiers" -- serve --socket "$SOCK" --model "$MODEL"
+expect 2 "unexpected argument" -- serve now
+expect 2 "--lease-ms" -- serve "${ARGS[@]}" --lease-ms 0
+expect 2 "tp" -- serve "${ARGS[@]}" --tp zero
+expect 2 "unknown model" -- serve --socket "$SOCK" --tiers dram:2M --model gpt-17
+expect 2 "tenants" -- serve "${ARGS[@]}" --tenants "nocolon"
+expect 2 "tenants" -- serve "${ARGS[@]}" --tenants "a:1,uid=x"
+expect 2 "given twice" -- serve "${ARGS[@]}" --tenants "a:1;b:1"
+expect 2 "unknown or repeated field" -- serve "${ARGS[@]}" --tenants "a:1,color=red"
+expect 2 "too long" -- serve --socket "/tmp/$(printf 'x%.0s' {1..120})" --tiers dram:2M --model "$MODEL" --page-tokens 4
+expect 1 "" -- serve --socket /nonexistent/dir/s.sock --tiers dram:2M --model "$MODEL" --page-tokens 4
+
+wait_sock() {
+	for _ in $(seq 200); do [ -S "$SOCK" ] && return 0; sleep 0.05; done
+	return 1
+}
+
+# start, refuse a second, drain on SIGTERM
+"$KVT" serve "${ARGS[@]}" 2>"$TMP/d1.err" &
+D=$!
+wait_sock || fail "no socket at $SOCK ($(cat "$TMP/d1.err"))"
+[ "$(stat -c %a "$SOCK")" = 660 ] || fail "socket mode $(stat -c %a "$SOCK"), want 660"
+expect 1 "already serving" -- serve "${ARGS[@]}"
+# kvtier stat asks it over the socket (a monitor: no geometry)
+"$KVT" stat --socket "$SOCK" >"$TMP/stat.txt" 2>&1 || fail "stat: $(cat "$TMP/stat.txt")"
+grep -q "clients 1" "$TMP/stat.txt" || fail "stat output: $(head -3 "$TMP/stat.txt")"
+"$KVT" stat --socket "$SOCK" --json | grep -q '"format":' || fail "stat --json"
+expect 1 "no daemon" -- stat --socket /tmp/kvtd-none-$$.sock
+kill -TERM $D; wait $D; rc=$?
+[ $rc = 0 ] || fail "SIGTERM: exit $rc ($(cat "$TMP/d1.err"))"
+[ -e "$SOCK" ] && fail "socket left behind after SIGTERM"
+grep -q "draining" "$TMP/d1.err" || fail "no drain message"
+
+# a stale socket file (a daemon killed -9) is replaced; config file and
+# environment under the flags; SIGINT drains too
+"$KVT" serve "${ARGS[@]}" 2>/dev/null &
+D=$!
+wait_sock || fail "no socket"
+kill -KILL $D; wait $D 2>/dev/null
+[ -S "$SOCK" ] || fail "kill -9 should leave the socket file"
+printf 'tiers = dram:3M\nlease_ms = 5000\nnamespace = fromfile\n' >"$TMP/d.conf"
+KVT_NAMESPACE=fromenv "$KVTD" --config "$TMP/d.conf" --socket "$SOCK" --model "$MODEL" --page-tokens 4 2>"$TMP/d2.err" &
+D=$!
+for _ in $(seq 200); do grep -q serving "$TMP/d2.err" && break; sleep 0.05; done
+grep -q "serving fromenv on $SOCK (tiers dram:3M)" "$TMP/d2.err" || fail "config/env precedence: $(cat "$TMP/d2.err")"
+kill -INT $D; wait $D; rc=$?
+[ $rc = 0 ] || fail "SIGINT: exit $rc"
+
+# readiness to systemd
+if command -v python3 >/dev/null; then
+	NS=$TMP/notify.sock
+	python3 - "$NS" >"$TMP/notify.out" <<'PY' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1]); s.settimeout(20)
+for _ in range(2):
+    print(s.recv(256).decode(), flush=True)
+PY
+	L=$!
+	for _ in $(seq 100); do [ -S "$NS" ] && break; sleep 0.05; done
+	NOTIFY_SOCKET=$NS "$KVT" serve "${ARGS[@]}" 2>/dev/null &
+	D=$!
+	wait_sock || fail "no socket (notify run)"
+	sleep 0.2
+	kill -TERM $D; wait $D
+	wait $L
+	grep -q "READY=1" "$TMP/notify.out" || fail "no READY=1 to NOTIFY_SOCKET"
+	grep -q "STOPPING=1" "$TMP/notify.out" || fail "no STOPPING=1 to NOTIFY_SOCKET"
+fi
+rm -f "$SOCK"
+[ "$fails" = 0 ] && echo "all serve cli checks passed"
+exit $((fails > 0))

@@ -1,0 +1,570 @@
+/*
+ * bench_server.c — kvtier bench server: how fast the node daemon gets
+ * pages from its dram into a client process's registered memory, against
+ * the in-process cache doing the same in the same run.
+ *
+ * Setup (untimed): a daemon in a child process (kvtierd, dram tier only),
+ * --clients client processes, each with --pages blocks of registered
+ * memory (a sealed memfd, vLLM layout) and its own --pages pages stored
+ * through the daemon. In this process: an in-process cache with the same
+ * tier, one attached memory and the same pages per client thread. Then,
+ * each repeat, in alternating order:
+ *
+ *   daemon   every client process, released together, loads its pages
+ *            into shuffled blocks and waits for the last layer (request,
+ *            shared-memory progress, RELEASE of the job: the full
+ *            client-library path)
+ *   inproc   every client thread does kvt_cache_load_ex() of the same
+ *            pages into its memory and waits for the job
+ *
+ * A repeat's time for each side is the slowest client's; GB/s = every
+ * client's bytes / that time. Reported: medians over repeats, and
+ * daemon_vs_inproc = the median of the per-repeat ratios (with min, max).
+ * Goal (issue 11): >= 0.8, printed as met or MISSED. Checksums are on for
+ * both (the daemon's and the cache's defaults).
+ */
+#include "cli.h"
+#include "server/server.h"
+
+#include <kvtier/client.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_CLIENTS 16
+#define MAX_REP 64
+
+struct sopt {
+	const char *model;
+	uint64_t pages, page_tokens, clients, repeats, seconds;
+	int json;
+};
+
+static double secs(uint64_t t0)
+{
+	return (kvt_now_ns() - t0) / 1e9;
+}
+
+static kvt_page_key key_of(uint64_t client, uint64_t i)
+{
+	kvt_page_key k = { 0x9e3779b97f4a7c15ull * (i + 1), client + 1 };
+	return k;
+}
+
+static void shuffle(uint32_t *v, uint64_t n, uint64_t seed)
+{
+	for (uint64_t i = 0; i < n; i++)
+		v[i] = (uint32_t)i;
+	for (uint64_t i = n - 1; i > 0; i--) {
+		uint64_t k;
+		uint32_t t;
+
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		k = (seed >> 33) % (i + 1);
+		t = v[i];
+		v[i] = v[k];
+		v[k] = t;
+	}
+}
+
+/* ---- the daemon and its clients (child processes) ------------------------ */
+
+static kvtd *g_d;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	kvtd_stop(g_d);
+}
+
+static pid_t daemon_start(const kvtd_config *cfg)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		struct sigaction sa = { .sa_handler = on_term };
+
+		if (kvtd_open(&g_d, cfg)) {
+			fprintf(stderr, "kvtier bench server: daemon: %s\n",
+				kvt_errdetail());
+			_exit(3);
+		}
+		sigaction(SIGTERM, &sa, NULL);
+		kvtd_run(g_d);
+		kvtd_close(g_d);
+		_exit(0);
+	}
+	for (int i = 0; pid > 0 && i < 3000; i++) {
+		struct sockaddr_un a = { .sun_family = AF_UNIX };
+		int fd = socket(AF_UNIX, SOCK_STREAM, 0), ok, st;
+
+		snprintf(a.sun_path, sizeof(a.sun_path), "%s", cfg->socket);
+		ok = !connect(fd, (struct sockaddr *)&a, sizeof(a));
+		close(fd);
+		if (ok)
+			return pid;
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return -1;
+		usleep(10000);
+	}
+	return -1;
+}
+
+struct child {
+	pid_t pid;
+	int go, back; /* parent's ends: commands to, results from */
+};
+
+/* A client process: connect, register, store its pages, then per 'g' byte
+ * one timed load; writes its seconds (double) back, < 0 on error. */
+static int client_main(const struct sopt *o, const char *sock, uint64_t id,
+		       int in, int out)
+{
+	kvt_client_config cc = KVT_CLIENT_CONFIG_INIT;
+	uint64_t n = o->pages;
+	kvt_client *cl = NULL;
+	kvt_client_mem *m = NULL;
+	kvt_page_key *keys = malloc(n * sizeof(*keys));
+	uint32_t *blk = malloc(n * sizeof(*blk));
+	void *base[1024];
+	uint64_t bs, ks, ts;
+	kvt_client_job *j;
+	double err_s = -1;
+	char cmd;
+	int rep = 0;
+
+	cc.socket = sock;
+	cc.model = o->model;
+	cc.page_tokens = (uint32_t)o->page_tokens;
+	if (!keys || !blk || kvt_client_connect(&cl, &cc) ||
+	    kvt_client_geom(cl)->layers > 1024 ||
+	    kvt_client_mem_alloc(cl, n, base, &bs, &ks, &ts, &m))
+		goto fail;
+	for (uint64_t i = 0; i < n; i++) {
+		keys[i] = key_of(id, i);
+		blk[i] = (uint32_t)i;
+	}
+	/* page bytes: a pattern per client (the checksums cover them) */
+	for (uint32_t l = 0; l < kvt_client_geom(cl)->layers; l++)
+		memset(base[l], (int)(id * 31 + l), 2 * ks);
+	if (kvt_client_store(cl, m, keys, n, 0, blk, &j) ||
+	    kvt_client_job_wait(j, -1))
+		goto fail;
+	kvt_client_job_free(j);
+	if (write(out, &(double){ 0 }, sizeof(double)) != sizeof(double))
+		goto fail;
+	while (read(in, &cmd, 1) == 1 && cmd == 'g') {
+		uint64_t t0;
+		double s;
+
+		shuffle(blk, n, id * 1000 + (uint64_t)rep++);
+		t0 = kvt_now_ns();
+		if (kvt_client_load(cl, m, keys, n, 0, blk, &j))
+			goto fail;
+		if (kvt_client_job_wait(j, -1)) {
+			kvt_client_job_free(j);
+			goto fail;
+		}
+		kvt_client_job_free(j);
+		s = secs(t0);
+		if (write(out, &s, sizeof(s)) != sizeof(s))
+			goto fail;
+	}
+	kvt_client_close(cl);
+	return 0;
+fail:
+	fprintf(stderr, "kvtier bench server: client %llu: %s\n",
+		(unsigned long long)id, kvt_errdetail());
+	if (write(out, &err_s, sizeof(err_s)) < 0) {
+		/* the parent sees the pipe close */
+	}
+	kvt_client_close(cl);
+	return 1;
+}
+
+static int child_start(struct child *ch, const struct sopt *o,
+		       const char *sock, uint64_t id)
+{
+	int a[2], b[2];
+
+	if (pipe(a) || pipe(b))
+		return -errno;
+	ch->pid = fork();
+	if (ch->pid == 0) {
+		close(a[1]);
+		close(b[0]);
+		_exit(client_main(o, sock, id, a[0], b[1]));
+	}
+	close(a[0]);
+	close(b[1]);
+	ch->go = a[1];
+	ch->back = b[0];
+	return ch->pid < 0 ? -errno : 0;
+}
+
+static int child_read(struct child *ch, double *s)
+{
+	return read(ch->back, s, sizeof(*s)) == sizeof(*s) && *s >= 0 ? 0 : -1;
+}
+
+/* ---- the in-process cache (threads) ---------------------------------------- */
+
+struct ithread {
+	kvt_cache *c;
+	kvt_cache_mem *m;
+	uint8_t *mem;
+	uint64_t id, n;
+	kvt_page_key *keys;
+	uint32_t *blk;
+	pthread_barrier_t *bar;
+	double s;
+	int err, rep;
+};
+
+static void *ithread_main(void *arg)
+{
+	struct ithread *t = arg;
+	kvt_cache_io io = KVT_CACHE_IO_INIT;
+	kvt_cache_job *j;
+	uint64_t t0;
+
+	io.mem = t->m;
+	shuffle(t->blk, t->n, t->id * 1000 + (uint64_t)t->rep);
+	pthread_barrier_wait(t->bar);
+	t0 = kvt_now_ns();
+	t->err = kvt_cache_load_ex(t->c, 0, t->keys, t->n, 0, t->blk, &io, &j);
+	if (!t->err) {
+		t->err = kvt_cache_job_wait(j, -1);
+		kvt_cache_job_free(j);
+	}
+	t->s = secs(t0);
+	return NULL;
+}
+
+static int inproc_setup(kvt_cache *c, struct ithread *t, uint64_t id,
+			uint64_t n)
+{
+	const kvt_geom *g = kvt_cache_geom(c);
+	uint64_t chunk = kvt_geom_chunk_bytes(g), layer = 2 * n * chunk;
+	kvt_cache_io io = KVT_CACHE_IO_INIT;
+	void *base[1024];
+	kvt_cache_job *j;
+	int err;
+
+	if (g->layers > 1024)
+		return -E2BIG;
+	t->c = c;
+	t->id = id;
+	t->n = n;
+	t->mem = kvt_malloc(layer * g->layers);
+	t->keys = kvt_malloc(n * sizeof(*t->keys));
+	t->blk = kvt_malloc(n * sizeof(*t->blk));
+	if (!t->mem || !t->keys || !t->blk)
+		return -ENOMEM;
+	for (uint32_t l = 0; l < g->layers; l++) {
+		base[l] = t->mem + l * layer;
+		memset(base[l], (int)(id * 31 + l), layer);
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		t->keys[i] = key_of(id, i);
+		t->blk[i] = (uint32_t)i;
+	}
+	if ((err = kvt_cache_attach(c, base, g->layers, n, chunk, n * chunk,
+				    (uint64_t)g->kv_heads * g->head_dim *
+				    g->dtype_bytes, -1, &t->m)))
+		return err;
+	io.mem = t->m;
+	if ((err = kvt_cache_store_ex(c, 0, t->keys, n, 0, t->blk, &io, &j)))
+		return err;
+	err = kvt_cache_job_wait(j, -1);
+	kvt_cache_job_free(j);
+	return err;
+}
+
+/* ---- the run ---------------------------------------------------------------- */
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	double *s = malloc((size_t)n * sizeof(*s)), m;
+
+	if (!s || !n) {
+		free(s);
+		return 0;
+	}
+	memcpy(s, v, (size_t)n * sizeof(*s));
+	qsort(s, (size_t)n, sizeof(*s), cmp_d);
+	m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+	free(s);
+	return m;
+}
+
+static void server_usage(FILE *f)
+{
+	fprintf(f,
+"usage: kvtier bench server [options]\n"
+"\n"
+"Loads --pages pages from the node daemon's dram into each client\n"
+"process's registered memory (the whole client-library path), against\n"
+"the in-process cache doing the same from threads, repeats alternating.\n"
+"Goal: daemon_vs_inproc >= 0.8.\n"
+"\n"
+"  --clients N       client processes (and in-process threads) (1)\n"
+"  --pages N         pages per client (64)\n"
+"  --model NAME      geometry preset (llama-3.1-8b)\n"
+"  --page-tokens P   tokens per page (32: 4 MiB pages for Llama-3.1-8B)\n"
+"  --repeats N       repeats (9, at most 64)\n"
+"  --seconds S       stop repeating after S seconds (60)\n"
+"  --json            one JSON object on stdout\n");
+}
+
+int bench_server(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "clients", required_argument, 0, 'c' },
+		{ "pages", required_argument, 0, 'n' },
+		{ "model", required_argument, 0, 'm' },
+		{ "page-tokens", required_argument, 0, 'p' },
+		{ "repeats", required_argument, 0, 'r' },
+		{ "seconds", required_argument, 0, 's' },
+		{ "json", no_argument, 0, 'j' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 }
+	};
+	struct sopt o = { .model = "llama-3.1-8b", .pages = 64,
+			  .page_tokens = 32, .clients = 1, .repeats = 9,
+			  .seconds = 60 };
+	struct child ch[MAX_CLIENTS];
+	struct ithread th[MAX_CLIENTS];
+	double d_gbps[MAX_REP], i_gbps[MAX_REP], ratio[MAX_REP];
+	kvt_cache_config cc = KVT_CACHE_CONFIG_INIT;
+	kvtd_config dc = { 0 };
+	char sock[108], tiers[64], tmp[32];
+	kvt_cache *c = NULL;
+	kvt_geom g;
+	pid_t d = -1;
+	int opt, rc = CLI_EXIT_FAIL, nrep = 0, nch = 0, nth = 0, err;
+	uint64_t t_start, bytes;
+
+	memset(th, 0, sizeof(th));
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			if (cli_u64("--clients", optarg, 1, MAX_CLIENTS,
+				    &o.clients))
+				return CLI_EXIT_USAGE;
+			break;
+		case 'n':
+			if (cli_u64("--pages", optarg, 1, 4096, &o.pages))
+				return CLI_EXIT_USAGE;
+			break;
+		case 'm': o.model = optarg; break;
+		case 'p':
+			if (cli_u64("--page-tokens", optarg, 1, 4096,
+				    &o.page_tokens))
+				return CLI_EXIT_USAGE;
+			break;
+		case 'r':
+			if (cli_u64("--repeats", optarg, 1, MAX_REP,
+				    &o.repeats))
+				return CLI_EXIT_USAGE;
+			break;
+		case 's':
+			if (cli_u64("--seconds", optarg, 1, 3600, &o.seconds))
+				return CLI_EXIT_USAGE;
+			break;
+		case 'j': o.json = 1; break;
+		case 'h': server_usage(stdout); return 0;
+		default: server_usage(stderr); return CLI_EXIT_USAGE;
+		}
+	}
+	if (optind < argc)
+		return cli_usage("bench server", "unexpected argument '%s'",
+				 argv[optind]);
+	if ((err = cli_geom(&g, o.model, (uint32_t)o.page_tokens, 1, 0)))
+		return cli_fail("bench server", err);
+	bytes = o.pages * kvt_geom_page_bytes(&g);
+	/* room for every client's pages, and the watermark's slack */
+	snprintf(tiers, sizeof(tiers), "dram:%llu",
+		 (unsigned long long)(bytes * o.clients * 5 / 4 +
+				      kvt_geom_page_bytes(&g) * 4));
+	snprintf(sock, sizeof(sock), "/tmp/kvtier-bench-%d.sock", (int)getpid());
+	dc.socket = sock;
+	dc.tiers = tiers;
+	dc.model = o.model;
+	dc.page_tokens = (uint32_t)o.page_tokens;
+	dc.lease_ms = 3600 * 1000;
+	signal(SIGPIPE, SIG_IGN);
+	/* processes first, threads after */
+	d = daemon_start(&dc);
+	if (d < 0) {
+		fprintf(stderr, "kvtier bench server: the daemon did not start\n");
+		goto out;
+	}
+	for (uint64_t i = 0; i < o.clients; i++, nch++)
+		if (child_start(&ch[i], &o, sock, i))
+			goto out;
+	for (int i = 0; i < nch; i++) {
+		double s;
+		if (child_read(&ch[i], &s)) {
+			fprintf(stderr, "kvtier bench server: client %d failed "
+				"to set up\n", i);
+			goto out;
+		}
+	}
+	cc.tiers = tiers;
+	cc.model = o.model;
+	cc.page_tokens = (uint32_t)o.page_tokens;
+	if ((err = kvt_cache_open(&c, &cc))) {
+		rc = cli_fail("bench server", err);
+		goto out;
+	}
+	for (uint64_t i = 0; i < o.clients; i++, nth++)
+		if ((err = inproc_setup(c, &th[i], i, o.pages))) {
+			rc = cli_fail("bench server", err);
+			goto out;
+		}
+	kvt_cache_quiesce(c);
+	snprintf(tmp, sizeof(tmp), "%llu", (unsigned long long)o.clients);
+	t_start = kvt_now_ns();
+	for (; nrep < (int)o.repeats && (nrep < 3 || secs(t_start) <
+					 (double)o.seconds); nrep++) {
+		double dmax = 0, imax = 0;
+
+		for (int side = 0; side < 2; side++) {
+			if ((side == 0) == (nrep % 2 == 0)) {
+				/* daemon: release every client at once */
+				for (int i = 0; i < nch; i++)
+					if (write(ch[i].go, "g", 1) != 1)
+						goto out;
+				for (int i = 0; i < nch; i++) {
+					double s;
+					if (child_read(&ch[i], &s)) {
+						fprintf(stderr, "kvtier bench "
+							"server: client %d "
+							"failed\n", i);
+						goto out;
+					}
+					dmax = s > dmax ? s : dmax;
+				}
+			} else {
+				pthread_barrier_t bar;
+				pthread_t tid[MAX_CLIENTS];
+
+				pthread_barrier_init(&bar, NULL,
+						     (unsigned)nth);
+				for (int i = 0; i < nth; i++) {
+					th[i].bar = &bar;
+					th[i].rep = nrep;
+					pthread_create(&tid[i], NULL,
+						       ithread_main, &th[i]);
+				}
+				for (int i = 0; i < nth; i++) {
+					pthread_join(tid[i], NULL);
+					if (th[i].err) {
+						rc = cli_fail("bench server",
+							      th[i].err);
+						pthread_barrier_destroy(&bar);
+						goto out;
+					}
+					imax = th[i].s > imax ? th[i].s : imax;
+				}
+				pthread_barrier_destroy(&bar);
+			}
+		}
+		d_gbps[nrep] = (double)bytes * (double)o.clients / dmax / 1e9;
+		i_gbps[nrep] = (double)bytes * (double)o.clients / imax / 1e9;
+		ratio[nrep] = d_gbps[nrep] / i_gbps[nrep];
+	}
+	{
+		double rmin = ratio[0], rmax = ratio[0], r = median(ratio, nrep);
+		double dg = median(d_gbps, nrep), ig = median(i_gbps, nrep);
+
+		for (int i = 1; i < nrep; i++) {
+			rmin = ratio[i] < rmin ? ratio[i] : rmin;
+			rmax = ratio[i] > rmax ? ratio[i] : rmax;
+		}
+		if (o.json) {
+			cJSON *root = cJSON_CreateObject(), *a;
+
+			cJSON_AddNumberToObject(root, "version", 1);
+			cJSON_AddStringToObject(root, "bench", "server");
+			cJSON_AddStringToObject(root, "model", g.name);
+			cJSON_AddNumberToObject(root, "page_tokens",
+						g.page_tokens);
+			cJSON_AddNumberToObject(root, "page_bytes",
+						(double)kvt_geom_page_bytes(&g));
+			cJSON_AddNumberToObject(root, "pages", (double)o.pages);
+			cJSON_AddNumberToObject(root, "clients",
+						(double)o.clients);
+			cJSON_AddNumberToObject(root, "repeats", nrep);
+			cJSON_AddBoolToObject(root, "verify", 1);
+			cJSON_AddNumberToObject(root, "cpus",
+						(double)sysconf(_SC_NPROCESSORS_ONLN));
+			cJSON_AddNumberToObject(root, "daemon_gbps", dg);
+			cJSON_AddNumberToObject(root, "inproc_gbps", ig);
+			cJSON_AddNumberToObject(root, "daemon_vs_inproc", r);
+			cJSON_AddNumberToObject(root, "daemon_vs_inproc_min",
+						rmin);
+			cJSON_AddNumberToObject(root, "daemon_vs_inproc_max",
+						rmax);
+			cJSON_AddNumberToObject(root, "goal", 0.8);
+			cJSON_AddBoolToObject(root, "goal_met", r >= 0.8);
+			a = cJSON_AddArrayToObject(root, "runs");
+			for (int i = 0; i < nrep; i++) {
+				cJSON *x = cJSON_CreateObject();
+
+				cJSON_AddNumberToObject(x, "daemon_gbps",
+							d_gbps[i]);
+				cJSON_AddNumberToObject(x, "inproc_gbps",
+							i_gbps[i]);
+				cJSON_AddItemToArray(a, x);
+			}
+			cli_json_print(root);
+		} else {
+			printf("bench server: %s, %llu pages of %llu bytes per "
+			       "client, %llu client%s, %d repeats\n", g.name,
+			       (unsigned long long)o.pages,
+			       (unsigned long long)kvt_geom_page_bytes(&g),
+			       (unsigned long long)o.clients,
+			       o.clients > 1 ? "s" : "", nrep);
+			printf("  daemon   %8.2f GB/s (median)\n", dg);
+			printf("  inproc   %8.2f GB/s (median)\n", ig);
+			printf("  daemon_vs_inproc %.2f (min %.2f, max %.2f): "
+			       "goal >= 0.8 %s\n", r, rmin, rmax,
+			       r >= 0.8 ? "met" : "MISSED");
+		}
+		rc = 0;
+	}
+out:
+	for (int i = 0; i < nch; i++) {
+		close(ch[i].go);
+		close(ch[i].back);
+		waitpid(ch[i].pid, NULL, 0);
+	}
+	if (d > 0) {
+		kill(d, SIGTERM);
+		waitpid(d, NULL, 0);
+	}
+	kvt_cache_close(c);
+	for (int i = 0; i < nth || (i < MAX_CLIENTS && th[i].mem); i++) {
+		kvt_free(th[i].mem);
+		kvt_free(th[i].keys);
+		kvt_free(th[i].blk);
+	}
+	return rc;
+}

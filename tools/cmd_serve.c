@@ -1,0 +1,191 @@
+/*
+ * cmd_serve.c — kvtier serve (also installed as kvtierd): run the node
+ * daemon in the foreground until SIGTERM / SIGINT, then drain and exit.
+ * Options come from flags, KVT_* environment or a config file (the same
+ * names); readiness goes to systemd (sd_notify READY=1) when run under it.
+ */
+#include "cli.h"
+#include "server/server.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static void serve_usage(FILE *f)
+{
+	fprintf(f,
+"usage: kvtier serve [options]      (also: kvtierd [options])\n"
+"\n"
+"The node daemon: owns the fabric, dram and ssd tiers and the index over\n"
+"them, and serves every engine process of this node over a Unix socket\n"
+"(include/kvtier/client.h). Page data never crosses the socket: clients\n"
+"share their KV memory once. Runs in the foreground; SIGTERM or SIGINT\n"
+"drains the jobs in flight and exits 0. Under systemd it reports\n"
+"readiness (Type=notify; contrib/kvtierd.service).\n"
+"\n"
+"  --socket PATH       the control socket (/run/kvtier/kvtierd.sock)\n"
+"  --tiers SPEC        owned tiers, e.g. 'dram:8G,ssd:/var/lib/kvtier,100G'\n"
+"  --model NAME|PATH   the namespace's model: preset or config.json\n"
+"                      (llama-3.1-8b)\n"
+"  --page-tokens P     tokens per page (16)\n"
+"  --tp N              tensor-parallel degree of the engines (1)\n"
+"  --namespace NAME    what clients name in HELLO (default)\n"
+"  --tenants SPEC      'NAME:ID[,uid=U][,gid=G][,salt=S]' joined by ';'\n"
+"                      (default: 'default:0' for this daemon's uid; root\n"
+"                      may act as any tenant)\n"
+"  --lease-ms MS       a job longer than this is cancelled (30000)\n"
+"  --max-clients N     connections at once (64)\n"
+"  --metrics ADDR      serve GET /metrics on HOST:PORT (off; loopback\n"
+"                      127.0.0.1:9464 is the usual choice)\n"
+"  --config FILE       options as 'name = value' lines (below the\n"
+"                      environment and the flags)\n"
+"\n"
+"environment: KVT_SOCKET, KVT_TIERS, KVT_MODEL, KVT_PAGE_TOKENS, KVT_TP,\n"
+"KVT_NAMESPACE, KVT_TENANTS, KVT_LEASE_MS, KVT_MAX_CLIENTS, KVT_METRICS,\n"
+"KVT_LOG.\n");
+}
+
+static kvtd *g_daemon;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	if (g_daemon)
+		kvtd_stop(g_daemon);
+}
+
+/* sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET. */
+static void notify(const char *msg)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t n;
+	int fd;
+
+	if (!path || !*path || (path[0] != '/' && path[0] != '@') ||
+	    (n = strlen(path)) >= sizeof(sa.sun_path))
+		return;
+	memcpy(sa.sun_path, path, n);
+	if (sa.sun_path[0] == '@')
+		sa.sun_path[0] = 0; /* abstract namespace */
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa,
+		   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) < 0) {
+		/* not fatal: systemd will time the start out and say so */
+	}
+	close(fd);
+}
+
+int cmd_serve(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "socket", required_argument, 0, 's' },
+		{ "tiers", required_argument, 0, 't' },
+		{ "model", required_argument, 0, 'm' },
+		{ "page-tokens", required_argument, 0, 'p' },
+		{ "tp", required_argument, 0, 'T' },
+		{ "namespace", required_argument, 0, 'n' },
+		{ "tenants", required_argument, 0, 'u' },
+		{ "lease-ms", required_argument, 0, 'l' },
+		{ "max-clients", required_argument, 0, 'C' },
+		{ "metrics", required_argument, 0, 'M' },
+		{ "config", required_argument, 0, 'c' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 }
+	};
+	kvtd_config cfg = { 0 };
+	uint64_t P, tp, lease, maxc;
+	struct sigaction sa;
+	kvt_opts *o;
+	int c, err, rc = 0;
+	kvtd *d = NULL;
+
+	if ((err = kvt_opts_create(&o)))
+		return cli_fail("serve", err);
+	if ((rc = cli_opts_load(o, "serve", cli_config_arg(argc, argv))))
+		goto out;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		const char *name = NULL;
+
+		switch (c) {
+		case 's': name = "socket"; break;
+		case 't': name = "tiers"; break;
+		case 'm': name = "model"; break;
+		case 'p': name = "page_tokens"; break;
+		case 'T': name = "tp"; break;
+		case 'n': name = "namespace"; break;
+		case 'u': name = "tenants"; break;
+		case 'l': name = "lease_ms"; break;
+		case 'C': name = "max_clients"; break;
+		case 'M': name = "metrics"; break;
+		case 'c': break; /* read before the environment */
+		case 'h': serve_usage(stdout); goto out;
+		default: serve_usage(stderr); rc = CLI_EXIT_USAGE; goto out;
+		}
+		if (name && (err = kvt_opts_set(o, name, optarg))) {
+			rc = cli_fail("serve", err);
+			goto out;
+		}
+	}
+	if (optind < argc) {
+		rc = cli_usage("serve", "unexpected argument '%s'", argv[optind]);
+		goto out;
+	}
+	if (cli_u64("--page-tokens", kvt_opts_get(o, "page_tokens"), 1, 1 << 20,
+		    &P) ||
+	    cli_u64("--tp", kvt_opts_get(o, "tp"), 1, 1024, &tp) ||
+	    cli_u64("--lease-ms", kvt_opts_get(o, "lease_ms"), 1, 3600000,
+		    &lease) ||
+	    cli_u64("--max-clients", kvt_opts_get(o, "max_clients"), 1, 4096,
+		    &maxc)) {
+		rc = CLI_EXIT_USAGE;
+		goto out;
+	}
+	if (!*kvt_opts_get(o, "tiers")) {
+		rc = cli_usage("serve", "no tiers: give --tiers (e.g. "
+			       "'dram:8G,ssd:/var/lib/kvtier,100G') or "
+			       "KVT_TIERS");
+		goto out;
+	}
+	cfg.socket = kvt_opts_get(o, "socket");
+	cfg.tiers = kvt_opts_get(o, "tiers");
+	cfg.model = kvt_opts_get(o, "model");
+	cfg.ns = kvt_opts_get(o, "namespace");
+	cfg.tenants = kvt_opts_get(o, "tenants");
+	cfg.metrics = kvt_opts_get(o, "metrics");
+	cfg.page_tokens = (uint32_t)P;
+	cfg.tp = (uint32_t)tp;
+	cfg.lease_ms = (uint32_t)lease;
+	cfg.max_clients = (uint32_t)maxc;
+	if ((err = kvtd_open(&d, &cfg))) {
+		rc = cli_fail("serve", err);
+		goto out;
+	}
+	g_daemon = d;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	fprintf(stderr, "kvtier serve: serving %s on %s (tiers %s)\n",
+		cfg.ns, cfg.socket, cfg.tiers);
+	notify("READY=1");
+	err = kvtd_run(d);
+	notify("STOPPING=1");
+	fprintf(stderr, "kvtier serve: draining\n");
+	kvtd_close(d);
+	g_daemon = NULL;
+	if (err)
+		rc = cli_fail("serve", err);
+out:
+	kvt_opts_destroy(o);
+	return rc;
+}
