@@ -117,8 +117,15 @@ if "$KVT" serve --help >/dev/null 2>&1; then
 		timeout 20 "$KVT" stat --socket "$TMP/d.sock" --json >"$TMP/live.json" 2>&1 ||
 			fail "stat --json on a live daemon"
 		has "$TMP/live.json" '"format":	1' '"tiers":'
-		expect 1 "no tenant 7" -- stat --socket "$TMP/d.sock" --as 7
-		expect 1 "geometry" -- stat --socket "$TMP/d.sock" --page-tokens 32
+		KVT_NAMESPACE=other timeout 20 "$KVT" stat --socket "$TMP/d.sock" >/dev/null 2>"$TMP/ns.err"
+		[ $? = 1 ] && grep -q "namespace 'other' is not served here" "$TMP/ns.err" ||
+			fail "stat in another namespace: $(cat "$TMP/ns.err")"
+		printf 'socket = %s\n' "$TMP/d.sock" >"$TMP/stat.conf"
+		timeout 20 "$KVT" stat --config "$TMP/stat.conf" --tenant default >"$TMP/conf.txt" 2>&1 ||
+			fail "stat --config: $(cat "$TMP/conf.txt")"
+		KVT_SOCKET="$TMP/d.sock" timeout 20 "$KVT" stat --count 2 --watch 0.1 >"$TMP/env.txt" 2>&1 ||
+			fail "stat with KVT_SOCKET: $(cat "$TMP/env.txt")"
+		[ "$(grep -c '^kvtier daemon' "$TMP/env.txt")" = 2 ] || fail "live --watch --count 2"
 		http GET /metrics >"$TMP/scrape.txt" || fail "GET /metrics"
 		has "$TMP/scrape.txt" "HTTP/1.1 200" "text/plain; version=0.0.4" \
 			"# TYPE kvtier_hits_total counter" 'kvtier_tier_capacity_bytes{tier="dram"} 67108864'

@@ -34,8 +34,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: kvtier stat [--socket PATH | --from-file FILE] [--json]\n"
 		"                   [--watch SECS [--count N]] [--tenant NAME]\n"
-		"                   [--as ID] [--model M] [--page-tokens P] "
-		"[--tp N] [--config FILE]\n\n"
+		"                   [--config FILE]\n\n"
 		"The node daemon's metrics (kvtier serve): capacity and use "
 		"per tier, the\n"
 		"cache's totals, and per tenant: hits and misses, read "
@@ -61,14 +60,12 @@ static void usage(FILE *f)
 		"counters)\n"
 		"  --from-file F   read a saved `kvtier stat --json` instead of "
 		"asking the\n"
-		"                  daemon\n\n"
-		"Asking the daemon is a client's HELLO: as tenant --as (0, the "
-		"default\n"
-		"tenant of a daemon started without --tenants) with the "
-		"namespace's geometry\n"
-		"(--model, --page-tokens, --tp, --config and KVT_* as for "
-		"kvtier serve:\n"
-		"give stat what you gave the daemon).\n");
+		"                  daemon\n"
+		"  --config FILE   options file as for kvtier serve (socket, "
+		"namespace)\n\n"
+		"The daemon answers a monitor (no geometry: STATS only) when "
+		"any of its\n"
+		"tenants allows your uid/gid (root: always).\n");
 }
 
 /* ---- reading the JSON ------------------------------------------------------ */
@@ -372,31 +369,21 @@ static int fetch_file(const char *path, char **json)
 }
 
 /*
- * Ask the daemon: connect (HELLO as tenant @as, with the geometry from the
- * options: the daemon refuses a client whose geometry differs from the
- * namespace it serves, so stat reads the same config file and KVT_*
- * variables as `kvtier serve`), send STATS, disconnect.
+ * Ask the daemon: connect as a monitor (HELLO with no geometry: allowed
+ * when any tenant allows our uid/gid, and answered for STATS only), send
+ * STATS, disconnect. The socket and namespace come from the options
+ * (--socket, --config, KVT_SOCKET, KVT_NAMESPACE) as for `kvtier serve`.
  */
-static int fetch_daemon(const kvt_opts *o, const char *socket, uint32_t as,
-			char **json)
+static int fetch_daemon(const kvt_opts *o, const char *socket, char **json)
 {
 #ifdef STAT_HAVE_CLIENT
 	kvt_client_config cfg = KVT_CLIENT_CONFIG_INIT;
-	uint64_t P, tp;
 	kvt_client *cl;
 	char *text;
 	int err;
 
-	if (cli_u64("--page-tokens", kvt_opts_get(o, "page_tokens"), 1,
-		    1 << 20, &P) ||
-	    cli_u64("--tp", kvt_opts_get(o, "tp"), 1, 1024, &tp))
-		return CLI_EXIT_USAGE;
 	cfg.socket = socket ? socket : kvt_opts_get(o, "socket");
 	cfg.ns = kvt_opts_get(o, "namespace");
-	cfg.model = kvt_opts_get(o, "model");
-	cfg.page_tokens = (uint32_t)P;
-	cfg.tp_size = (uint32_t)tp;
-	cfg.tenant = as;
 	err = kvt_client_connect(&cl, &cfg);
 	if (err) {
 		fprintf(stderr, "kvtier stat: daemon at %s: %s\n", cfg.socket,
@@ -429,7 +416,6 @@ static void on_signal(int sig)
 struct stat_args {
 	const kvt_opts *o;
 	const char *socket, *file, *tenant;
-	uint32_t as;
 	int json;
 };
 
@@ -443,7 +429,7 @@ static int once(const struct stat_args *a, int watch)
 	double fmt;
 
 	rc = file ? fetch_file(file, &text) :
-		    fetch_daemon(a->o, a->socket, a->as, &text);
+		    fetch_daemon(a->o, a->socket, &text);
 	if (rc)
 		return rc;
 	root = cJSON_Parse(text);
@@ -488,17 +474,13 @@ int cmd_stat(int argc, char **argv)
 		{ "count", required_argument, 0, 'n' },
 		{ "tenant", required_argument, 0, 't' },
 		{ "from-file", required_argument, 0, 'f' },
-		{ "as", required_argument, 0, 'a' },
-		{ "model", required_argument, 0, 'm' },
-		{ "page-tokens", required_argument, 0, 'p' },
-		{ "tp", required_argument, 0, 'T' },
 		{ "config", required_argument, 0, 'c' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 }
 	};
 	struct stat_args a = { 0 };
 	double watch = 0;
-	uint64_t count = 0, as = 0;
+	uint64_t count = 0;
 	kvt_opts *o;
 	int c, rc = 0, err;
 
@@ -509,8 +491,6 @@ int cmd_stat(int argc, char **argv)
 	a.o = o;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "jh", lo, NULL)) != -1) {
-		const char *name = NULL;
-
 		switch (c) {
 		case 's':
 			if (!*optarg) {
@@ -530,10 +510,6 @@ int cmd_stat(int argc, char **argv)
 			if (cli_u64("--count", optarg, 1, UINT32_MAX, &count))
 				rc = CLI_EXIT_USAGE;
 			break;
-		case 'a':
-			if (cli_u64("--as", optarg, 0, UINT32_MAX, &as))
-				rc = CLI_EXIT_USAGE;
-			break;
 		case 't':
 			a.tenant = optarg;
 			break;
@@ -542,9 +518,6 @@ int cmd_stat(int argc, char **argv)
 			break;
 		case 'c':
 			break; /* read before the environment */
-		case 'm': name = "model"; break;
-		case 'p': name = "page_tokens"; break;
-		case 'T': name = "tp"; break;
 		case 'h':
 			usage(stdout);
 			goto out;
@@ -555,12 +528,7 @@ int cmd_stat(int argc, char **argv)
 		}
 		if (rc)
 			goto out;
-		if (name && (err = kvt_opts_set(o, name, optarg))) {
-			rc = cli_fail("stat", err);
-			goto out;
-		}
 	}
-	a.as = (uint32_t)as;
 	if (optind < argc)
 		rc = cli_usage("stat", "unexpected argument '%s'", argv[optind]);
 	else if (count && !watch)
