@@ -170,8 +170,10 @@ static void test_counters(void)
 	kvtd_metrics_gauge_set(m, KVTD_G_CLIENTS, 3);
 	kvtd_metrics_gauge_set(m, KVTD_G_REGISTERED_BYTES, 1ull << 33);
 	kvtd_metrics_tenant_pages(m, a, KVT_TIER_DRAM, 12, 100);
+	/* a tier not known: tier="unknown" */
+	kvtd_metrics_read_failure(m, w, KVT_TIER_COUNT, 5);
 	/* out of range: counted nowhere, no crash */
-	kvtd_metrics_hit(m, a, (kvt_tier_kind)KVT_TIER_COUNT, 1000);
+	kvtd_metrics_hit(m, a, (kvt_tier_kind)(KVT_TIER_COUNT + 1), 1000);
 	kvtd_metrics_hit(m, a, (kvt_tier_kind)-1, 1000);
 	kvtd_metrics_bytes(m, a, KVTD_END_COUNT, KVTD_END_DRAM, 1000);
 	kvtd_metrics_protocol_error(m, a, KVTD_PERR_COUNT);
@@ -186,6 +188,8 @@ static void test_counters(void)
 	/* every tier that counted anything gets series for every tenant */
 	CHECK(val(text, "kvtier_hits_total{tenant=\"we\\\"ird\\\\na me\",tier=\"ssd\"}") == 0);
 	CHECK(isnan(expo_value(text, "kvtier_hits_total{tenant=\"alice\",tier=\"fabric\"}")));
+	CHECK(val(text, "kvtier_read_failures_total{tenant=\"we\\\"ird\\\\na me\",tier=\"unknown\"}") == 5);
+	CHECK(val(text, "kvtier_hits_total{tenant=\"alice\",tier=\"unknown\"}") == 0);
 	CHECK(val(text, "kvtier_misses_total{tenant=\"alice\"}") == 4);
 	CHECK(val(text, "kvtier_read_failures_total{tenant=\"alice\",tier=\"ssd\"}") == 2);
 	CHECK(val(text, "kvtier_transfer_bytes_total{tenant=\"alice\",from=\"dram\",to=\"engine\"}") == 4096);
@@ -242,6 +246,9 @@ static void test_counters(void)
 		CHECK_EQ(cJSON_GetObjectItem(d, "quota_pages")->valuedouble, 100);
 		CHECK_EQ(cJSON_GetObjectItem(s, "read_failures")->valuedouble, 2);
 		CHECK(cJSON_GetObjectItem(s, "used_pages") == NULL);
+		CHECK_EQ(cJSON_GetObjectItem(cJSON_GetObjectItem(
+			cJSON_GetObjectItem(t, "tiers"), "unknown"),
+			"hits")->valuedouble, 0);
 		CHECK_EQ(cJSON_GetArraySize(tb), 2);
 	}
 	t = cJSON_GetArrayItem(ten, 2);

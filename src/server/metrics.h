@@ -184,8 +184,9 @@ kvtd_mtenant *kvtd_metrics_node(kvtd_metrics *m);
 
 /* ---- the hot path: one relaxed atomic add each, any thread -------------
  * @m: the registry; @t: a block from kvtd_metrics_tenant() of @m, or NULL
- * for the node block. Tiers and enum values out of range are counted
- * nowhere. */
+ * for the node block. @tier KVT_TIER_COUNT: a tier not known (say, a load's
+ * failed pages, whose source tier the job does not report), rendered as
+ * tier="unknown". Tiers and enum values beyond are counted nowhere. */
 
 /** Pages a LOOKUP found, by the tier that holds them (kvtier_hits_total). */
 void kvtd_metrics_hit(kvtd_metrics *m, kvtd_mtenant *t, kvt_tier_kind tier,
