@@ -206,6 +206,27 @@ KVT_API void kvt_cache_detach(kvt_cache_mem *m);
 KVT_API int kvt_cache_tenant_add(kvt_cache *c, uint32_t tenant,
 				 uint64_t salt);
 
+/**
+ * kvt_cache_tenant_quota() - at most @max_pages pages of @tenant in owned
+ * tier @tier (0: no limit, the default); see kvt_index_tenant_quota(). A
+ * store of a tenant at its quota in the top tier makes room by demoting
+ * its own least recently used pages (never another tenant's), and the
+ * background demotion moves a tenant's pages into a lower tier within its
+ * quota there (its own pages go further down or leave). Lowering a quota
+ * demotes the excess at once, in the calling thread (the copies run before
+ * it returns). Read what a tenant holds with kvt_cache_tenant_usage().
+ * Returns 0, KVT_ENOTFOUND for an unknown
+ * tenant or a tier the cache does not own.
+ */
+KVT_API int kvt_cache_tenant_quota(kvt_cache *c, uint32_t tenant,
+				   kvt_tier_kind tier, uint64_t max_pages);
+
+/** What @tenant holds per tier (kvt_index_tenant_usage()), under the
+ *  cache's lock: safe while jobs run (a moment's snapshot). 0 or
+ *  KVT_ENOTFOUND. */
+KVT_API int kvt_cache_tenant_usage(kvt_cache *c, uint32_t tenant,
+				   kvt_tenant_usage *u);
+
 /** The chained keys of @tokens for @tenant (ntokens / P of them; a partial
  *  last page is ignored). 0, KVT_ENOTFOUND (tenant), -EINVAL. */
 KVT_API int kvt_cache_hash_tokens(kvt_cache *c, uint32_t tenant,

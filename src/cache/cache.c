@@ -1403,6 +1403,34 @@ int kvt_cache_tenant_add(kvt_cache *c, uint32_t tenant, uint64_t salt)
 	return err;
 }
 
+int kvt_cache_tenant_quota(kvt_cache *c, uint32_t tenant, kvt_tier_kind tier,
+			   uint64_t max_pages)
+{
+	int err;
+
+	kvti_errclear();
+	if ((unsigned)tier >= KVT_TIER_COUNT || !c->tiers[tier])
+		return kvti_fail(KVT_ENOTFOUND, "cache: no owned %s tier for a "
+				 "quota", (unsigned)tier < KVT_TIER_COUNT ?
+				 kvt_tier_kind_name(tier) : "?");
+	pthread_mutex_lock(&c->mu);
+	err = kvt_index_tenant_quota(c->idx, tenant, tier, max_pages);
+	pthread_mutex_unlock(&c->mu);
+	return err;
+}
+
+int kvt_cache_tenant_usage(kvt_cache *c, uint32_t tenant,
+			   kvt_tenant_usage *u)
+{
+	int err;
+
+	kvti_errclear();
+	pthread_mutex_lock(&c->mu);
+	err = kvt_index_tenant_usage(c->idx, tenant, u);
+	pthread_mutex_unlock(&c->mu);
+	return err;
+}
+
 int kvt_cache_hash_tokens(kvt_cache *c, uint32_t tenant,
 			  const uint32_t *tokens, size_t ntokens,
 			  kvt_page_key *keys)

@@ -20,9 +20,12 @@ typedef struct kvtd kvtd;
  * @socket_mode: permission bits of the socket (0660).
  * @tiers, @model, @page_tokens, @tp: the cache (kvt_cache_config), one
  *               namespace @ns ("default") whose clients must match it.
- * @tenants:     "NAME:ID[,uid=U][,gid=G][,salt=S]" entries joined by ';'.
- *               A client acting as tenant ID must run as one of its uids
- *               or gids (SO_PEERCRED); root may act as any. Empty: one
+ * @tenants:     "NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE]"
+ *               entries joined by ';'. A client acting as tenant ID must
+ *               run as one of its uids or gids (SO_PEERCRED); root may act
+ *               as any. A quota (repeatable, one per owned tier) caps what
+ *               the tenant holds there, all its TP ranks together: at it,
+ *               its own pages make room, never another's. Empty: one
  *               tenant "default:0" for the daemon's own uid.
  * @lease_ms:    a job's lease: cancelled (pins dropped) when it runs this
  *               long (30000).
