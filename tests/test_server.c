@@ -192,6 +192,9 @@ static void test_ranks_and_engines(void)
 	if (cl) {
 		int pfd[2];
 
+		/* the refused connections above end asynchronously */
+		for (int i = 0; i < 200 && gauge(cl, "clients") != 1; i++)
+			usleep(10000);
 		CHECK_EQ(gauge(cl, "clients"), 1);
 		CHECK(pipe(pfd) == 0);
 		a = fork();

@@ -4,7 +4,8 @@
  *
  * An engine (vLLM, SGLang, the demo, the daemon on an engine's behalf)
  * owns its GPU KV memory and its block ids. kvtier owns the tiers below it
- * (fabric, dram, ssd; remote later) and the index over them. The cache is
+ * (fabric, dram, ssd; a remote tier below them: end of this file) and the
+ * index over them. The cache is
  * the glue: the engine registers its KV memory once, then asks
  *
  *     lookup(keys)               how many leading pages kvtier can supply,
@@ -60,6 +61,26 @@
  * wait, and any wait for a slot that a background copy is still reading,
  * is measured (kvt_cache_job_stat.wait_s).
  *
+ * PERSISTENCE. With an ssd tier opened 'persist' (ssd:DIR,SIZE,persist)
+ * the ssd tier and its part of the index survive a restart: each ssd slot
+ * has a record (page key, parent key, tenant and salt, depth, geometry
+ * fingerprint, layer sums, generation, checksum) written once the page's
+ * bytes are in place and verified, and zeroed before the slot is written
+ * again or when the page leaves. kvt_cache_open() reads the records and
+ * puts every page whose record and chain of parents are whole back in the
+ * index at its slot (kvt_cache_restore_info() says what it found and how
+ * long it took); the pages of faster tiers are gone. After a kill -9 at
+ * any moment, pages whose commit had not finished are absent; after a
+ * machine crash a page may be recorded with bytes that did not all reach
+ * the disk: every load verifies every layer against the recorded sums, so
+ * such a page fails there (counted in kvt_cache_stat.corrupt, its record
+ * dropped) and is never served. Tenants whose pages were restored exist
+ * again at open with their recorded salt. A directory of another geometry
+ * or format version is refused (add 'fresh' to start over); one in use by
+ * another open ssd tier is refused (KVT_EBUSY). Needs
+ * checksums (not with KVT_CACHE_NO_VERIFY). docs/FORMATS.md has the
+ * record format.
+ *
  * THREADS. Every call is thread-safe: an engine's scheduler thread may look
  * up while its worker threads load, store and wait. One lock guards the
  * index (held for bookkeeping only, never across a copy); jobs run on the
@@ -77,6 +98,7 @@
 
 #include <kvtier.h>
 #include <kvtier/index.h>
+#include <kvtier/remote.h>
 #include <kvtier/xfer.h>
 
 #ifdef __cplusplus
@@ -119,6 +141,9 @@ enum {
  *              fractions of its slots (0.90, 0.75).
  * @xfer_threads: transfer engine cpu workers (default of kvt_xfer).
  * @flags:      KVT_CACHE_* bits.
+ * @remote:     a remote tier below the owned ones (kvtier/remote.h spec,
+ *              e.g. "remote:redis://10.0.0.5:6379"), or NULL: see REMOTE
+ *              TIER below.
  */
 typedef struct kvt_cache_config {
 	uint32_t size;
@@ -131,6 +156,7 @@ typedef struct kvt_cache_config {
 	uint32_t selective_hits;
 	double high, low;
 	uint32_t xfer_threads;
+	const char *remote;
 } kvt_cache_config;
 
 #define KVT_CACHE_CONFIG_INIT { .size = sizeof(kvt_cache_config) }
@@ -202,7 +228,11 @@ KVT_API int kvt_cache_attach(kvt_cache *c, void *const *base,
 KVT_API void kvt_cache_detach(kvt_cache_mem *m);
 
 /** Register @tenant with @salt (its keys never match another's).
- *  0, -EEXIST, -ENOMEM. Tenant 0 (salt 0) always exists. */
+ *  0, -EEXIST, -ENOMEM. Tenant 0 (salt 0) always exists. A tenant that
+ *  the open re-created from a persistent ssd tier (PERSISTENCE) may be
+ *  added once more: with its recorded salt that is 0 and its pages stay;
+ *  with another salt its restored pages are dropped first (KVT_EBUSY if
+ *  some are in use by a job). */
 KVT_API int kvt_cache_tenant_add(kvt_cache *c, uint32_t tenant,
 				 uint64_t salt);
 
@@ -470,6 +500,28 @@ typedef struct kvt_cache_check {
  */
 KVT_API int kvt_cache_verify(kvt_cache *c, kvt_cache_check *r);
 
+/** What the open found in a persistent ssd tier (PERSISTENCE). */
+typedef struct kvt_cache_restore {
+	uint64_t records;     /* whole records found (checksum, geometry and
+				 place right) */
+	uint64_t restored;    /* pages put back in the index */
+	uint64_t bad_records; /* records that failed their checksum, layer
+				 count, geometry or place: dropped */
+	uint64_t orphans;     /* whole records whose chain of parents is not
+				 (a parent missing, of another depth or
+				 salt): dropped */
+	uint64_t duplicates;  /* older records of a page recorded twice */
+	uint64_t failed;      /* pages the index refused (kvt_errdetail()
+				 was logged): dropped */
+	uint64_t tenants;     /* tenants other than 0 re-created */
+	double scan_s;        /* reading the records */
+	double rebuild_s;     /* the whole rebuild, scan included */
+} kvt_cache_restore;
+
+/** Fill @r for a cache whose ssd tier is persistent: 0, or -EINVAL (no
+ *  persistent ssd tier). */
+KVT_API int kvt_cache_restore_info(kvt_cache *c, kvt_cache_restore *r);
+
 /** The geometry in use; the tier of kind @k or NULL; the index and the
  *  transfer engine (for statistics; do not call the index directly while
  *  jobs run). */
@@ -485,6 +537,88 @@ KVT_API kvt_xfer *kvt_cache_xfer(kvt_cache *c);
  * settled state.
  */
 KVT_API void kvt_cache_quiesce(kvt_cache *c);
+
+/* ------------------------------------------------------------------------
+ * The remote tier (kvt_cache_config.remote; src/cache/cache_remote.c)
+ *
+ * Pages shared across nodes through Redis / Valkey, below the owned tiers:
+ *
+ *   store      after a store job commits, its pages are written to the
+ *              remote tier by a writer thread (write-through, off the
+ *              engine's path): read back from the top tier into a staging
+ *              area, EXISTS first (pages already there are not sent again),
+ *              then one pipelined SET batch. Never blocks the store; a full
+ *              queue drops (counted).
+ *   lookup     kvt_cache_lookup() asks the remote tier, with one batched
+ *              EXISTS, how many pages follow the local leading run
+ *              (only when none is in flight): tier_pages[KVT_TIER_REMOTE].
+ *              They are not in @pages: a load cannot supply them until
+ *              kvt_cache_prefetch() has brought them in.
+ *   prefetch   kvt_cache_prefetch() (blocking) or kvt_cache_prefetch_start()
+ *              / _end() (in the background, cut off when the request is
+ *              scheduled): remote -> staging -> a store into the top tier
+ *              (sums taken, committed as any store), so the next
+ *              kvt_cache_load() gets them from dram like any page.
+ *
+ * A remote failure (server down, node killed, timeout, a value that fails
+ * its checks) is a miss and a counter; the owned tiers and every other
+ * call keep working. kvt_cache_close() drops writes still queued: call
+ * kvt_cache_remote_flush() first to keep them.
+ * ------------------------------------------------------------------------ */
+
+/**
+ * kvt_cache_prefetch() - bring pages first..nkeys-1 of keys[0..nkeys) from
+ * the remote tier into the top owned tier, in batches, stopping at the
+ * first page the remote tier cannot supply. Pages before @first must be
+ * cached (as for kvt_cache_store()). Blocks the calling thread (network
+ * time); serialized with other prefetches. *@pages: pages brought in.
+ * Returns 0 (also when the remote tier had nothing), KVT_ENOTFOUND (no
+ * remote tier, or a parent page not cached), kvt_cache_store()'s errors.
+ */
+KVT_API int kvt_cache_prefetch(kvt_cache *c, uint32_t tenant,
+			       const kvt_page_key *keys, size_t nkeys,
+			       size_t first, uint64_t *pages);
+
+/**
+ * kvt_cache_prefetch_start() - the same, in a thread of its own, in
+ * batches of up to 16 MiB, while the caller goes on (a request waiting in
+ * the scheduler's queue). kvt_cache_prefetch_end() then either waits for
+ * it (@cut 0) or cuts it off (@cut 1: the batch in flight finishes, no
+ * other starts: whatever arrived is in the top tier and loadable), frees
+ * the handle and gives the pages brought in. End every prefetch before
+ * kvt_cache_close() (which stops them between batches).
+ * start: 0, -EINVAL, KVT_ENOTFOUND (no remote tier), -ENOMEM.
+ * end: kvt_cache_prefetch()'s result.
+ */
+typedef struct kvt_cache_fetch kvt_cache_fetch;
+KVT_API int kvt_cache_prefetch_start(kvt_cache *c, uint32_t tenant,
+				     const kvt_page_key *keys, size_t nkeys,
+				     size_t first, kvt_cache_fetch **out);
+KVT_API int kvt_cache_prefetch_end(kvt_cache_fetch *f, int cut,
+				   uint64_t *pages);
+
+/** Wait until every queued remote write is done (or @timeout_ns passed,
+ *  < 0: no limit): 0, -ETIMEDOUT, KVT_ENOTFOUND (no remote tier). */
+KVT_API int kvt_cache_remote_flush(kvt_cache *c, int64_t timeout_ns);
+
+/** What the cache's remote tier did (plain values). */
+typedef struct kvt_cache_remote_stat {
+	kvt_remote_stat remote;  /* the connections' own counters (lookups
+				    and prefetches, write-through), added */
+	uint64_t queued;         /* pages queued for write-through */
+	uint64_t written;        /* of those, stored by the server */
+	uint64_t present;        /* of those, already there: not sent */
+	uint64_t dropped;        /* of those, not written: queue full, page
+				    gone from the owned tiers, cache closed */
+	uint64_t failed;         /* of those, refused or lost by the server */
+	uint64_t lookups;        /* lookups that asked the remote tier */
+	uint64_t lookup_pages;   /* pages they found there */
+	uint64_t prefetched;     /* pages brought in by kvt_cache_prefetch */
+} kvt_cache_remote_stat;
+
+/** Copy the counters: 0, or KVT_ENOTFOUND (no remote tier). */
+KVT_API int kvt_cache_remote_stat_get(kvt_cache *c,
+				      kvt_cache_remote_stat *st);
 
 #ifdef __cplusplus
 }

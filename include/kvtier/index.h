@@ -459,6 +459,25 @@ KVT_API int kvt_index_insert(kvt_index *idx, const kvt_prefix *px,
 			     size_t nlocs);
 
 /**
+ * kvt_index_restore() - put back pages that survived a restart: every page
+ * of @px gets a copy in @tier at slots[i] (one slot per page of @px, in
+ * prefix order), taken from the tier's pool with kvt_pool_reserve(). Pages
+ * already there must be at the same slot. Unlike insert it never evicts,
+ * applies no write policy, takes no lease and counts no hit (the pages
+ * are the most recent in call order). For rebuilding an index from
+ * records (the node cache's persistent ssd tier); call it root side first
+ * or with whole prefixes.
+ * @added: optional; the pages that got their copy in this call.
+ * Returns 0; -EINVAL / -E2BIG / KVT_ENOTFOUND as insert (slots NULL, a
+ * slot out of range); -EEXIST when a page has another slot in @tier;
+ * KVT_EBUSY when a slot is already in use; -ENOMEM. On error no slot is
+ * taken and no page added (the tree may keep a split edge).
+ */
+KVT_API int kvt_index_restore(kvt_index *idx, const kvt_prefix *px,
+			      kvt_tier_kind tier, const uint32_t *slots,
+			      uint64_t now, uint64_t *added);
+
+/**
  * kvt_index_pin() / kvt_index_unpin() - lease the pages of @px (all of
  * them, whole pages only) so no tier evicts them while the caller reads or
  * writes their slots; each pin is undone by one unpin of the same prefix.

@@ -59,6 +59,12 @@
  *   files=N         ssd               number of files (default 1)
  *   temp            fabric(file), ssd remove the files at close
  *   fresh           ssd               discard files of an earlier run
+ *   persist         ssd               keep a page record per slot
+ *                                     (kvtier-ssd-index.kvt) so the node
+ *                                     cache rebuilds its index at the next
+ *                                     open (docs/FORMATS.md); not with temp;
+ *                                     owns DIR while open (flock: another
+ *                                     ssd tier over it is KVT_EBUSY)
  *   device=N        hbm               CUDA device
  *   layout=L        hbm, hostdev      vllm (default) or sglang
  *
@@ -189,6 +195,7 @@ typedef struct kvt_tier_spec {
 	int allow_cpus;
 	int temp;
 	int fresh;
+	int persist;           /* ssd: keep the per-slot record area */
 	int device;            /* CUDA device for hbm */
 	uint32_t files;        /* ssd files (>= 1) */
 	int layout;            /* kvt_layout_kind for hbm/hostdev */
@@ -234,6 +241,8 @@ typedef struct kvt_tier_desc {
 	int locked;            /* mlock'ed */
 	int cuda_registered;   /* cudaHostRegister'ed */
 	int layer_first;       /* hbm/hostdev: slots are layer-first pages */
+	int persistent;        /* ssd 'persist': keeps a record area
+				  (kvt_tier_ssd_records()) */
 	const char *note;      /* why emulated, fallbacks taken; "" if none */
 } kvt_tier_desc;
 
@@ -302,6 +311,23 @@ KVT_API void *kvt_tier_slot_ptr(const kvt_tier *t, uint32_t slot);
  */
 KVT_API int kvt_tier_ssd_loc(const kvt_tier *t, uint32_t slot, int *fd,
 			     uint64_t *off);
+
+/**
+ * kvt_tier_ssd_records() - the record area of an ssd tier opened with
+ * 'persist': one record of *@rec_bytes bytes per slot, slot s at
+ * (char *)*@recs + s * *@rec_bytes, mapped shared from
+ * DIR/kvtier-ssd-index.kvt (all zero when nothing was recorded). The
+ * tier only keeps the area with its slot files (fresh files, fresh area;
+ * a mismatching area is refused at open; msync at close); what a record
+ * holds is its user's (the node cache: docs/FORMATS.md). *@geom_fp is the
+ * fingerprint of the tier's geometry (shape and model name) that the area's
+ * header carries. Valid until kvt_tier_close(). Returns 0, or -EINVAL for a
+ * tier without a record area.
+ */
+#define KVT_SSD_REC_BYTES(layers) \
+	((((uint64_t)(layers) * 8u + 88u) + 63u) & ~(uint64_t)63u)
+KVT_API int kvt_tier_ssd_records(kvt_tier *t, void **recs,
+				 uint32_t *rec_bytes, uint64_t *geom_fp);
 
 /**
  * kvt_tier_read() / kvt_tier_write() - the plain path: copy one whole page

@@ -40,7 +40,9 @@
  * A job is finished only by the worker, once every transfer it issued is
  * done, so a job's pins and slot states change in one place.
  */
+#include "cache/persist.h"
 #include "core/core.h"
+#include "cache/cache_remote.h"
 #include "core/cuda.h"
 #include "xfer/xxh.h"
 
@@ -173,6 +175,7 @@ struct kvt_cache {
 	pthread_mutex_t smu;
 	pthread_cond_t scv;
 	struct meta m[KVT_TIER_COUNT];
+	kvtp *persist;                   /* ssd records ('persist'), or NULL */
 	kvt_cache_stat st;
 	int jobs;                        /* jobs not yet finished */
 	kvt_cache_job *live;             /* them, for kvt_cache_close() */
@@ -183,6 +186,7 @@ struct kvt_cache {
 	int stopping, bg_kick, bg_busy;
 	pthread_t worker, bg;
 	int have_worker, have_bg;
+	struct kvti_cremote *remote;     /* the remote tier, or NULL */
 };
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -221,9 +225,27 @@ static void slot_settle(kvt_cache *c, int t, uint32_t s)
 		pthread_cond_wait(&c->scv, &c->smu);
 }
 
+/* ---- persistence hooks (persist.c; smu held) ---------------------------- */
+
+/* Slot @s of @t is about to be written, failed, or left the index: a
+ * persistent ssd slot loses its record first. */
+static void persist_gone(kvt_cache *c, int t, uint32_t s)
+{
+	if (c->persist && t == KVT_TIER_SSD)
+		kvtp_drop(c->persist, s);
+}
+
+/* Slot @s of @t just committed (bytes in place, verified): record it. */
+static void persist_ok(kvt_cache *c, int t, uint32_t s)
+{
+	if (c->persist && t == KVT_TIER_SSD)
+		kvtp_commit(c->persist, s, c->m[t].sums + (uint64_t)s * c->L);
+}
+
 /* Mark slot @s of @t as being written by batch @batch (smu held). */
 static void slot_pend(kvt_cache *c, int t, uint32_t s, uint32_t batch)
 {
+	persist_gone(c, t, s);
 	c->m[t].state[s] = ST_PEND;
 	c->m[t].pby[s] = batch;
 }
@@ -287,6 +309,8 @@ static int mover_copy(void *arg, const kvt_move *m)
 	 * for our write: PEND) */
 	memcpy(dm->sums + (uint64_t)mv->ds * c->L, b->sums + b->n * c->L,
 	       c->L * sizeof(uint64_t));
+	if (c->persist)
+		kvtp_ident_copy(c->persist, mv->src, mv->ss, mv->dst, mv->ds);
 	if (mv->ok) {
 		slot_pend(c, mv->dst, mv->ds, c->batch);
 		sm->rd[mv->ss]++;
@@ -304,8 +328,10 @@ static void mover_release(void *arg, kvt_tier_kind tier, uint32_t slot)
 	kvt_cache *c = arg;
 
 	pthread_mutex_lock(&c->smu);
-	if (c->m[tier].state[slot] != ST_PEND)
+	if (c->m[tier].state[slot] != ST_PEND) {
 		c->m[tier].state[slot] = ST_NONE;
+		persist_gone(c, tier, slot);
+	}
 	c->st.evicted++;
 	pthread_mutex_unlock(&c->smu);
 }
@@ -483,8 +509,11 @@ static void move_end(kvt_cache *c, struct move *mv, uint32_t batch)
 
 	c->m[mv->src].rd[mv->ss]--;
 	d->wr[mv->ds]--;
-	if (d->state[mv->ds] == ST_PEND && d->pby[mv->ds] == batch)
+	if (d->state[mv->ds] == ST_PEND && d->pby[mv->ds] == batch) {
 		d->state[mv->ds] = mv->err ? ST_BAD : ST_OK;
+		if (!mv->err)
+			persist_ok(c, mv->dst, mv->ds);
+	}
 }
 
 /* Run a batch wave by wave, committing each wave as it ends. @sync: a
@@ -803,8 +832,10 @@ static void load_finish(kvt_cache *c, kvt_cache_job *j)
 			} else if (bad) {
 				/* the source copy is not what was stored */
 				job_fail_page(j, s->pg[i], KVT_ECORRUPT);
-				if (c->m[s->src].state[s->ss[i]] == ST_OK)
+				if (c->m[s->src].state[s->ss[i]] == ST_OK) {
 					c->m[s->src].state[s->ss[i]] = ST_BAD;
+					persist_gone(c, s->src, s->ss[i]);
+				}
 				c->st.corrupt++;
 			} else {
 				j->st.copied++;
@@ -839,6 +870,8 @@ static void store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 				memcpy(m->sums + (uint64_t)s->ds[i] * L,
 				       s->sums + i * L, L * sizeof(uint64_t));
 			m->state[s->ds[i]] = ok ? ST_OK : ST_BAD;
+			if (ok)
+				persist_ok(c, s->dst, s->ds[i]);
 			if (s->src == ENGINE && s->pg[i] != SIZE_MAX) {
 				if (ok) {
 					j->st.copied++;
@@ -851,6 +884,14 @@ static void store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 				/* a parent's promotion failed */
 				j->result = s->err ? s->err : cancel ?
 					    -ECANCELED : KVT_ECORRUPT;
+			}
+			if (bad && s->src != ENGINE &&
+			    c->m[s->src].state[s->ss[i]] == ST_OK) {
+				/* the copy it came from is not what was
+				 * stored (a lower tier's page that did not
+				 * all reach the disk): never served again */
+				c->m[s->src].state[s->ss[i]] = ST_BAD;
+				persist_gone(c, s->src, s->ss[i]);
 			}
 			if (bad)
 				c->st.corrupt++;
@@ -1035,10 +1076,44 @@ static void stop_threads(kvt_cache *c)
 	c->have_bg = c->have_worker = 0;
 }
 
+/* A persistent ssd tier: its records, and the index rebuilt from them
+ * (before any thread runs). */
+static int persist_open(kvt_cache *c)
+{
+	kvt_tier *ssd = c->tiers[KVT_TIER_SSD];
+	kvt_tier_desc d;
+	int err;
+
+	if (!ssd)
+		return 0;
+	kvt_tier_info(ssd, &d);
+	if (!d.persistent)
+		return 0;
+	if (!c->verify)
+		return kvti_fail(-EINVAL, "cache: a persistent ssd tier needs "
+				 "checksums (every load of a restored page is "
+				 "verified): drop KVT_CACHE_NO_VERIFY or "
+				 "'persist'");
+	if ((err = kvtp_open(&c->persist, ssd, c->tiers, c->L)))
+		return err;
+	return kvtp_rebuild(c->persist, c->idx, c->m[KVT_TIER_SSD].sums,
+			    c->m[KVT_TIER_SSD].state, ST_OK);
+}
+
+/* Forget the records' state; the records stay for the next open. */
+static void persist_close(kvt_cache *c)
+{
+	pthread_mutex_lock(&c->smu);
+	kvtp_free(c->persist);
+	c->persist = NULL;
+	pthread_mutex_unlock(&c->smu);
+}
+
 static void cache_free(kvt_cache *c)
 {
 	stop_threads(c);
 	kvt_xfer_destroy(c->x);
+	persist_close(c); /* before the index gives its slots back */
 	kvt_index_destroy(c->idx);
 	for (int t = 0; t < KVT_TIER_COUNT; t++) {
 		kvt_tier_close(c->tiers[t]);
@@ -1086,8 +1161,9 @@ static int open_tiers(kvt_cache *c, const char *spec)
 					 "as a tier", spec, specs[i].hostdev ?
 					 "hostdev" : "hbm");
 		if (k == KVT_TIER_REMOTE)
-			return kvti_fail(KVT_ENOTBUILT, "cache: the remote tier "
-					 "is not built yet");
+			return kvti_fail(KVT_ESPEC, "cache: the remote tier is "
+					 "not an owned tier: give its spec in "
+					 "kvt_cache_config.remote");
 		if (c->tiers[k])
 			return kvti_fail(KVT_ESPEC, "cache: two %s tiers in '%s'",
 					 kvt_tier_kind_name(k), spec);
@@ -1207,7 +1283,8 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 	ic.mover.flush = mover_flush;
 	ic.mover.release = mover_release;
 	ic.mover.arg = c;
-	if ((err = kvt_index_create(&c->idx, &ic)))
+	if ((err = kvt_index_create(&c->idx, &ic)) ||
+	    (err = persist_open(c)))
 		goto fail;
 	if ((err = -pthread_create(&c->worker, NULL, worker_main, c))) {
 		kvti_fail(err, "cache: starting the worker thread");
@@ -1221,6 +1298,10 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 		}
 		c->have_bg = 1;
 	}
+	/* last: it attaches staging memory to the finished cache */
+	if (cfg.remote && (err = kvti_cache_remote_open(c, cfg.remote,
+							  &c->remote)))
+		goto fail;
 	*out = c;
 	return 0;
 fail:
@@ -1230,8 +1311,12 @@ fail:
 
 void kvt_cache_close(kvt_cache *c)
 {
+	struct kvti_cremote *cr;
+
 	if (!c)
 		return;
+	cr = c->remote;
+	kvti_cache_remote_stop(cr); /* its writer's jobs end first */
 	/* cancel what is still running (a job stays on the list, and so
 	 * valid, until it is finished, which takes smu) */
 	pthread_mutex_lock(&c->smu);
@@ -1241,6 +1326,7 @@ void kvt_cache_close(kvt_cache *c)
 		pthread_cond_wait(&c->scv, &c->smu);
 	pthread_mutex_unlock(&c->smu);
 	cache_free(c);
+	kvti_cache_remote_free(cr); /* its staging memory outlived the copies */
 }
 
 static int open_stage(kvt_cache *c, int pin)
@@ -1392,15 +1478,37 @@ void kvt_cache_detach(kvt_cache_mem *m)
 	kvt_free(m);
 }
 
+/* kvt_cache_tenant_add() with a persistent tier (c->mu held): 1 when the
+ * tenant was restored with this salt (nothing to add), 0 to add it, or an
+ * error. A tenant restored with another salt loses its pages first. */
+static int persist_tenant(kvt_cache *c, uint32_t tenant, uint64_t salt)
+{
+	int keep, drop;
+
+	pthread_mutex_lock(&c->smu);
+	keep = kvtp_tenant_add(c->persist, tenant, salt, &drop);
+	pthread_mutex_unlock(&c->smu);
+	if (drop)
+		return kvt_index_tenant_remove(c->idx, tenant);
+	return keep;
+}
 
 int kvt_cache_tenant_add(kvt_cache *c, uint32_t tenant, uint64_t salt)
 {
-	int err;
+	int err = 0;
 
 	pthread_mutex_lock(&c->mu);
-	err = kvt_index_tenant_add(c->idx, tenant, salt);
+	if (c->persist)
+		err = persist_tenant(c, tenant, salt);
+	if (!err)
+		err = kvt_index_tenant_add(c->idx, tenant, salt);
+	if (!err && c->persist) {
+		pthread_mutex_lock(&c->smu);
+		err = kvtp_tenant_note(c->persist, tenant, salt);
+		pthread_mutex_unlock(&c->smu);
+	}
 	pthread_mutex_unlock(&c->mu);
-	return err;
+	return err > 0 ? 0 : err;
 }
 
 int kvt_cache_tenant_quota(kvt_cache *c, uint32_t tenant, kvt_tier_kind tier,
@@ -1520,6 +1628,8 @@ int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	}
 	pthread_mutex_unlock(&c->mu);
 	kvt_free(info);
+	if (!err && c->remote) /* network: outside the lock */
+		kvti_cache_remote_lookup(c->remote, keys, nkeys, r);
 	return err;
 }
 
@@ -1838,6 +1948,9 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 	int err;
 
 	kvti_errclear();
+	if (c && c->remote && kvti_cache_remote_wants(c->remote, io))
+		return kvti_cache_remote_store(c->remote, tenant, keys, nkeys,
+					       first, blocks, io, out);
 	if (!out)
 		return kvti_fail(-EINVAL, "cache store: no job handle to fill");
 	if ((err = job_new(c, JOB_STORE, tenant, keys, nkeys, first, blocks,
@@ -1924,6 +2037,8 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 			       c->L * sizeof(uint64_t));
 		sp->n++;
 		slot_pend(c, c->top, slot, 0);
+		if (c->persist)
+			kvtp_ident_set(c->persist, c->top, slot, tenant, keys, p);
 	}
 	j->st.skipped = j->n - eng->n;
 	pthread_mutex_unlock(&c->smu);
@@ -2213,6 +2328,17 @@ kvt_tier *kvt_cache_tier(kvt_cache *c, kvt_tier_kind k)
 	return c->tiers[k];
 }
 
+int kvt_cache_restore_info(kvt_cache *c, kvt_cache_restore *r)
+{
+	if (!c->persist)
+		return kvti_fail(-EINVAL, "cache: no persistent ssd tier (ssd "
+				 "spec option 'persist')");
+	pthread_mutex_lock(&c->smu);
+	kvtp_restore_stat(c->persist, r);
+	pthread_mutex_unlock(&c->smu);
+	return 0;
+}
+
 kvt_index *kvt_cache_index(kvt_cache *c)
 {
 	return c->idx;
@@ -2221,4 +2347,46 @@ kvt_index *kvt_cache_index(kvt_cache *c)
 kvt_xfer *kvt_cache_xfer(kvt_cache *c)
 {
 	return c->x;
+}
+
+/* ---- the remote tier (cache_remote.c) -------------------------------------- */
+
+int kvt_cache_prefetch(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
+		       size_t nkeys, size_t first, uint64_t *pages)
+{
+	kvti_errclear();
+	if (!c || !pages || (nkeys && !keys) || first > nkeys)
+		return kvti_fail(-EINVAL, "cache prefetch: bad arguments");
+	if (!c->remote)
+		return kvti_fail(KVT_ENOTFOUND, "cache prefetch: no remote tier");
+	return kvti_cache_remote_prefetch(c->remote, tenant, keys, nkeys, first,
+					  pages);
+}
+
+int kvt_cache_prefetch_start(kvt_cache *c, uint32_t tenant,
+			     const kvt_page_key *keys, size_t nkeys,
+			     size_t first, kvt_cache_fetch **out)
+{
+	kvti_errclear();
+	if (!c || !out || (nkeys && !keys) || first > nkeys)
+		return kvti_fail(-EINVAL, "cache prefetch: bad arguments");
+	if (!c->remote)
+		return kvti_fail(KVT_ENOTFOUND, "cache prefetch: no remote tier");
+	return kvti_cache_remote_fetch_start(c->remote, tenant, keys, nkeys,
+					     first, out);
+}
+
+int kvt_cache_remote_flush(kvt_cache *c, int64_t timeout_ns)
+{
+	if (!c || !c->remote)
+		return kvti_fail(KVT_ENOTFOUND, "cache: no remote tier");
+	return kvti_cache_remote_flush(c->remote, timeout_ns);
+}
+
+int kvt_cache_remote_stat_get(kvt_cache *c, kvt_cache_remote_stat *st)
+{
+	if (!c || !c->remote)
+		return kvti_fail(KVT_ENOTFOUND, "cache: no remote tier");
+	kvti_cache_remote_stat(c->remote, st);
+	return 0;
 }

@@ -375,6 +375,31 @@ static uint64_t count_missing(kvt_index *x, struct pk *k, size_t np, int t,
 	return miss;
 }
 
+/* Steps 1 and 2 of an insert or a restore: open the prefix and the tier,
+ * set the clock, put an edge boundary where the tree's part of the prefix
+ * ends (*@have pages) and make a node for the rest (*@nn, not attached;
+ * NULL when the tree holds it all). */
+static int shape_prefix(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
+			uint64_t now, struct pk *k, int *t, size_t *have,
+			struct knode **nn)
+{
+	struct walker w;
+	int err;
+
+	*nn = NULL;
+	if ((err = kvti_px_open(x, px, 1, k)))
+		return err;
+	if ((*t = tier_of(x, tier)) < 0)
+		return KVT_ENOTFOUND;
+	kvti_set_clock(x, now);
+	*have = walk_all(x, k, &w);
+	if ((err = split_at(x, k, *have)))
+		return err;
+	if (*have < k->n && (err = new_tail(x, k, *have, nn)))
+		return err;
+	return 0;
+}
+
 static void clear_mark_fn(kvt_index *x, struct knode *n, void *arg)
 {
 	(void)arg;
@@ -404,18 +429,8 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 	if ((flags & KVT_INSERT_PIN) && (flags & KVT_INSERT_PARTIAL))
 		return kvti_fail(-EINVAL, "insert: KVT_INSERT_PIN and "
 				 "KVT_INSERT_PARTIAL do not go together");
-	if ((err = kvti_px_open(x, px, 1, &k)))
-		return err;
-	if ((t = tier_of(x, tier)) < 0)
-		return KVT_ENOTFOUND;
-	kvti_set_clock(x, now);
-
-	/* 2. shape: an edge boundary where the tree's part ends, a node for
-	 * the rest */
-	have = walk_all(x, &k, &w);
-	if ((err = split_at(x, &k, have)))
-		return err;
-	if (have < k.n && (err = new_tail(x, &k, have, &nn)))
+	/* 1, 2. read and shape */
+	if ((err = shape_prefix(x, px, tier, now, &k, &t, &have, &nn)))
 		return err;
 
 	/* 3. change */
@@ -493,6 +508,140 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 		res->pages = cut;
 		res->fresh = fresh;
 	}
+	return 0;
+}
+
+/* ---- restore (after a restart) ------------------------------------------- */
+
+/* Recency without a hit: a restored page was not used by anyone. */
+static void restore_touch_fn(kvt_index *x, struct knode *n, void *arg)
+{
+	(void)arg;
+	n->atime = x->clock;
+	n->ord = ++x->tick;
+	kvti_heap_rekey(x, n);
+}
+
+/* Take slots[i] of tier t for every page of the prefix that has no copy
+ * there (the tree holds the first @have pages). All or none: 0, or an
+ * error with the slots taken so far given back. */
+static int restore_reserve(kvt_index *x, struct pk *k, int t, size_t have,
+			   const uint32_t *slots, uint64_t *taken)
+{
+	struct walker w;
+	uint32_t got;
+	size_t i;
+	int err = 0;
+
+	*taken = 0;
+	kvti_walk_init(k, &w);
+	while (!err && (got = kvti_walk_next(x, k, &w, have))) {
+		for (uint32_t j = 0; j < got && !err; j++) {
+			uint32_t s = *nslot(x, w.n, j, t);
+
+			i = w.i - got + j;
+			if (!(nmask(x, w.n)[j] & (1u << t)))
+				err = kvt_pool_reserve(x->pool[t], slots[i]);
+			else if (s != slots[i])
+				err = kvti_fail(-EEXIST, "restore: page %zu "
+						"already has slot %u in tier %s, "
+						"not %u", i, s,
+						kvt_tier_kind_name(
+							(kvt_tier_kind)x->kind[t]),
+						slots[i]);
+			else
+				continue;
+			if (!err)
+				(*taken)++;
+			else if (err != -EEXIST)
+				goto refused;
+		}
+	}
+	for (i = have; !err && i < k->n; i++) {
+		if ((err = kvt_pool_reserve(x->pool[t], slots[i])))
+			goto refused;
+		(*taken)++;
+	}
+	return err;
+refused:
+	err = kvti_fail(err == KVT_EBUSY ? KVT_EBUSY : -EINVAL, "restore: "
+			"slot %u of tier %s (page %zu) is %s", slots[i],
+			kvt_tier_kind_name((kvt_tier_kind)x->kind[t]), i,
+			err == KVT_EBUSY ? "already in use" : "out of range");
+	return err;
+}
+
+/* Give back the slots restore_reserve() took (a failed restore). */
+static void restore_unreserve(kvt_index *x, struct pk *k, int t, size_t have,
+			      const uint32_t *slots, uint64_t taken)
+{
+	struct walker w;
+	uint32_t got;
+
+	kvti_walk_init(k, &w);
+	while (taken && (got = kvti_walk_next(x, k, &w, have)))
+		for (uint32_t j = 0; j < got && taken; j++)
+			if (!(nmask(x, w.n)[j] & (1u << t))) {
+				kvt_pool_free(x->pool[t], slots[w.i - got + j]);
+				taken--;
+			}
+	for (size_t i = have; taken && i < k->n; i++, taken--)
+		kvt_pool_free(x->pool[t], slots[i]);
+}
+
+int kvt_index_restore(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
+		      const uint32_t *slots, uint64_t now, uint64_t *added)
+{
+	struct knode *nn = NULL;
+	struct walker w;
+	struct pk k;
+	size_t have;
+	uint64_t taken = 0;
+	uint32_t got;
+	int t, err;
+
+	kvti_errclear();
+	if (added)
+		*added = 0;
+	if (!slots)
+		return kvti_fail(-EINVAL, "restore: no slots");
+	/* shape first (may fail, holds the same pages), then the slots */
+	if ((err = shape_prefix(x, px, tier, now, &k, &t, &have, &nn)))
+		return err;
+	if ((err = restore_reserve(x, &k, t, have, slots, &taken))) {
+		restore_unreserve(x, &k, t, have, slots, taken);
+		kvti_node_free(x, nn);
+		return err;
+	}
+
+	kvti_enter(x);
+	if (nn) {
+		walk_all(x, &k, &w);
+		kvti_attach(x, w.n, nn);
+	}
+	kvti_walk_init(&k, &w);
+	while ((got = kvti_walk_next(x, &k, &w, k.n))) {
+		struct knode *n = w.n;
+		int add = 0;
+
+		for (uint32_t j = 0; j < got; j++) {
+			uint8_t b = nmask(x, n)[j];
+
+			if (b & (1u << t))
+				continue;
+			*nslot(x, n, j, t) = slots[w.i - got + j];
+			kvti_set_mask(x, n, j, b | (uint8_t)(1u << t));
+			add++;
+		}
+		if (add)
+			kvti_res_delta(x, n, t, add);
+	}
+	for_path(x, &k, k.n, restore_touch_fn, NULL);
+	if (t == 0)
+		for_path(x, &k, k.n, clear_mark_fn, NULL);
+	kvti_leave(x);
+	if (added)
+		*added = taken;
 	return 0;
 }
 

@@ -107,6 +107,8 @@ struct conn {
 	int njobs;
 	struct cmem mems[MAX_MEMS];
 	uint32_t next_mem;
+	kvt_cache_fetch *fetch;      /* a remote prefetch this client's lookup
+					started, ended by its next LOAD */
 	kvtd_buf in, out;
 	struct conn *next;           /* d->mu */
 };
@@ -642,6 +644,26 @@ static kvt_page_key *keys_copy(const uint8_t *p, uint32_t n)
 	return k;
 }
 
+/* End this client's prefetch: @cut 1 keeps what arrived and stops. */
+static void fetch_end(struct conn *c, int cut)
+{
+	uint64_t pages = 0;
+
+	if (!c->fetch)
+		return;
+	kvt_cache_prefetch_end(c->fetch, cut, &pages);
+	c->fetch = NULL;
+}
+
+static void fetch_start(struct conn *c, const kvt_page_key *keys,
+			size_t nkeys, size_t first)
+{
+	fetch_end(c, 1); /* one at a time per client */
+	if (kvt_cache_prefetch_start(c->d->c, c->itenant, keys, nkeys, first,
+				     &c->fetch))
+		c->fetch = NULL; /* a miss: the engine computes them */
+}
+
 static int do_job(struct conn *c, const kvtd_req *q, int store)
 {
 	kvtd *d = c->d;
@@ -665,6 +687,8 @@ static int do_job(struct conn *c, const kvtd_req *q, int store)
 		return perr(c, KVTD_PERR_ORDER, kvti_fail(KVT_EBUSY,
 			    "%s: job slot %u is in use (RELEASE it first)",
 			    store ? "STORE" : "LOAD", s));
+	/* the request is scheduled: whatever the prefetch brought is used */
+	fetch_end(c, 1);
 	keys = keys_copy(q->u.job.keys, q->u.job.nkeys);
 	blocks = kvt_malloc((n ? n : 1) * sizeof(*blocks));
 	j = kvt_calloc(1, sizeof(*j));
@@ -862,6 +886,11 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, int fd)
 		err = kvt_cache_lookup(d->c, c->itenant, keys,
 				       q.u.lookup.nkeys,
 				       q.u.lookup.flags & KVT_LOOKUP_TOUCH, &r);
+		/* a remote run after the local one: bring it in while the
+		 * request waits to be scheduled (its LOAD cuts it off) */
+		if (!err && r.tier_pages[KVT_TIER_REMOTE] && !r.inflight)
+			fetch_start(c, keys, r.pages +
+				    r.tier_pages[KVT_TIER_REMOTE], r.pages);
 		kvt_free(keys);
 		reply_begin(c, h, err);
 		if (!err) {
@@ -932,6 +961,7 @@ static void conn_free(struct conn *c)
 			break;
 		}
 	pthread_mutex_unlock(&d->mu);
+	fetch_end(c, 1);
 	for (uint32_t s = 0; s < MAX_JOBS; s++)
 		job_free(c, s);
 	for (int i = 0; i < MAX_MEMS; i++)
@@ -1129,6 +1159,7 @@ int kvtd_open(kvtd **out, const kvtd_config *cfg)
 	cc.tp_size = cfg->tp;
 	cc.flags = cfg->cache_flags;
 	cc.write = cfg->write;
+	cc.remote = cfg->remote && *cfg->remote ? cfg->remote : NULL;
 	cc.evict = cfg->evict;
 	cc.xfer_threads = cfg->xfer_threads;
 	if ((err = kvt_cache_open(&d->c, &cc)))

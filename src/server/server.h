@@ -33,6 +33,10 @@ typedef struct kvtd kvtd;
  *               (5000).
  * @max_clients: connections served at once (64); more are refused.
  * @metrics:     "HOST:PORT" for GET /metrics, NULL or "" for none.
+ * @remote:      a remote tier below the owned ones (kvtier/remote.h spec):
+ *               lookups report its run after the local one, and the
+ *               daemon prefetches it into the top tier until the client's
+ *               LOAD of that prefix (whatever arrived is used).
  * @cache_flags, @write, @evict, @xfer_threads: kvt_cache_config's.
  */
 typedef struct kvtd_config {
@@ -43,6 +47,7 @@ typedef struct kvtd_config {
 	const char *tenants;
 	uint32_t lease_ms, hello_ms, max_clients;
 	const char *metrics;
+	const char *remote;        /* kvt_cache_config.remote, or NULL */
 	unsigned cache_flags;      /* KVT_CACHE_* */
 	int write, evict;          /* kvt_cache_config's (write-back, LRU) */
 	uint32_t xfer_threads;

@@ -273,6 +273,12 @@ static int spec_option(kvt_tier_spec *s, const char *tok)
 		s->backing = KVT_BACK_MEMFD;
 		return 0;
 	}
+	if (!strcmp(tok, "persist")) {
+		if (s->kind != KVT_TIER_SSD)
+			goto wrong_tier;
+		s->persist = 1;
+		return 0;
+	}
 	if (!strcmp(tok, "temp") || !strcmp(tok, "fresh")) {
 		if (s->kind != KVT_TIER_SSD && s->kind != KVT_TIER_FABRIC)
 			goto wrong_tier;
@@ -316,6 +322,10 @@ static int spec_check(kvt_tier_spec *s)
 					 "(ssd:/path,SIZE)");
 		if (!s->bytes)
 			return SPEC_FAIL(s, "missing size (e.g. 100G)");
+		if (s->persist && s->temp)
+			return SPEC_FAIL(s, "'persist' keeps the pages for the "
+					 "next run, 'temp' removes them at "
+					 "close: choose one");
 		break;
 	case KVT_TIER_REMOTE:
 		if (!s->path[0])
@@ -438,6 +448,7 @@ char *kvt_tier_spec_format(const kvt_tier_spec *s, char *buf, size_t len)
 	if (s->allow_cpus) ADD("allow-cpus,");
 	if (s->temp) ADD("temp,");
 	if (s->fresh) ADD("fresh,");
+	if (s->persist) ADD("persist,");
 	if (s->kind == KVT_TIER_SSD && s->files != 1) ADD("files=%u,", s->files);
 	if (s->kind == KVT_TIER_HBM && !s->hostdev && s->device)
 		ADD("device=%d,", s->device);

@@ -25,14 +25,43 @@
  * open created are removed if it fails, and at close when the spec says
  * 'temp'. The plain path here is pread/pwrite; the transfer engine drives
  * the same files through io_uring (kvt_tier_ssd_loc()).
+ *
+ * THE RECORD AREA ('persist'). One more file, kvtier-ssd-index.kvt, holds
+ * a record of R bytes per slot (R = KVT_SSD_REC_BYTES(layers)) after a
+ * 4 KiB header:
+ *
+ *   OFFSET  SIZE  DESCRIPTION
+ *   0       8     magic "KVTSSDIX"
+ *   8       4     format version (1), little endian
+ *   12      4     record bytes R
+ *   16      8     slots (all files)
+ *   24      8     page bytes
+ *   32      4     layers
+ *   36      4     reserved (0)
+ *   40      8     geometry fingerprint (kvt_tier_ssd_records())
+ *   48      64    geometry name, NUL padded
+ *   112     3984  zero
+ *   4096    ...   record of slot 0, slot 1, ... (all zero: no record)
+ *
+ * The tier reserves the file's space (so a store into the mapping never
+ * meets a full disk as SIGBUS), maps it shared and hands it out; what a
+ * record says is the cache's business (src/cache/persist.c, FORMATS.md).
+ * The area goes with the data: slot files created by this open (new,
+ * 'fresh', or a set that was not there) mean an empty area; an area whose
+ * header does not match is refused like a set that does not match. A
+ * directory opened *without* 'persist' loses its area at open: that run
+ * writes slots without keeping their records, so none could be trusted.
  */
 #include "tier/tier_impl.h"
+#include "xfer/xxh.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -41,11 +70,23 @@
 #define KVT_SSD_HEADER 4096u
 #define KVT_SSD_MAGIC "KVTSSD01"
 #define KVT_SSD_VERSION 1u
+#define KVT_SSD_IX_MAGIC "KVTSSDIX"
+#define KVT_SSD_IX_VERSION 1u
+#define KVT_SSD_IX_NAME "kvtier-ssd-index.kvt"
 
 struct ssd_header {
 	char magic[8];
 	uint32_t version, index, count, reserved;
 	uint64_t slot_bytes, slots, page_bytes;
+	char geom[64];
+};
+
+struct ssd_ix_header {
+	char magic[8];
+	uint32_t version, rec_bytes;
+	uint64_t slots, page_bytes;
+	uint32_t layers, reserved;
+	uint64_t geom_fp;
 	char geom[64];
 };
 
@@ -55,19 +96,42 @@ static uint64_t file_slots(const kvt_tier *t, uint32_t f)
 	return n / t->nfiles + (f < n % t->nfiles ? 1 : 0);
 }
 
+static void ssd_unlock_dir(kvt_tier *t)
+{
+	if (t->dir_fd >= 0) {
+		close(t->dir_fd); /* and its lock */
+		t->dir_fd = -1;
+	}
+}
+
 static void ssd_close(kvt_tier *t)
 {
+	if (t->rec_map) {
+		/* a clean close leaves records and data on the device */
+		msync(t->rec_map, t->rec_len, MS_SYNC);
+		munmap(t->rec_map, t->rec_len);
+		t->rec_map = NULL;
+	}
+	if (t->rec_fd >= 0) {
+		fdatasync(t->rec_fd);
+		close(t->rec_fd);
+		t->rec_fd = -1;
+	}
 	for (uint32_t f = 0; f < t->nfiles; f++) {
 		struct ssd_file *sf = &t->files[f];
 
-		if (sf->fd >= 0)
+		if (sf->fd >= 0) {
+			if (t->spec.persist)
+				fdatasync(sf->fd);
 			close(sf->fd);
+		}
 		if (sf->created || (t->spec.temp && sf->path[0]))
 			unlink(sf->path);
 	}
 	kvt_free(t->files);
 	t->files = NULL;
 	t->nfiles = 0;
+	ssd_unlock_dir(t);
 	if (t->created_file && (t->spec.temp || !t->pool))
 		rmdir(t->spec.path); /* only if we made it; fails if not empty */
 }
@@ -153,7 +217,7 @@ static int ssd_open_file(kvt_tier *t, uint32_t f, uint64_t len)
 	existed = access(sf->path, F_OK) == 0;
 	sf->fd = open(sf->path, flags | O_CREAT | O_EXCL, 0600);
 	if (sf->fd >= 0)
-		sf->created = 1;
+		sf->created = t->any_created = 1;
 	else if (errno == EEXIST)
 		sf->fd = open(sf->path, flags);
 	if (sf->fd < 0 && errno == EINVAL && t->direct) {
@@ -205,6 +269,208 @@ static int ssd_open_file(kvt_tier *t, uint32_t f, uint64_t len)
 	return 0;
 }
 
+/* ---- the record area ('persist') ------------------------------------------ */
+
+/* What a record of this tier's pages must match: every field of the KV
+ * shape and the model's name (two models of one shape hold different
+ * pages). */
+static uint64_t ssd_geom_fp(const kvt_geom *g)
+{
+	uint32_t v[10] = { g->layers, g->kv_heads_total, g->kv_heads,
+			   g->head_dim, g->dtype_bytes, g->page_tokens,
+			   g->tp_size, g->tp_rank, g->mla, KVT_SSD_IX_VERSION };
+	uint64_t h = XXH3_64bits(v, sizeof(v));
+
+	return XXH3_64bits_withSeed(g->name, strnlen(g->name, sizeof(g->name)),
+				    h);
+}
+
+static void ssd_ix_path(const kvt_tier *t, char *p, size_t n)
+{
+	snprintf(p, n, "%s/" KVT_SSD_IX_NAME, t->spec.path);
+}
+
+static void ssd_ix_fill(const kvt_tier *t, struct ssd_ix_header *h)
+{
+	memset(h, 0, sizeof(*h));
+	memcpy(h->magic, KVT_SSD_IX_MAGIC, 8);
+	h->version = KVT_SSD_IX_VERSION;
+	h->rec_bytes = t->rec_bytes;
+	h->slots = t->desc.nslots;
+	h->page_bytes = kvt_geom_page_bytes(&t->geom);
+	h->layers = t->geom.layers;
+	h->geom_fp = t->geom_fp;
+	kvti_strlcpy(h->geom, t->geom.name, sizeof(h->geom));
+}
+
+/* A new, empty area: header, zeroed records, space reserved; made under
+ * a temporary name and renamed into place, so a crash while making it
+ * leaves no half-made area. Opens t->rec_fd on it. */
+static int ssd_ix_create(kvt_tier *t, const char *path)
+{
+	struct ssd_ix_header h;
+	unsigned char blk[KVT_SSD_HEADER];
+	char tmp[KVT_PATH_MAX + 40];
+	int e, err = 0;
+
+	snprintf(tmp, sizeof(tmp), "%s.new", path);
+	unlink(tmp);
+	t->rec_fd = open(tmp, O_RDWR | O_CLOEXEC | O_CREAT | O_EXCL, 0600);
+	if (t->rec_fd < 0)
+		return kvti_fail(-errno, "%s: %s", tmp, strerror(errno));
+	if (ftruncate(t->rec_fd, (off_t)t->rec_len) < 0) {
+		err = kvti_fail(-errno, "%s: %s", tmp, strerror(errno));
+		goto fail;
+	}
+	do
+		e = kvti_fault() ? ENOSPC :
+				   posix_fallocate(t->rec_fd, 0, (off_t)t->rec_len);
+	while (e == EINTR);
+	if (e) {
+		err = kvti_fail(-e, "%s: reserving %llu bytes: %s", tmp,
+				(unsigned long long)t->rec_len, strerror(e));
+		goto fail;
+	}
+	ssd_ix_fill(t, &h);
+	memset(blk, 0, sizeof(blk));
+	memcpy(blk, &h, sizeof(h));
+	if (pwrite(t->rec_fd, blk, sizeof(blk), 0) != (ssize_t)sizeof(blk)) {
+		err = kvti_fail(-EIO, "%s: writing header: %s", tmp,
+				strerror(errno));
+		goto fail;
+	}
+	if (fdatasync(t->rec_fd) < 0 || rename(tmp, path) < 0) {
+		err = kvti_fail(-errno, "%s: %s", tmp, strerror(errno));
+		goto fail;
+	}
+	return 0;
+fail:
+	close(t->rec_fd);
+	t->rec_fd = -1;
+	unlink(tmp);
+	return err;
+}
+
+/* 0: the existing area matches; KVT_ECORRUPT: refused, said why. */
+static int ssd_ix_check(kvt_tier *t, const char *path)
+{
+	struct ssd_ix_header h, want;
+	struct stat st;
+	char name[sizeof(h.geom) + 1];
+
+	if (pread(t->rec_fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+	    memcmp(h.magic, KVT_SSD_IX_MAGIC, 8))
+		return kvti_fail(KVT_ECORRUPT, "%s exists and is not a kvtier "
+				 "page index; add 'fresh' to the spec to "
+				 "replace it", path);
+	if (h.version != KVT_SSD_IX_VERSION)
+		return kvti_fail(KVT_ECORRUPT, "%s: page index format version "
+				 "%u, this build reads %u; add 'fresh' to the "
+				 "spec to start over", path, h.version,
+				 KVT_SSD_IX_VERSION);
+	ssd_ix_fill(t, &want);
+	kvti_printable(name, sizeof(name), h.geom, sizeof(h.geom));
+	if (h.geom_fp != want.geom_fp || h.layers != want.layers ||
+	    h.page_bytes != want.page_bytes || h.rec_bytes != want.rec_bytes)
+		return kvti_fail(KVT_ECORRUPT, "%s: pages of another geometry "
+				 "('%s', %u layers, %llu-byte pages; this open: "
+				 "'%s', %u layers, %llu-byte pages); add 'fresh' "
+				 "to the spec to start over", path, name,
+				 h.layers, (unsigned long long)h.page_bytes,
+				 t->geom.name, want.layers,
+				 (unsigned long long)want.page_bytes);
+	if (h.slots != want.slots)
+		return kvti_fail(KVT_ECORRUPT, "%s: %llu slots, this open has "
+				 "%llu; add 'fresh' to the spec to start over",
+				 path, (unsigned long long)h.slots,
+				 (unsigned long long)want.slots);
+	if (fstat(t->rec_fd, &st) < 0 || (uint64_t)st.st_size < t->rec_len)
+		return kvti_fail(KVT_ECORRUPT, "%s is shorter than its header "
+				 "says (truncated?); add 'fresh' to the spec to "
+				 "start over", path);
+	return 0;
+}
+
+/* Open (or make) the record area, or remove it without 'persist'. */
+static int ssd_ix_open(kvt_tier *t)
+{
+	char path[KVT_PATH_MAX + 32];
+	int err = 0;
+
+	ssd_ix_path(t, path, sizeof(path));
+	if (!t->spec.persist) {
+		if (unlink(path) == 0)
+			kvti_warn("%s: removed the page index of an earlier run "
+				  "(this open has no 'persist')", path);
+		return 0;
+	}
+	t->rec_bytes = KVT_SSD_REC_BYTES(t->geom.layers);
+	t->geom_fp = ssd_geom_fp(&t->geom);
+	t->rec_len = KVT_SSD_HEADER + t->desc.nslots * t->rec_bytes;
+	if (t->spec.fresh || t->any_created)
+		unlink(path); /* no data of an earlier run: no records */
+	t->rec_fd = open(path, O_RDWR | O_CLOEXEC);
+	if (t->rec_fd < 0 && errno != ENOENT)
+		return kvti_fail(-errno, "%s: %s", path, strerror(errno));
+	if (t->rec_fd < 0) {
+		if (!t->any_created)
+			kvti_warn("%s: no page index of an earlier run: the ssd "
+				  "tier starts empty", path);
+		err = ssd_ix_create(t, path);
+	} else {
+		err = ssd_ix_check(t, path);
+	}
+	if (err)
+		return err;
+	t->rec_map = mmap(NULL, t->rec_len, PROT_READ | PROT_WRITE, MAP_SHARED,
+			  t->rec_fd, 0);
+	if (t->rec_map == MAP_FAILED) {
+		t->rec_map = NULL;
+		return kvti_fail(-errno, "%s: mmap: %s", path, strerror(errno));
+	}
+	return 0;
+}
+
+int kvt_tier_ssd_records(kvt_tier *t, void **recs, uint32_t *rec_bytes,
+			 uint64_t *geom_fp)
+{
+	if (t->spec.kind != KVT_TIER_SSD || !t->rec_map)
+		return kvti_fail(-EINVAL, "tier %s keeps no page records (an "
+				 "ssd tier with 'persist' does)",
+				 t->ops ? t->ops->name : "?");
+	*recs = (char *)t->rec_map + KVT_SSD_HEADER;
+	*rec_bytes = t->rec_bytes;
+	*geom_fp = t->geom_fp;
+	return 0;
+}
+
+/* A persistent tier owns its directory (flock LOCK_EX, held until close):
+ * another tier over it (another process, or another cache in this one)
+ * would overwrite its slots, and without 'persist' remove its records.
+ * Plain tiers take LOCK_SH: they still may share a directory with each
+ * other as before, but not with a persistent one. */
+static int ssd_lock_dir(kvt_tier *t)
+{
+	int e;
+
+	t->dir_fd = open(t->spec.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (t->dir_fd < 0)
+		return kvti_fail(-errno, "tier spec '%s': directory %s: %s",
+				 t->spec.text, t->spec.path, strerror(errno));
+	if (flock(t->dir_fd, (t->spec.persist ? LOCK_EX : LOCK_SH) |
+			     LOCK_NB) == 0)
+		return 0;
+	e = errno;
+	ssd_unlock_dir(t);
+	if (t->created_file)
+		rmdir(t->spec.path);
+	return kvti_fail(e == EWOULDBLOCK ? KVT_EBUSY : -e,
+			 "tier spec '%s': %s is in use by %s ssd tier (a "
+			 "persistent tier owns its directory; engines share "
+			 "it through one process)", t->spec.text, t->spec.path,
+			 t->spec.persist ? "another" : "a persistent");
+}
+
 static int ssd_open(kvt_tier *t)
 {
 	uint64_t page = kvt_geom_page_bytes(&t->geom), slot, nslots, need;
@@ -213,6 +479,7 @@ static int ssd_open(kvt_tier *t)
 	char a[32], b[32];
 	int err;
 
+	t->rec_fd = t->dir_fd = -1;
 	slot = KVT_ALIGN_UP(page, KVT_SSD_ALIGN);
 	if ((err = kvti_tier_slots(t, t->spec.bytes, slot, &nslots)))
 		return err;
@@ -230,6 +497,8 @@ static int ssd_open(kvt_tier *t)
 		return kvti_fail(KVT_ESPEC, "tier spec '%s': %s is not a "
 				 "directory", t->spec.text, t->spec.path);
 	}
+	if ((err = ssd_lock_dir(t)))
+		return err;
 	t->desc.nslots = nslots;
 	t->desc.slot_bytes = slot;
 	t->nfiles = t->spec.files;
@@ -245,6 +514,7 @@ static int ssd_open(kvt_tier *t)
 			reuse = access(p, F_OK) == 0;
 		}
 		if (!reuse && avail < need) {
+			ssd_unlock_dir(t);
 			if (t->created_file)
 				rmdir(t->spec.path);
 			return kvti_fail(-ENOSPC, "tier spec '%s': needs %s in %s "
@@ -256,6 +526,7 @@ static int ssd_open(kvt_tier *t)
 	}
 	t->files = kvt_calloc(t->nfiles, sizeof(*t->files));
 	if (!t->files) {
+		ssd_unlock_dir(t);
 		if (t->created_file)
 			rmdir(t->spec.path);
 		return -ENOMEM;
@@ -271,12 +542,19 @@ static int ssd_open(kvt_tier *t)
 			return err;
 		}
 	}
+	if ((err = ssd_ix_open(t))) {
+		kvti_errctx("tier spec '%s'", t->spec.text);
+		ssd_close(t);
+		return err;
+	}
 	for (uint32_t f = 0; f < t->nfiles; f++)
 		t->files[f].created = 0; /* from now on they are the tier's data */
 	t->desc.bytes = nslots * slot;
-	snprintf(t->where, sizeof(t->where), "%.200s (%u file%s%s)", t->spec.path,
-		 t->nfiles, t->nfiles == 1 ? "" : "s",
-		 t->direct ? ", O_DIRECT" : "");
+	t->desc.persistent = t->rec_map != NULL;
+	snprintf(t->where, sizeof(t->where), "%.200s (%u file%s%s%s)",
+		 t->spec.path, t->nfiles, t->nfiles == 1 ? "" : "s",
+		 t->direct ? ", O_DIRECT" : "",
+		 t->rec_map ? ", persistent" : "");
 	err = kvt_layout_init(&t->layout, KVT_LAYOUT_PAGE_FIRST, &t->geom,
 			      nslots);
 	if (err)

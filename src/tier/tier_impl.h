@@ -55,6 +55,14 @@ struct kvt_tier {
 	struct ssd_file *files;
 	uint32_t nfiles;
 	int direct;              /* files opened O_DIRECT */
+	int any_created;         /* this open created a slot file */
+	int dir_fd;              /* the directory, flock'ed: one tier per dir */
+	/* ssd 'persist': the record area (kvtier-ssd-index.kvt), mapped */
+	int rec_fd;
+	void *rec_map;
+	size_t rec_len;
+	uint32_t rec_bytes;
+	uint64_t geom_fp;
 };
 
 extern const struct tier_ops kvti_tier_dram_ops;
