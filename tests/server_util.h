@@ -69,18 +69,14 @@ static inline pid_t srv_start(const kvtd_config *cfg)
 		kvtd_close(srv_child_daemon);
 		_exit(err ? 4 : 0);
 	}
-	for (int i = 0; i < 1000; i++) {
-		struct sockaddr_un a = { .sun_family = AF_UNIX };
-		int fd = socket(AF_UNIX, SOCK_STREAM, 0), ok, st;
+	/* the daemon answers, or has exited (it failed to open) */
+	for (int i = 0; i < 100; i++) {
+		int st;
 
-		snprintf(a.sun_path, sizeof(a.sun_path), "%s", cfg->socket);
-		ok = !connect(fd, (struct sockaddr *)&a, sizeof(a));
-		close(fd);
-		if (ok)
+		if (!kvt_client_wait_daemon(cfg->socket, 100))
 			return pid;
 		if (waitpid(pid, &st, WNOHANG) == pid)
 			return -1;
-		usleep(10000);
 	}
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);

@@ -34,8 +34,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -102,18 +100,13 @@ static pid_t daemon_start(const kvtd_config *cfg)
 		kvtd_close(g_d);
 		_exit(0);
 	}
-	for (int i = 0; pid > 0 && i < 3000; i++) {
-		struct sockaddr_un a = { .sun_family = AF_UNIX };
-		int fd = socket(AF_UNIX, SOCK_STREAM, 0), ok, st;
+	for (int i = 0; pid > 0 && i < 300; i++) {
+		int st;
 
-		snprintf(a.sun_path, sizeof(a.sun_path), "%s", cfg->socket);
-		ok = !connect(fd, (struct sockaddr *)&a, sizeof(a));
-		close(fd);
-		if (ok)
+		if (!kvt_client_wait_daemon(cfg->socket, 100))
 			return pid;
 		if (waitpid(pid, &st, WNOHANG) == pid)
 			return -1;
-		usleep(10000);
 	}
 	return -1;
 }

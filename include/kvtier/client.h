@@ -100,6 +100,14 @@ typedef struct kvt_client_config {
 #define KVT_CLIENT_CONFIG_INIT { .size = sizeof(kvt_client_config) }
 
 /**
+ * kvt_client_wait_daemon() - wait until a daemon accepts connections on
+ * @socket (NULL: KVT_SOCKET or KVT_CLIENT_SOCKET), at most @timeout_ms;
+ * for scripts and tests that start one. 0, -ETIMEDOUT, or -EINVAL for a
+ * path too long. Connects and hangs up without a HELLO.
+ */
+KVT_API int kvt_client_wait_daemon(const char *socket, uint32_t timeout_ms);
+
+/**
  * kvt_client_connect() - connect and say HELLO. Returns 0 and *@out;
  * -ENOENT / -ECONNREFUSED (no daemon at the socket), -EACCES (the tenant
  * does not allow this uid/gid), KVT_EGEOM, KVT_ENOTFOUND (namespace or

@@ -904,29 +904,13 @@ static void demo_daemon_term(int sig)
 	kvtd_stop(demo_daemon);
 }
 
-static int write_all(int fd, const void *p, size_t n)
-{
-	const char *b = p;
-
-	while (n) {
-		ssize_t k = write(fd, b, n);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return -1;
-		b += k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
-static int read_all(int fd, void *p, size_t n)
+/* All @n bytes through a pipe (@out: write), or -1. */
+static int pipe_all(int fd, void *p, size_t n, int out)
 {
 	char *b = p;
 
 	while (n) {
-		ssize_t k = read(fd, b, n);
+		ssize_t k = out ? write(fd, b, n) : read(fd, b, n);
 
 		if (k < 0 && errno == EINTR)
 			continue;
@@ -953,7 +937,7 @@ daemon_child(const kvtd_config *dc, int fd)
 	rep->err = kvtd_open(&demo_daemon, dc);
 	if (rep->err) {
 		snprintf(rep->detail, sizeof(rep->detail), "%s", kvt_errdetail());
-		write_all(fd, rep, sizeof(*rep));
+		pipe_all(fd, rep, sizeof(*rep), 1);
 		_exit(1);
 	}
 	cache = kvtd_cache(demo_daemon);
@@ -962,7 +946,7 @@ daemon_child(const kvtd_config *dc, int fd)
 		 d.emulated ? ", EMULATED: " : "",
 		 d.emulated ? (d.note[0] ? d.note : "emulated") : "");
 	sigaction(SIGTERM, &sa, NULL);
-	if (write_all(fd, rep, sizeof(*rep)))
+	if (pipe_all(fd, rep, sizeof(*rep), 1))
 		_exit(1);
 	rep->err = kvtd_run(demo_daemon);
 	kvt_cache_quiesce(cache);
@@ -971,7 +955,7 @@ daemon_child(const kvtd_config *dc, int fd)
 		 kvt_errdetail());
 	kvt_cache_stat_get(cache, &rep->cache);
 	kvt_index_stat_get(kvt_cache_index(cache), &rep->index);
-	write_all(fd, rep, sizeof(*rep));
+	pipe_all(fd, rep, sizeof(*rep), 1);
 	kvtd_close(demo_daemon);
 	_exit(0);
 }
@@ -1011,7 +995,7 @@ static int daemon_open(struct pass_ctx *p, const kvt_demo_config *c,
 	}
 	close(fds[1]);
 	p->dfd = fds[0];
-	if (read_all(p->dfd, &rep, sizeof(rep)))
+	if (pipe_all(p->dfd, &rep, sizeof(rep), 0))
 		return kvti_fail(-ECHILD, "demo: the %s daemon exited at start",
 				 p->out->policy);
 	if (rep.err)
@@ -1036,7 +1020,7 @@ static void daemon_finish(struct pass_ctx *p)
 	p->cl = NULL;
 	p->cm = NULL;
 	kill(p->dpid, SIGTERM);
-	if (read_all(p->dfd, &rep, sizeof(rep))) {
+	if (pipe_all(p->dfd, &rep, sizeof(rep), 0)) {
 		out->check_err = kvti_fail(-ECHILD, "demo: the %s daemon died "
 					   "before its final check",
 					   out->policy);

@@ -172,6 +172,36 @@ static int dial(const char *path, int *out)
 	return 0;
 }
 
+static const char *socket_path(const char *s)
+{
+	if (s && *s)
+		return s;
+	return getenv("KVT_SOCKET") ? getenv("KVT_SOCKET") : KVT_CLIENT_SOCKET;
+}
+
+int kvt_client_wait_daemon(const char *socket, uint32_t timeout_ms)
+{
+	uint64_t end = kvt_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	const char *path = socket_path(socket);
+	int fd, err;
+
+	kvti_errclear();
+	for (;;) {
+		err = dial(path, &fd);
+		if (!err) {
+			close(fd);
+			kvti_errclear();
+			return 0;
+		}
+		if (err == -EINVAL)
+			return err;
+		if (kvt_now_ns() >= end)
+			return kvti_fail(-ETIMEDOUT, "client: no daemon at %s "
+					 "after %u ms", path, timeout_ms);
+		usleep(10000);
+	}
+}
+
 int kvt_client_connect(kvt_client **out, const kvt_client_config *in)
 {
 	kvt_client_config cfg = { 0 };
@@ -188,8 +218,7 @@ int kvt_client_connect(kvt_client **out, const kvt_client_config *in)
 		return kvti_fail(-EINVAL, "client connect: config size %u (this "
 				 "library knows %zu)", in->size, sizeof(cfg));
 	memcpy(&cfg, in, in->size);
-	path = cfg.socket && *cfg.socket ? cfg.socket :
-	       getenv("KVT_SOCKET") ? getenv("KVT_SOCKET") : KVT_CLIENT_SOCKET;
+	path = socket_path(cfg.socket);
 	ns = cfg.ns && *cfg.ns ? cfg.ns : "default";
 	if (strlen(ns) > KVTD_NS_MAX)
 		return kvti_fail(-EINVAL, "client connect: namespace longer "
