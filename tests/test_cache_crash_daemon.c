@@ -14,7 +14,8 @@
  *          store; SIGTERM: the daemon drains and exits 0
  *
  * The cache-level version, with more rounds, is test_cache_crash.c.
- * Rounds: 6 (KVT_CRASH_ROUNDS), a few seconds here.
+ * Rounds: 6 (KVT_CRASH_ROUNDS), about 2 s here; KVT_CRASH_SEED=N repeats
+ * a printed seed.
  */
 #include "server_util.h"
 
@@ -128,7 +129,9 @@ int main(void)
 {
 	const char *env = getenv("KVT_CRASH_ROUNDS");
 	int rounds = env ? atoi(env) : 6, with_pages = 0, mid_burst = 0;
-	uint64_t seed = 0x9e3779b97f4a7c15ull ^ (uint64_t)time(NULL);
+	const char *seed_env = getenv("KVT_CRASH_SEED"); /* to reproduce */
+	uint64_t seed = seed_env ? strtoull(seed_env, NULL, 10) :
+				   0x9e3779b97f4a7c15ull ^ (uint64_t)time(NULL);
 	uint64_t served_total = 0, stores_total = 0;
 	uint32_t ever[NSESS] = { 0 };
 	char tiers[700], tenants[64];
