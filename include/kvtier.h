@@ -16,6 +16,8 @@
  *                    conversion, checksums) and the memory stressor
  *   kvtier/sched.h   the cache-aware batch scheduler and its cost model
  *   kvtier/sim.h     the serving simulator: hardware profiles, workloads
+ *   kvtier/remote.h  the remote tier: pages in Redis / Valkey (standalone,
+ *                    cluster)
  *   kvtier/cache.h   the node cache: tiers + index + transfer engine wired
  *                    together, a checksum for every page copy
  *   kvtier/demo.h    the end-to-end demo (kvtier demo)
@@ -216,6 +218,7 @@ KVT_API int kvt_opts_describe(const kvt_opts *o, int i, const char **name,
 #include <kvtier/xfer.h>
 #include <kvtier/sched.h>
 #include <kvtier/sim.h>
+#include <kvtier/remote.h>
 #include <kvtier/cache.h>
 #include <kvtier/demo.h>
 

@@ -23,6 +23,10 @@ expect 2 "tenants" -- serve "${ARGS[@]}" --tenants "nocolon"
 expect 2 "tenants" -- serve "${ARGS[@]}" --tenants "a:1,uid=x"
 expect 2 "given twice" -- serve "${ARGS[@]}" --tenants "a:1;b:1"
 expect 2 "unknown or repeated field" -- serve "${ARGS[@]}" --tenants "a:1,color=red"
+expect 2 "is not TIER:SIZE" -- serve "${ARGS[@]}" --tenants "a:1,quota=dram"
+expect 2 "is not TIER:SIZE" -- serve "${ARGS[@]}" --tenants "a:1,quota=hbm:1G"
+expect 2 "is not TIER:SIZE" -- serve "${ARGS[@]}" --tenants "a:1,quota=dram:lots"
+expect 2 "not in --tiers" -- serve "${ARGS[@]}" --tenants "a:1,quota=ssd:1G"
 expect 2 "too long" -- serve --socket "/tmp/$(printf 'x%.0s' {1..120})" --tiers dram:2M --model "$MODEL" --page-tokens 4
 expect 1 "" -- serve --socket /nonexistent/dir/s.sock --tiers dram:2M --model "$MODEL" --page-tokens 4
 
@@ -83,6 +87,12 @@ PY
 	grep -q "READY=1" "$TMP/notify.out" || fail "no READY=1 to NOTIFY_SOCKET"
 	grep -q "STOPPING=1" "$TMP/notify.out" || fail "no STOPPING=1 to NOTIFY_SOCKET"
 fi
+# the benchmark, small: two client processes, JSON, no hang at the end
+timeout 120 "$KVT" bench server --model "$MODEL" --page-tokens 4 --pages 8 --clients 2 --repeats 2 --json >"$TMP/bench.json" 2>"$TMP/bench.err" || fail "bench server exit $? ($(tail -2 "$TMP/bench.err"))"
+for k in '"daemon_gbps":' '"inproc_gbps":' '"daemon_vs_inproc":' '"goal_met":' '"clients":	2'; do
+	grep -qF "$k" "$TMP/bench.json" || fail "bench server json lacks $k"
+done
+expect 2 "--clients" -- bench server --clients 0
 rm -f "$SOCK"
 [ "$fails" = 0 ] && echo "all serve cli checks passed"
 exit $((fails > 0))

@@ -3,11 +3,12 @@
  * trivially correct model: a flat table of pages, each knowing its parent
  * page, with every rule of include/kvtier/index.h applied page by page
  * (leaves first, LRU/LFU order, demotion, write policies, pins as nested
- * leases, transient marks, pruning). Random inserts, matches, pins,
- * unpins, evictions and transient marks over many seeds, tier layouts and
- * policies; after every step the index must agree with the model on every
- * page (inspect), on the match results and counts, and pass
- * kvt_index_check().
+ * leases, transient marks, pruning, per-tenant quotas). Random inserts,
+ * matches, pins, unpins, evictions, transient marks and (half the seeds
+ * from 24 on) quota changes over many seeds, tier layouts and policies;
+ * after every step the index must agree with the model on every page
+ * (inspect), on the match results and counts, on each tenant's usage, and
+ * pass kvt_index_check().
  *
  * Usage: test_index_fuzz [SEEDS [FIRST [STEPS]]] (default 96 1 300, plus
  * the regression seeds). Runs are short and numerous: small alphabets
@@ -43,12 +44,14 @@ static struct model {
 	uint32_t copy_hits;
 	uint64_t clock, seq;
 	int top;             /* pages [top, MAXPG) were never used */
+	uint64_t quota[2][3]; /* per tenant (0, 1) and tier; 0: none */
 } M;
 
 static kvt_index *X;
 /* what the runs exercised, summed over seeds (checked at the end) */
 static uint64_t n_evicted, n_demoted, n_copied, n_dropped, n_full, n_marks,
-	n_splits, n_pinfail, n_partial, n_pinned_inserts;
+	n_splits, n_pinfail, n_partial, n_pinned_inserts, n_qevicted,
+	n_quota_set;
 static kvt_pool *pools[KVT_TIER_COUNT];
 
 /* ---- model helpers ---------------------------------------------------- */
@@ -104,6 +107,21 @@ static uint64_t m_used(int t)
 	return n;
 }
 
+static uint64_t m_used_by(uint32_t tenant, int t)
+{
+	uint64_t n = 0;
+
+	for (int i = 0; i < M.top; i++)
+		n += M.pg[i].used && M.pg[i].tenant == tenant &&
+		     (M.pg[i].mask >> t & 1);
+	return n;
+}
+
+static int m_over(uint32_t tenant, int t)
+{
+	return M.quota[tenant][t] && m_used_by(tenant, t) > M.quota[tenant][t];
+}
+
 static int m_has_desc_in(int p, int t)
 {
 	for (int i = 0; i < M.top; i++)
@@ -148,24 +166,35 @@ static void m_prune(void)
 }
 
 static int m_make_room(int t, uint64_t n);
+static int m_quota_room(uint32_t tenant, int t, uint64_t n);
 
-/* Evict one page from tier t; 0 if none can go. */
-static int m_evict_one(int t)
+/* Evict one page from tier t (@only >= 0: of that tenant; else pages of
+ * tenants over their quota in t first); 0 if none can go. */
+static int m_evict_one(int t, int only)
 {
-	int best = -1;
+	int best = -1, bover = 0;
 	uint8_t bit = (uint8_t)(1u << t);
 
 	for (int i = 0; i < M.top; i++) {
 		struct mpage *p = &M.pg[i];
+		int over;
 		if (!p->used || !(p->mask & bit) || p->pins || p->prot ||
+		    (only >= 0 && p->tenant != (uint32_t)only) ||
 		    m_has_desc_in(i, t))
 			continue;
-		if (best < 0 || m_less(i, best))
+		over = only < 0 && m_over(p->tenant, t);
+		if (best < 0 || over > bover || (over == bover &&
+						 m_less(i, best))) {
 			best = i;
+			bover = over;
+		}
 	}
 	if (best < 0)
 		return 0;
+	if (only >= 0)
+		n_qevicted++;
 	if (M.pg[best].mask == bit && t + 1 < M.nt &&
+	    !m_quota_room(M.pg[best].tenant, t + 1, 1) &&
 	    !m_make_room(t + 1, 1))
 		M.pg[best].mask |= (uint8_t)(1u << (t + 1));
 	M.pg[best].mask &= (uint8_t)~bit;
@@ -177,7 +206,19 @@ static int m_evict_one(int t)
 static int m_make_room(int t, uint64_t n)
 {
 	while (M.cap[t] - m_used(t) < n)
-		if (!m_evict_one(t))
+		if (!m_evict_one(t, -1))
+			return -1;
+	return 0;
+}
+
+/* Room for n more pages of @tenant in tier t under its quota: evict its
+ * own pages. */
+static int m_quota_room(uint32_t tenant, int t, uint64_t n)
+{
+	uint64_t q = M.quota[tenant][t];
+
+	while (q && m_used_by(tenant, t) + n > q)
+		if (!m_evict_one(t, (int)tenant))
 			return -1;
 	return 0;
 }
@@ -197,7 +238,7 @@ static void m_policy(const int *path, int n)
 		if (p->hits < M.copy_hits || !single_below(p->mask))
 			continue;
 		f = __builtin_ctz(p->mask);
-		if (!m_make_room(f + 1, 1))
+		if (!m_quota_room(p->tenant, f + 1, 1) && !m_make_room(f + 1, 1))
 			p->mask |= (uint8_t)(1u << (f + 1));
 	}
 }
@@ -224,14 +265,15 @@ static kvt_prefix pfx(uint32_t tenant, const uint32_t *tok, int np)
 	return p;
 }
 
-static void op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
-		      unsigned flags)
+/* Returns 1 if the insert succeeded. */
+static int op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
+		     unsigned flags)
 {
 	int path[MAXLEN], have = m_path(tenant, tok, np, path), err;
 	kvt_prefix px = pfx(tenant, tok, np);
 	kvt_insert_result r;
-	uint64_t miss = 0, free;
-	int cut = np;
+	uint64_t miss = 0, free, q = M.quota[tenant][t], avail;
+	int cut = np, partial = (flags & KVT_INSERT_PARTIAL) != 0;
 
 	err = kvt_index_insert(X, &px, (kvt_tier_kind)M.kind[t], flags, M.clock,
 			       &r, NULL, 0);
@@ -240,8 +282,18 @@ static void op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
 		miss += !(M.pg[path[i]].mask >> t & 1);
 	miss += (uint64_t)(np - have);
 	m_protect(path, have, 1);
-	m_make_room(t, miss);
-	free = M.cap[t] - m_used(t);
+	/* the tenant's quota first (its own pages), then the tier's room;
+	 * a whole insert larger than the quota fails at once */
+	if (partial || miss <= q)
+		m_quota_room(tenant, t, miss);
+	avail = miss;
+	if (q)
+		avail = m_used_by(tenant, t) >= q ? 0 :
+			q - m_used_by(tenant, t) < miss ?
+			q - m_used_by(tenant, t) : miss;
+	if (avail && (avail == miss || partial))
+		m_make_room(t, avail);
+	free = M.cap[t] - m_used(t) < avail ? M.cap[t] - m_used(t) : avail;
 	if (free < miss) {
 		uint64_t k = 0;
 		for (int i = 0; i < np; i++) {
@@ -256,7 +308,7 @@ static void op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
 			m_protect(path, have, 0);
 			m_prune();
 			CHECK_ERR(err, KVT_EFULL);
-			return;
+			return 0;
 		}
 	}
 	CHECK_OK(err);
@@ -288,6 +340,7 @@ static void op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
 	m_prune();
 	if (!err)
 		CHECK_EQ(r.pages, cut);
+	return !err;
 }
 
 static void op_match(uint32_t tenant, const uint32_t *tok, int np, int touch)
@@ -374,10 +427,21 @@ static void op_evict(int t, uint64_t n)
 	uint64_t freed = 0, done = 0;
 	int err = kvt_index_evict_pages(X, (kvt_tier_kind)M.kind[t], n, &freed);
 
-	while (done < n && m_evict_one(t))
+	while (done < n && m_evict_one(t, -1))
 		done++;
 	CHECK_EQ(freed, done);
 	CHECK_ERR(err, done == n ? 0 : KVT_EBUSY);
+}
+
+/* A new quota for @tenant in tier t: its excess leaves at once. */
+static void op_quota(uint32_t tenant, int t, uint64_t q)
+{
+	CHECK_OK(kvt_index_tenant_quota(X, tenant, (kvt_tier_kind)M.kind[t],
+					q));
+	M.quota[tenant][t] = q;
+	while (m_over(tenant, t) && m_evict_one(t, (int)tenant))
+		;
+	n_quota_set++;
 }
 
 enum { MQ, MS, MC };
@@ -475,6 +539,14 @@ static void compare_all(void)
 				 KVT_PAGE_EMPTY);
 		}
 	}
+	for (uint32_t tn = 0; tn < 2; tn++) {
+		kvt_tenant_usage u;
+		CHECK_OK(kvt_index_tenant_usage(X, tn, &u));
+		for (int t = 0; t < M.nt; t++) {
+			CHECK_EQ(u.pages[M.kind[t]], m_used_by(tn, t));
+			CHECK_EQ(u.quota[M.kind[t]], M.quota[tn][t]);
+		}
+	}
 	kvt_index_stat_get(X, &st);
 	CHECK_EQ(st.pages, pages);
 	CHECK_EQ(st.transient, trans);
@@ -498,6 +570,7 @@ static void run(uint64_t seed, int steps)
 	uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
 	const int *lay = layouts[seed % 4];
 	int transients = seed % 2, failures = kvt_test_failures;
+	int quotas = (seed / 24) % 2;
 	uint32_t leases[64][MAXLEN * P + 2];
 	int nleases = 0;
 
@@ -519,6 +592,10 @@ static void run(uint64_t seed, int steps)
 	}
 	CHECK_OK(kvt_index_create(&X, &cfg));
 	CHECK_OK(kvt_index_tenant_add(X, 1, 77));
+	for (int t = 0; quotas && t < M.nt; t++)
+		for (uint32_t tn = 0; tn < 2; tn++)
+			if (test_rand(&r) % 2)
+				op_quota(tn, t, 1 + test_rand(&r) % M.cap[t]);
 
 	for (int s = 0; s < steps && kvt_test_failures == failures; s++) {
 		uint32_t tok[MAXLEN * P], tenant = test_rand(&r) % 4 == 0;
@@ -531,15 +608,32 @@ static void run(uint64_t seed, int steps)
 			M.clock = now;
 		for (int i = 0; i < np * P; i++)
 			tok[i] = (uint32_t)(test_rand(&r) % 3);
+		if (quotas) /* both tenants as busy: one's quota, the other's */
+			tenant = test_rand(&r) % 2;
+		if (quotas && test_rand(&r) % 8 == 0) {
+			/* a new quota (0: none) for a tenant in a tier */
+			int t = (int)(test_rand(&r) % (uint64_t)M.nt);
+			op_quota(tenant, t, test_rand(&r) % (M.cap[t] + 1));
+			compare_all();
+		}
 		op = (int)(test_rand(&r) % 12);
 		switch (op) {
 		case 0: case 1: case 2:
 			{
 				unsigned f = transients ? 2 :
 					     (unsigned)(test_rand(&r) % 3);
-				op_insert(tenant, tok, np, 0,
-					  f == 0 ? KVT_INSERT_PARTIAL :
-					  f == 1 ? KVT_INSERT_PIN : 0);
+				if (op_insert(tenant, tok, np, 0,
+					      f == 0 ? KVT_INSERT_PARTIAL :
+					      f == 1 ? KVT_INSERT_PIN : 0) &&
+				    f == 1 && quotas && nleases < 64) {
+					/* quotas: a pinned insert's lease
+					 * ends like a pin's (case 7) */
+					leases[nleases][0] = tenant;
+					leases[nleases][1] = (uint32_t)np;
+					memcpy(&leases[nleases][2], tok,
+					       sizeof(uint32_t) * np * P);
+					nleases++;
+				}
 			}
 			break;
 		case 3:
@@ -558,6 +652,14 @@ static void run(uint64_t seed, int steps)
 				memcpy(&leases[nleases][2], tok,
 				       sizeof(uint32_t) * np * P);
 				nleases++;
+				/* a quota lowered under pinned pages: the
+				 * tenant stays over it until they unpin;
+				 * then a touch (and its copies down) */
+				if (quotas && test_rand(&r) % 2) {
+					op_quota(tenant, (int)(test_rand(&r) %
+					    (uint64_t)M.nt), 1);
+					op_match(tenant, tok, np, 1);
+				}
 			}
 			break;
 		case 7:
@@ -625,13 +727,16 @@ int main(int argc, char **argv)
 	fprintf(stderr, "%d seeds: %llu evicted, %llu demoted, %llu copied "
 		"down, %llu dropped, %llu splits, %llu inserts refused full, "
 		"%llu partial, %llu pinned inserts, %llu pin/unpin refused, "
-		"%llu pages marked\n",
+		"%llu pages marked, %llu quotas set, %llu pages evicted for "
+		"their quota\n",
 		seeds, (unsigned long long)n_evicted,
 		(unsigned long long)n_demoted, (unsigned long long)n_copied,
 		(unsigned long long)n_dropped, (unsigned long long)n_splits,
 		(unsigned long long)n_full, (unsigned long long)n_partial,
 		(unsigned long long)n_pinned_inserts,
-		(unsigned long long)n_pinfail, (unsigned long long)n_marks);
+		(unsigned long long)n_pinfail, (unsigned long long)n_marks,
+		(unsigned long long)n_quota_set,
+		(unsigned long long)n_qevicted);
 	/* the runs must have reached every path */
 	if (seeds < 96)
 		TEST_DONE();
@@ -639,6 +744,7 @@ int main(int argc, char **argv)
 	CHECK(n_dropped > 100 && n_splits > 100 && n_full > 10);
 	CHECK(n_partial > 10 && n_pinfail > 10 && n_marks > 100);
 	CHECK(n_pinned_inserts > 100);
+	CHECK(n_quota_set > 100 && n_qevicted > 100);
 	CHECK_EQ(kvt_alloc_live(), live);
 	TEST_DONE();
 }

@@ -192,6 +192,9 @@ static void test_ranks_and_engines(void)
 	if (cl) {
 		int pfd[2];
 
+		/* the refused connections above end asynchronously */
+		for (int i = 0; i < 200 && gauge(cl, "clients") != 1; i++)
+			usleep(10000);
 		CHECK_EQ(gauge(cl, "clients"), 1);
 		CHECK(pipe(pfd) == 0);
 		a = fork();
@@ -256,6 +259,106 @@ static void test_ranks_and_engines(void)
 	CHECK_EQ(srv_stop(d), 0);
 }
 
+/* Tenant quotas through the daemon: alpha at its dram quota pushes its own
+ * pages down to ssd; beta's stay in dram. */
+static void test_quota(void)
+{
+	kvtd_config cfg = { 0 };
+	char tenants[256], tiers[600];
+	const char *dir = test_dir("server-quota");
+	uint64_t page = (uint64_t)SRV_L * 2 * SRV_P * 2 * 64 * 2;
+	kvt_page_key ka[6][NP], kb[NP];
+	kvt_cache_lookup_result r;
+	kvt_client *a = NULL, *b = NULL;
+	srv_mem ma, mb;
+	uint32_t blk[NP];
+	pid_t d;
+
+	snprintf(tenants, sizeof(tenants), "alpha:1,uid=%u,quota=dram:%llu;"
+		 "beta:2,uid=%u", (unsigned)geteuid(),
+		 (unsigned long long)(2 * NP * page), (unsigned)geteuid());
+	snprintf(tiers, sizeof(tiers), "dram:%llu,ssd:%s,8M",
+		 (unsigned long long)(6 * NP * page), dir);
+	cfg.socket = sock;
+	cfg.tiers = tiers;
+	cfg.model = model;
+	cfg.page_tokens = SRV_P;
+	cfg.tenants = tenants;
+	d = srv_start(&cfg);
+	CHECK(d > 0);
+	if (d <= 0)
+		return;
+	CHECK_OK(srv_connect(&a, sock, model, 1, 1, 0));
+	CHECK_OK(srv_connect(&b, sock, model, 2, 1, 0));
+	if (!a || !b)
+		goto out;
+	CHECK_OK(srv_mem_alloc(a, &ma, NB));
+	CHECK_OK(srv_mem_alloc(b, &mb, NB));
+	for (uint32_t i = 0; i < NP; i++)
+		blk[i] = i;
+	/* beta: one session, in dram */
+	{
+		uint32_t tok[NP * SRV_P];
+		kvt_client_job *j;
+
+		srv_tokens(500, tok, NP * SRV_P);
+		CHECK_OK(kvt_client_hash_tokens(b, tok, NP * SRV_P, kb));
+		for (uint32_t i = 0; i < NP; i++)
+			srv_fill(&mb, i, kb[i]);
+		CHECK_OK(kvt_client_store(b, mb.m, kb, NP, 0, blk, &j));
+		CHECK_OK(srv_job_end(j, NULL));
+	}
+	/* alpha: six sessions, three times its quota */
+	for (uint32_t s = 0; s < 6; s++) {
+		uint32_t tok[NP * SRV_P];
+		kvt_client_job *j;
+
+		srv_tokens(600 + s, tok, NP * SRV_P);
+		CHECK_OK(kvt_client_hash_tokens(a, tok, NP * SRV_P, ka[s]));
+		for (uint32_t i = 0; i < NP; i++)
+			srv_fill(&ma, i, ka[s][i]);
+		CHECK_OK(kvt_client_store(a, ma.m, ka[s], NP, 0, blk, &j));
+		CHECK_OK(srv_job_end(j, NULL));
+	}
+	CHECK_OK(kvt_client_quiesce(a));
+	/* beta untouched in dram; alpha's oldest in ssd, at most its quota
+	 * in dram */
+	CHECK_OK(kvt_client_lookup(b, kb, NP, 0, &r));
+	CHECK_EQ(r.tier_pages[KVT_TIER_DRAM], NP);
+	{
+		uint64_t in_dram = 0;
+
+		for (uint32_t s = 0; s < 6; s++) {
+			CHECK_OK(kvt_client_lookup(a, ka[s], NP, 0, &r));
+			CHECK_EQ(r.pages, NP);
+			in_dram += r.tier_pages[KVT_TIER_DRAM];
+		}
+		CHECK(in_dram <= 2 * NP);
+		CHECK_OK(kvt_client_lookup(a, ka[0], NP, 0, &r));
+		CHECK_EQ(r.tier_pages[KVT_TIER_SSD], NP);
+	}
+	/* and alpha's pages come back right from ssd */
+	{
+		kvt_client_job *j;
+		uint32_t b2[NP];
+		long nf;
+
+		for (uint32_t i = 0; i < NP; i++) {
+			b2[i] = NB - 1 - i;
+			srv_zero(&ma, b2[i]);
+		}
+		CHECK_OK(kvt_client_load(a, ma.m, ka[0], NP, 0, b2, &j));
+		CHECK_OK(srv_job_end(j, &nf));
+		CHECK_EQ(nf, 0);
+		for (uint32_t i = 0; i < NP; i++)
+			CHECK(srv_holds(&ma, b2[i], ka[0][i]));
+	}
+out:
+	kvt_client_close(a);
+	kvt_client_close(b);
+	CHECK_EQ(srv_stop(d), 0);
+}
+
 int main(void)
 {
 	snprintf(sock, sizeof(sock), "/tmp/kvtd-test-%d.sock", (int)getpid());
@@ -264,6 +367,7 @@ int main(void)
 	if (!model)
 		TEST_DONE();
 	test_ranks_and_engines();
+	test_quota();
 	unlink(model);
 	TEST_DONE();
 }

@@ -190,24 +190,31 @@ fail:
 	return 1;
 }
 
+/* Client @id; ch[0..id) are the ones started before (their pipe ends
+ * are closed in the new child, or their clients would never see EOF). */
 static int child_start(struct child *ch, const struct sopt *o,
 		       const char *sock, uint64_t id)
 {
+	struct child *me = &ch[id];
 	int a[2], b[2];
 
 	if (pipe(a) || pipe(b))
 		return -errno;
-	ch->pid = fork();
-	if (ch->pid == 0) {
+	me->pid = fork();
+	if (me->pid == 0) {
+		for (uint64_t k = 0; k < id; k++) {
+			close(ch[k].go);
+			close(ch[k].back);
+		}
 		close(a[1]);
 		close(b[0]);
 		_exit(client_main(o, sock, id, a[0], b[1]));
 	}
 	close(a[0]);
 	close(b[1]);
-	ch->go = a[1];
-	ch->back = b[0];
-	return ch->pid < 0 ? -errno : 0;
+	me->go = a[1];
+	me->back = b[0];
+	return me->pid < 0 ? -errno : 0;
 }
 
 static int child_read(struct child *ch, double *s)
@@ -416,7 +423,7 @@ int bench_server(int argc, char **argv)
 		goto out;
 	}
 	for (uint64_t i = 0; i < o.clients; i++, nch++)
-		if (child_start(&ch[i], &o, sock, i))
+		if (child_start(ch, &o, sock, i))
 			goto out;
 	for (int i = 0; i < nch; i++) {
 		double s;

@@ -31,6 +31,7 @@ int bench_index(int argc, char **argv);
 int bench_sim(int argc, char **argv);
 int bench_xfer(int argc, char **argv);
 int bench_cache(int argc, char **argv);
+int bench_remote(int argc, char **argv);
 int bench_server(int argc, char **argv);
 
 /* Print "kvtier <what>: <detail or strerror>" to stderr; returns

@@ -17,6 +17,7 @@ static const struct {
 	{ "sim", bench_sim, "simulator speed: 10,000 long-context requests" },
 	{ "xfer", bench_xfer, "transfer engine GB/s vs one contiguous copy" },
 	{ "cache", bench_cache, "layer-wise cache load into engine memory vs bare copy" },
+	{ "remote", bench_remote, "batch GET of pages from Redis vs redis-benchmark" },
 	{ "server", bench_server, "daemon load into a client process vs the in-process cache" },
 };
 

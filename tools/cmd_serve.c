@@ -34,18 +34,24 @@ static void serve_usage(FILE *f)
 "  --page-tokens P     tokens per page (16)\n"
 "  --tp N              tensor-parallel degree of the engines (1)\n"
 "  --namespace NAME    what clients name in HELLO (default)\n"
-"  --tenants SPEC      'NAME:ID[,uid=U][,gid=G][,salt=S]' joined by ';'\n"
+"  --tenants SPEC      'NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE]'\n"
+"                      joined by ';'; a quota caps the tenant in that\n"
+"                      tier (its own pages make room, never another's)\n"
 "                      (default: 'default:0' for this daemon's uid; root\n"
 "                      may act as any tenant)\n"
 "  --lease-ms MS       a job longer than this is cancelled (30000)\n"
 "  --max-clients N     connections at once (64)\n"
 "  --metrics ADDR      serve GET /metrics on HOST:PORT (off; loopback\n"
 "                      127.0.0.1:9464 is the usual choice)\n"
+"  --remote SPEC       a remote tier below the owned ones, shared across\n"
+"                      nodes: 'remote:redis://HOST:PORT' or\n"
+"                      'remote:redis-cluster://H:P,H:P,...' (docs/REMOTE.md)\n"
 "  --config FILE       options as 'name = value' lines (below the\n"
 "                      environment and the flags)\n"
 "\n"
 "environment: KVT_SOCKET, KVT_TIERS, KVT_MODEL, KVT_PAGE_TOKENS, KVT_TP,\n"
 "KVT_NAMESPACE, KVT_TENANTS, KVT_LEASE_MS, KVT_MAX_CLIENTS, KVT_METRICS,\n"
+"KVT_REMOTE,\n"
 "KVT_LOG.\n");
 }
 
@@ -95,6 +101,7 @@ int cmd_serve(int argc, char **argv)
 		{ "lease-ms", required_argument, 0, 'l' },
 		{ "max-clients", required_argument, 0, 'C' },
 		{ "metrics", required_argument, 0, 'M' },
+		{ "remote", required_argument, 0, 'r' },
 		{ "config", required_argument, 0, 'c' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 }
@@ -125,6 +132,7 @@ int cmd_serve(int argc, char **argv)
 		case 'l': name = "lease_ms"; break;
 		case 'C': name = "max_clients"; break;
 		case 'M': name = "metrics"; break;
+		case 'r': name = "remote"; break;
 		case 'c': break; /* read before the environment */
 		case 'h': serve_usage(stdout); goto out;
 		default: serve_usage(stderr); rc = CLI_EXIT_USAGE; goto out;
@@ -160,6 +168,7 @@ int cmd_serve(int argc, char **argv)
 	cfg.ns = kvt_opts_get(o, "namespace");
 	cfg.tenants = kvt_opts_get(o, "tenants");
 	cfg.metrics = kvt_opts_get(o, "metrics");
+	cfg.remote = kvt_opts_get(o, "remote");
 	cfg.page_tokens = (uint32_t)P;
 	cfg.tp = (uint32_t)tp;
 	cfg.lease_ms = (uint32_t)lease;

@@ -4,7 +4,8 @@
  *
  * An engine (vLLM, SGLang, the demo, the daemon on an engine's behalf)
  * owns its GPU KV memory and its block ids. kvtier owns the tiers below it
- * (fabric, dram, ssd; remote later) and the index over them. The cache is
+ * (fabric, dram, ssd; a remote tier below them: end of this file) and the
+ * index over them. The cache is
  * the glue: the engine registers its KV memory once, then asks
  *
  *     lookup(keys)               how many leading pages kvtier can supply,
@@ -97,6 +98,7 @@
 
 #include <kvtier.h>
 #include <kvtier/index.h>
+#include <kvtier/remote.h>
 #include <kvtier/xfer.h>
 
 #ifdef __cplusplus
@@ -139,6 +141,9 @@ enum {
  *              fractions of its slots (0.90, 0.75).
  * @xfer_threads: transfer engine cpu workers (default of kvt_xfer).
  * @flags:      KVT_CACHE_* bits.
+ * @remote:     a remote tier below the owned ones (kvtier/remote.h spec,
+ *              e.g. "remote:redis://10.0.0.5:6379"), or NULL: see REMOTE
+ *              TIER below.
  */
 typedef struct kvt_cache_config {
 	uint32_t size;
@@ -151,6 +156,7 @@ typedef struct kvt_cache_config {
 	uint32_t selective_hits;
 	double high, low;
 	uint32_t xfer_threads;
+	const char *remote;
 } kvt_cache_config;
 
 #define KVT_CACHE_CONFIG_INIT { .size = sizeof(kvt_cache_config) }
@@ -229,6 +235,27 @@ KVT_API void kvt_cache_detach(kvt_cache_mem *m);
  *  some are in use by a job). */
 KVT_API int kvt_cache_tenant_add(kvt_cache *c, uint32_t tenant,
 				 uint64_t salt);
+
+/**
+ * kvt_cache_tenant_quota() - at most @max_pages pages of @tenant in owned
+ * tier @tier (0: no limit, the default); see kvt_index_tenant_quota(). A
+ * store of a tenant at its quota in the top tier makes room by demoting
+ * its own least recently used pages (never another tenant's), and the
+ * background demotion moves a tenant's pages into a lower tier within its
+ * quota there (its own pages go further down or leave). Lowering a quota
+ * demotes the excess at once, in the calling thread (the copies run before
+ * it returns). Read what a tenant holds with kvt_cache_tenant_usage().
+ * Returns 0, KVT_ENOTFOUND for an unknown
+ * tenant or a tier the cache does not own.
+ */
+KVT_API int kvt_cache_tenant_quota(kvt_cache *c, uint32_t tenant,
+				   kvt_tier_kind tier, uint64_t max_pages);
+
+/** What @tenant holds per tier (kvt_index_tenant_usage()), under the
+ *  cache's lock: safe while jobs run (a moment's snapshot). 0 or
+ *  KVT_ENOTFOUND. */
+KVT_API int kvt_cache_tenant_usage(kvt_cache *c, uint32_t tenant,
+				   kvt_tenant_usage *u);
 
 /** The chained keys of @tokens for @tenant (ntokens / P of them; a partial
  *  last page is ignored). 0, KVT_ENOTFOUND (tenant), -EINVAL. */
@@ -510,6 +537,88 @@ KVT_API kvt_xfer *kvt_cache_xfer(kvt_cache *c);
  * settled state.
  */
 KVT_API void kvt_cache_quiesce(kvt_cache *c);
+
+/* ------------------------------------------------------------------------
+ * The remote tier (kvt_cache_config.remote; src/cache/cache_remote.c)
+ *
+ * Pages shared across nodes through Redis / Valkey, below the owned tiers:
+ *
+ *   store      after a store job commits, its pages are written to the
+ *              remote tier by a writer thread (write-through, off the
+ *              engine's path): read back from the top tier into a staging
+ *              area, EXISTS first (pages already there are not sent again),
+ *              then one pipelined SET batch. Never blocks the store; a full
+ *              queue drops (counted).
+ *   lookup     kvt_cache_lookup() asks the remote tier, with one batched
+ *              EXISTS, how many pages follow the local leading run
+ *              (only when none is in flight): tier_pages[KVT_TIER_REMOTE].
+ *              They are not in @pages: a load cannot supply them until
+ *              kvt_cache_prefetch() has brought them in.
+ *   prefetch   kvt_cache_prefetch() (blocking) or kvt_cache_prefetch_start()
+ *              / _end() (in the background, cut off when the request is
+ *              scheduled): remote -> staging -> a store into the top tier
+ *              (sums taken, committed as any store), so the next
+ *              kvt_cache_load() gets them from dram like any page.
+ *
+ * A remote failure (server down, node killed, timeout, a value that fails
+ * its checks) is a miss and a counter; the owned tiers and every other
+ * call keep working. kvt_cache_close() drops writes still queued: call
+ * kvt_cache_remote_flush() first to keep them.
+ * ------------------------------------------------------------------------ */
+
+/**
+ * kvt_cache_prefetch() - bring pages first..nkeys-1 of keys[0..nkeys) from
+ * the remote tier into the top owned tier, in batches, stopping at the
+ * first page the remote tier cannot supply. Pages before @first must be
+ * cached (as for kvt_cache_store()). Blocks the calling thread (network
+ * time); serialized with other prefetches. *@pages: pages brought in.
+ * Returns 0 (also when the remote tier had nothing), KVT_ENOTFOUND (no
+ * remote tier, or a parent page not cached), kvt_cache_store()'s errors.
+ */
+KVT_API int kvt_cache_prefetch(kvt_cache *c, uint32_t tenant,
+			       const kvt_page_key *keys, size_t nkeys,
+			       size_t first, uint64_t *pages);
+
+/**
+ * kvt_cache_prefetch_start() - the same, in a thread of its own, in
+ * batches of up to 16 MiB, while the caller goes on (a request waiting in
+ * the scheduler's queue). kvt_cache_prefetch_end() then either waits for
+ * it (@cut 0) or cuts it off (@cut 1: the batch in flight finishes, no
+ * other starts: whatever arrived is in the top tier and loadable), frees
+ * the handle and gives the pages brought in. End every prefetch before
+ * kvt_cache_close() (which stops them between batches).
+ * start: 0, -EINVAL, KVT_ENOTFOUND (no remote tier), -ENOMEM.
+ * end: kvt_cache_prefetch()'s result.
+ */
+typedef struct kvt_cache_fetch kvt_cache_fetch;
+KVT_API int kvt_cache_prefetch_start(kvt_cache *c, uint32_t tenant,
+				     const kvt_page_key *keys, size_t nkeys,
+				     size_t first, kvt_cache_fetch **out);
+KVT_API int kvt_cache_prefetch_end(kvt_cache_fetch *f, int cut,
+				   uint64_t *pages);
+
+/** Wait until every queued remote write is done (or @timeout_ns passed,
+ *  < 0: no limit): 0, -ETIMEDOUT, KVT_ENOTFOUND (no remote tier). */
+KVT_API int kvt_cache_remote_flush(kvt_cache *c, int64_t timeout_ns);
+
+/** What the cache's remote tier did (plain values). */
+typedef struct kvt_cache_remote_stat {
+	kvt_remote_stat remote;  /* the connections' own counters (lookups
+				    and prefetches, write-through), added */
+	uint64_t queued;         /* pages queued for write-through */
+	uint64_t written;        /* of those, stored by the server */
+	uint64_t present;        /* of those, already there: not sent */
+	uint64_t dropped;        /* of those, not written: queue full, page
+				    gone from the owned tiers, cache closed */
+	uint64_t failed;         /* of those, refused or lost by the server */
+	uint64_t lookups;        /* lookups that asked the remote tier */
+	uint64_t lookup_pages;   /* pages they found there */
+	uint64_t prefetched;     /* pages brought in by kvt_cache_prefetch */
+} kvt_cache_remote_stat;
+
+/** Copy the counters: 0, or KVT_ENOTFOUND (no remote tier). */
+KVT_API int kvt_cache_remote_stat_get(kvt_cache *c,
+				      kvt_cache_remote_stat *st);
 
 #ifdef __cplusplus
 }

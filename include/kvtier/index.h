@@ -24,7 +24,9 @@
  * Every key lives under its tenant's root, and the tenant's salt seeds every
  * fingerprint: a prompt of tenant A never matches pages of tenant B, even
  * with identical tokens. Tenant 0 (salt 0) exists from creation; others are
- * added with kvt_index_tenant_add(); an unknown tenant is an error.
+ * added with kvt_index_tenant_add(); an unknown tenant is an error. A
+ * tenant may have a page quota per tier (kvt_index_tenant_quota()): at its
+ * quota it evicts its own pages, not another tenant's.
  *
  * PAGES AND TIERS
  *
@@ -40,8 +42,10 @@
  * when no page below it in the tree has a copy in t, it is not pinned, and
  * (so) no page below it is pinned. Among those it takes the least recently
  * used page (KVT_EVICT_LRU) or the least used, then least recent
- * (KVT_EVICT_LFU). A page with another copy just gives up its slot; a page
- * with no other copy is demoted: the index makes room in the next tier below
+ * (KVT_EVICT_LFU); pages of tenants over their quota in the tier first,
+ * and only the tenant's own pages when it makes room under its quota. A
+ * page with another copy just gives up its slot; a page with no other
+ * copy is demoted: the index makes room in the next tier below
  * (evicting there the same way), takes a slot and asks the mover to copy;
  * below the last tier, or when the tier below cannot take it, the page is
  * gone. A page whose last copy goes stays in the tree (empty) only while
@@ -257,6 +261,50 @@ KVT_API int kvt_index_tenant_add(kvt_index *idx, uint32_t tenant,
  *  0, KVT_ENOTFOUND for an unknown tenant, KVT_EBUSY if any of its pages
  *  is pinned (then nothing changes), -ENOMEM. */
 KVT_API int kvt_index_tenant_remove(kvt_index *idx, uint32_t tenant);
+
+/**
+ * kvt_index_tenant_quota() - at most @max_pages pages of @tenant in tier
+ * @tier (0: no limit, the default). A page counts in every tier that holds
+ * a copy of it (write-through: in two). Each tenant has its own eviction
+ * order per tier, so the limit acts on its own pages only:
+ *
+ *   - an insert of @tenant into @tier first makes room under the quota by
+ *     evicting (demoting) the tenant's own least valuable pages there, by
+ *     the eviction policy and the leaves-first rule, never another
+ *     tenant's; if they cannot go (pinned, or part of the prefix), the
+ *     insert fails with KVT_EFULL as for a full tier (KVT_INSERT_PARTIAL:
+ *     keeps the leading pages that fit under the quota); an insert of
+ *     more missing pages than the quota fails at once;
+ *   - a demotion or write-policy copy of the tenant's page into @tier
+ *     makes room the same way, so a cascade down the tiers stays within
+ *     the tenant's own pages; a page that still does not fit is not
+ *     copied (a demoted page is then gone, as below the last tier);
+ *   - when the tier itself is full (its pool), room is made as before,
+ *     across tenants, but pages of tenants over their quota in the tier
+ *     go first (a tenant is over only while pinned pages keep it there);
+ *   - lowering the quota below what the tenant holds evicts its excess at
+ *     once (pinned pages stay, and count).
+ * Quotas go with the tenant (kvt_index_tenant_remove()); a quota larger
+ * than the tier changes nothing. Returns 0, KVT_ENOTFOUND for an unknown
+ * tenant or a tier the index does not manage.
+ */
+KVT_API int kvt_index_tenant_quota(kvt_index *idx, uint32_t tenant,
+				   kvt_tier_kind tier, uint64_t max_pages);
+
+/** What a tenant holds, per kvt_tier_kind (0 for tiers not managed). */
+typedef struct kvt_tenant_usage {
+	uint64_t pages[KVT_TIER_COUNT];  /* its pages with a copy in tier t */
+	uint64_t quota[KVT_TIER_COUNT];  /* its quota there; 0: no limit */
+	uint64_t evicted[KVT_TIER_COUNT]; /* its pages that left tier t
+					    (any reason), since it was added */
+	uint64_t quota_evicted[KVT_TIER_COUNT]; /* of which, to make room
+						  under its own quota */
+} kvt_tenant_usage;
+
+/** kvt_index_tenant_usage() - fill @u for @tenant. 0, KVT_ENOTFOUND for
+ *  an unknown tenant, -EINVAL for a NULL @u. Read-only, O(tiers). */
+KVT_API int kvt_index_tenant_usage(kvt_index *idx, uint32_t tenant,
+				   kvt_tenant_usage *u);
 
 /**
  * kvt_index_hash_tokens() - the chained page keys of @tokens for @tenant:
@@ -516,9 +564,10 @@ KVT_API void kvt_index_stat_get(kvt_index *idx, kvt_index_stat *st);
  * resident counts up the tree, slots unique and allocated in their pools,
  * pool occupancy equal to resident pages, pins (an ancestor holds at least
  * its descendants' pins; pinned pages have a copy), transient marks,
- * placeholders not left behind, and each tier's eviction heap (exactly the
- * evictable nodes, in LRU/LFU order). O(nodes * depth); for tests and debug
- * builds. Returns 0, KVT_ECORRUPT with kvt_errdetail() naming the first
+ * placeholders not left behind, each tenant's eviction heap per tier
+ * (exactly its evictable nodes, in LRU/LFU order), and each tenant's
+ * per-tier usage (kvt_index_tenant_usage()) against a recount.
+ * O(nodes * depth); for tests and debug builds. Returns 0, KVT_ECORRUPT with kvt_errdetail() naming the first
  * broken rule, -ENOMEM.
  */
 KVT_API int kvt_index_check(kvt_index *idx);

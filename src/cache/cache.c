@@ -42,6 +42,7 @@
  */
 #include "cache/persist.h"
 #include "core/core.h"
+#include "cache/cache_remote.h"
 #include "core/cuda.h"
 #include "xfer/xxh.h"
 
@@ -185,6 +186,7 @@ struct kvt_cache {
 	int stopping, bg_kick, bg_busy;
 	pthread_t worker, bg;
 	int have_worker, have_bg;
+	struct kvti_cremote *remote;     /* the remote tier, or NULL */
 };
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -1159,8 +1161,9 @@ static int open_tiers(kvt_cache *c, const char *spec)
 					 "as a tier", spec, specs[i].hostdev ?
 					 "hostdev" : "hbm");
 		if (k == KVT_TIER_REMOTE)
-			return kvti_fail(KVT_ENOTBUILT, "cache: the remote tier "
-					 "is not built yet");
+			return kvti_fail(KVT_ESPEC, "cache: the remote tier is "
+					 "not an owned tier: give its spec in "
+					 "kvt_cache_config.remote");
 		if (c->tiers[k])
 			return kvti_fail(KVT_ESPEC, "cache: two %s tiers in '%s'",
 					 kvt_tier_kind_name(k), spec);
@@ -1295,6 +1298,10 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 		}
 		c->have_bg = 1;
 	}
+	/* last: it attaches staging memory to the finished cache */
+	if (cfg.remote && (err = kvti_cache_remote_open(c, cfg.remote,
+							  &c->remote)))
+		goto fail;
 	*out = c;
 	return 0;
 fail:
@@ -1304,8 +1311,12 @@ fail:
 
 void kvt_cache_close(kvt_cache *c)
 {
+	struct kvti_cremote *cr;
+
 	if (!c)
 		return;
+	cr = c->remote;
+	kvti_cache_remote_stop(cr); /* its writer's jobs end first */
 	/* cancel what is still running (a job stays on the list, and so
 	 * valid, until it is finished, which takes smu) */
 	pthread_mutex_lock(&c->smu);
@@ -1315,6 +1326,7 @@ void kvt_cache_close(kvt_cache *c)
 		pthread_cond_wait(&c->scv, &c->smu);
 	pthread_mutex_unlock(&c->smu);
 	cache_free(c);
+	kvti_cache_remote_free(cr); /* its staging memory outlived the copies */
 }
 
 static int open_stage(kvt_cache *c, int pin)
@@ -1499,6 +1511,34 @@ int kvt_cache_tenant_add(kvt_cache *c, uint32_t tenant, uint64_t salt)
 	return err > 0 ? 0 : err;
 }
 
+int kvt_cache_tenant_quota(kvt_cache *c, uint32_t tenant, kvt_tier_kind tier,
+			   uint64_t max_pages)
+{
+	int err;
+
+	kvti_errclear();
+	if ((unsigned)tier >= KVT_TIER_COUNT || !c->tiers[tier])
+		return kvti_fail(KVT_ENOTFOUND, "cache: no owned %s tier for a "
+				 "quota", (unsigned)tier < KVT_TIER_COUNT ?
+				 kvt_tier_kind_name(tier) : "?");
+	pthread_mutex_lock(&c->mu);
+	err = kvt_index_tenant_quota(c->idx, tenant, tier, max_pages);
+	pthread_mutex_unlock(&c->mu);
+	return err;
+}
+
+int kvt_cache_tenant_usage(kvt_cache *c, uint32_t tenant,
+			   kvt_tenant_usage *u)
+{
+	int err;
+
+	kvti_errclear();
+	pthread_mutex_lock(&c->mu);
+	err = kvt_index_tenant_usage(c->idx, tenant, u);
+	pthread_mutex_unlock(&c->mu);
+	return err;
+}
+
 int kvt_cache_hash_tokens(kvt_cache *c, uint32_t tenant,
 			  const uint32_t *tokens, size_t ntokens,
 			  kvt_page_key *keys)
@@ -1588,6 +1628,8 @@ int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	}
 	pthread_mutex_unlock(&c->mu);
 	kvt_free(info);
+	if (!err && c->remote) /* network: outside the lock */
+		kvti_cache_remote_lookup(c->remote, keys, nkeys, r);
 	return err;
 }
 
@@ -1906,6 +1948,9 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 	int err;
 
 	kvti_errclear();
+	if (c && c->remote && kvti_cache_remote_wants(c->remote, io))
+		return kvti_cache_remote_store(c->remote, tenant, keys, nkeys,
+					       first, blocks, io, out);
 	if (!out)
 		return kvti_fail(-EINVAL, "cache store: no job handle to fill");
 	if ((err = job_new(c, JOB_STORE, tenant, keys, nkeys, first, blocks,
@@ -2302,4 +2347,46 @@ kvt_index *kvt_cache_index(kvt_cache *c)
 kvt_xfer *kvt_cache_xfer(kvt_cache *c)
 {
 	return c->x;
+}
+
+/* ---- the remote tier (cache_remote.c) -------------------------------------- */
+
+int kvt_cache_prefetch(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
+		       size_t nkeys, size_t first, uint64_t *pages)
+{
+	kvti_errclear();
+	if (!c || !pages || (nkeys && !keys) || first > nkeys)
+		return kvti_fail(-EINVAL, "cache prefetch: bad arguments");
+	if (!c->remote)
+		return kvti_fail(KVT_ENOTFOUND, "cache prefetch: no remote tier");
+	return kvti_cache_remote_prefetch(c->remote, tenant, keys, nkeys, first,
+					  pages);
+}
+
+int kvt_cache_prefetch_start(kvt_cache *c, uint32_t tenant,
+			     const kvt_page_key *keys, size_t nkeys,
+			     size_t first, kvt_cache_fetch **out)
+{
+	kvti_errclear();
+	if (!c || !out || (nkeys && !keys) || first > nkeys)
+		return kvti_fail(-EINVAL, "cache prefetch: bad arguments");
+	if (!c->remote)
+		return kvti_fail(KVT_ENOTFOUND, "cache prefetch: no remote tier");
+	return kvti_cache_remote_fetch_start(c->remote, tenant, keys, nkeys,
+					     first, out);
+}
+
+int kvt_cache_remote_flush(kvt_cache *c, int64_t timeout_ns)
+{
+	if (!c || !c->remote)
+		return kvti_fail(KVT_ENOTFOUND, "cache: no remote tier");
+	return kvti_cache_remote_flush(c->remote, timeout_ns);
+}
+
+int kvt_cache_remote_stat_get(kvt_cache *c, kvt_cache_remote_stat *st)
+{
+	if (!c || !c->remote)
+		return kvti_fail(KVT_ENOTFOUND, "cache: no remote tier");
+	kvti_cache_remote_stat(c->remote, st);
+	return 0;
 }

@@ -28,10 +28,11 @@ enum opt_type { OPT_STR, OPT_INT, OPT_BOOL };
 	X(seed, OPT_INT, "1", "random seed for workloads and tests")       \
 	X(socket, OPT_STR, "/run/kvtier/kvtierd.sock", "the daemon's Unix socket") \
 	X(namespace, OPT_STR, "default", "the model namespace the daemon serves") \
-	X(tenants, OPT_STR, "", "daemon tenants: 'NAME:ID[,uid=U][,gid=G][,salt=S]' joined by ';'") \
+	X(tenants, OPT_STR, "", "daemon tenants: 'NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE]' joined by ';'") \
 	X(lease_ms, OPT_INT, "30000", "daemon: a job's lease (ms)")           \
 	X(max_clients, OPT_INT, "64", "daemon: clients served at once")       \
-	X(metrics, OPT_STR, "", "daemon: HOST:PORT for GET /metrics ('' off)")
+	X(metrics, OPT_STR, "", "daemon: HOST:PORT for GET /metrics ('' off)") \
+	X(remote, OPT_STR, "", "a remote tier below the owned ones, e.g. 'remote:redis://127.0.0.1:6379' ('' none)")
 
 static const struct opt_def {
 	const char *name;

@@ -20,6 +20,7 @@ struct chk {
 	uint32_t *kids;
 	uint64_t *kpins;
 	uint64_t *sub;     /* [n][nt] */
+	uint64_t *tnodes;  /* roots: nodes of the tenant's tree */
 	uint8_t *seen[KVT_TIER_COUNT];
 };
 
@@ -94,7 +95,8 @@ static int gather(struct chk *c)
 	c->kids = kvt_calloc(c->n, sizeof(*c->kids));
 	c->kpins = kvt_calloc(c->n, sizeof(*c->kpins));
 	c->sub = kvt_calloc(c->n * (size_t)x->nt, sizeof(*c->sub));
-	if (!c->all || !c->kids || !c->kpins || !c->sub)
+	c->tnodes = kvt_calloc(c->n, sizeof(*c->tnodes));
+	if (!c->all || !c->kids || !c->kpins || !c->sub || !c->tnodes)
 		return -ENOMEM;
 	for (size_t i = 0; i < x->tabcap; i++)
 		if (x->tab[i].n)
@@ -102,7 +104,8 @@ static int gather(struct chk *c)
 	for (size_t i = 0; i < x->nten; i++) {
 		struct knode *r = x->ten[i].root;
 		if (!r->is_root || r->parent || r->npages ||
-		    r->tenant != x->ten[i].id || r->salt != x->ten[i].salt)
+		    r->tenant != x->ten[i].id || r->salt != x->ten[i].salt ||
+		    !r->ta || r->ta->root != r)
 			return BAD("tenant %u: bad root", x->ten[i].id);
 		if (i && x->ten[i - 1].id >= x->ten[i].id)
 			return BAD("tenants out of order");
@@ -127,6 +130,14 @@ static int gather(struct chk *c)
 					   "tree", (unsigned long long)n->id);
 			for (int t = 0; t < x->nt; t++)
 				c->sub[(size_t)ai * x->nt + t] += n->cnt[t];
+			if (a->is_root) {
+				if (n->ta != a->ta)
+					return BAD("node %llu: not in tenant "
+						   "%u's accounts",
+						   (unsigned long long)n->id,
+						   a->tenant);
+				c->tnodes[ai]++;
+			}
 		}
 	}
 	return 0;
@@ -257,20 +268,66 @@ static int check_node(struct chk *c, size_t i, uint64_t *tot,
 	return 0;
 }
 
-static int check_heaps(kvt_index *x)
+static int check_heaps(kvt_index *x, struct tacct *ta, uint32_t id)
 {
-	for (int t = 0; t < x->nt; t++)
-		for (uint32_t i = 0; i < x->hn[t]; i++) {
-			struct knode *n = x->heap[t][i];
+	for (int t = 0; t < x->nt; t++) {
+		if (ta->hn[t] > ta->hcap || ta->hcap < ta->nodes)
+			return BAD("tenant %u tier %d heap: %u nodes, room for "
+				   "%zu, tenant has %llu", id, t, ta->hn[t],
+				   ta->hcap, (unsigned long long)ta->nodes);
+		for (uint32_t i = 0; i < ta->hn[t]; i++) {
+			struct knode *n = ta->heap[t][i];
+			if (n->ta != ta)
+				return BAD("tenant %u tier %d heap: node %llu "
+					   "of another tenant", id, t,
+					   (unsigned long long)n->id);
 			if (n->hpos[t] != i)
-				return BAD("tier %d heap: node %llu thinks it "
-					   "is at %u, is at %u", t,
-					   (unsigned long long)n->id,
+				return BAD("tenant %u tier %d heap: node %llu "
+					   "thinks it is at %u, is at %u", id,
+					   t, (unsigned long long)n->id,
 					   n->hpos[t], i);
-			if (i && kvti_key_less(x, n, x->heap[t][(i - 1) / 2]))
-				return BAD("tier %d heap: out of %s order at "
-					   "%u", t, x->lfu ? "LFU" : "LRU", i);
+			if (i && kvti_key_less(x, n, ta->heap[t][(i - 1) / 2]))
+				return BAD("tenant %u tier %d heap: out of %s "
+					   "order at %u", id, t,
+					   x->lfu ? "LFU" : "LRU", i);
 		}
+	}
+	return 0;
+}
+
+/* Each tenant's node count and per-tier usage (its root's sub) against
+ * the recount, then its heaps. */
+static int check_tenants(struct chk *c)
+{
+	kvt_index *x = c->x;
+
+	for (size_t i = 0; i < x->nten; i++) {
+		struct knode *r = x->ten[i].root;
+		long ri = find(c, r);
+		int err;
+
+		if (ri < 0)
+			return BAD("tenant %u: root not gathered",
+				   x->ten[i].id);
+		if (c->tnodes[ri] != r->ta->nodes)
+			return BAD("tenant %u: %llu nodes, counted %llu",
+				   x->ten[i].id,
+				   (unsigned long long)c->tnodes[ri],
+				   (unsigned long long)r->ta->nodes);
+		for (int t = 0; t < x->nt; t++)
+			if (c->sub[(size_t)ri * x->nt + t] !=
+			    kvti_quota_used(r->ta, t))
+				return BAD("tenant %u: %llu pages in tier %s, "
+					   "usage says %llu", x->ten[i].id,
+					   (unsigned long long)
+					   c->sub[(size_t)ri * x->nt + t],
+					   kvt_tier_kind_name(
+					   (kvt_tier_kind)x->kind[t]),
+					   (unsigned long long)
+					   kvti_quota_used(r->ta, t));
+		if ((err = check_heaps(x, r->ta, x->ten[i].id)))
+			return err;
+	}
 	return 0;
 }
 
@@ -281,7 +338,8 @@ int kvt_index_check(kvt_index *x)
 	int err;
 
 	kvti_errclear();
-	if ((err = check_table(&c)) || (err = gather(&c)))
+	if ((err = check_table(&c)) || (err = gather(&c)) ||
+	    (err = check_tenants(&c)))
 		goto out;
 	for (int t = 0; t < x->nt; t++) {
 		c.seen[t] = kvt_calloc(kvt_pool_slots(x->pool[t]) / 8 + 1, 1);
@@ -315,7 +373,6 @@ int kvt_index_check(kvt_index *x)
 				  (unsigned long long)kvt_pool_used(x->pool[t]));
 			goto out;
 		}
-	err = check_heaps(x);
 out:
 	for (int t = 0; t < KVT_TIER_COUNT; t++)
 		kvt_free(c.seen[t]);
@@ -323,5 +380,6 @@ out:
 	kvt_free(c.kids);
 	kvt_free(c.kpins);
 	kvt_free(c.sub);
+	kvt_free(c.tnodes);
 	return err;
 }

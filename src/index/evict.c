@@ -55,7 +55,9 @@ static int copy_page(kvt_index *x, struct knode *n, uint32_t j, int t,
 	uint32_t d, *s = nslot(x, n, j, 0);
 	kvt_move mv;
 
-	if (u >= x->nt || kvti_make_room(x, u, 1) || take_slot(x, u, &d))
+	if (u >= x->nt ||
+	    (n->ta->quota[u] && kvti_quota_room(x, n->ta, u, 1)) ||
+	    kvti_make_room(x, u, 1) || take_slot(x, u, &d))
 		return 0;
 	if (x->mover.copy) {
 		mv.src = (kvt_tier_kind)x->kind[t];
@@ -92,6 +94,7 @@ static void evict_page(kvt_index *x, struct knode *n, uint32_t j, int t)
 	kvti_release(x, t, *s);
 	*s = KVT_SLOT_NONE;
 	x->evicted[t]++;
+	n->ta->evicted[t]++;
 	kvti_res_delta(x, n, t, -1);
 	if (!m) {
 		x->dropped++;
@@ -99,14 +102,45 @@ static void evict_page(kvt_index *x, struct knode *n, uint32_t j, int t)
 	}
 }
 
-uint64_t kvti_evict_n(kvt_index *x, int t, uint64_t want)
+/* The node to evict from next in tier t: the top of @only's heap, or
+ * (@only NULL) the least valuable top among the tenants over their quota
+ * in t, else among all tenants. NULL: nothing can go. */
+static struct knode *evict_pick(kvt_index *x, int t, struct tacct *only)
 {
-	struct knode *prev = NULL;
+	struct knode *best = NULL;
+	int over = 0;
+
+	if (x->nten == 1) /* the common case: one tenant */
+		only = x->ten[0].root->ta;
+	if (only)
+		return only->hn[t] ? only->heap[t][0] : NULL;
+	for (size_t i = 0; i < x->nten; i++) {
+		struct tacct *ta = x->ten[i].root->ta;
+		struct knode *n;
+		int o;
+
+		if (!ta->hn[t])
+			continue;
+		n = ta->heap[t][0];
+		o = kvti_quota_over(ta, t);
+		if (!best || o > over ||
+		    (o == over && kvti_key_less(x, n, best))) {
+			best = n;
+			over = o;
+		}
+	}
+	return best;
+}
+
+/* Evict up to @want pages from tier t, picked by evict_pick(). */
+static uint64_t evict_loop(kvt_index *x, int t, struct tacct *only,
+			   uint64_t want)
+{
+	struct knode *prev = NULL, *n;
 	uint64_t done = 0;
 	uint32_t cur = 0;
 
-	while (done < want && x->hn[t]) {
-		struct knode *n = x->heap[t][0];
+	while (done < want && (n = evict_pick(x, t, only))) {
 		const uint8_t *mk = nmask(x, n);
 		uint32_t j = n == prev ? cur : n->npages;
 
@@ -117,10 +151,23 @@ uint64_t kvti_evict_n(kvt_index *x, int t, uint64_t want)
 			break;
 		prev = n;
 		cur = j - 1;
+		if (only)
+			only->qevicted[t]++;
 		evict_page(x, n, j - 1, t);
 		done++;
 	}
 	return done;
+}
+
+uint64_t kvti_evict_n(kvt_index *x, int t, uint64_t want)
+{
+	return evict_loop(x, t, NULL, want);
+}
+
+/* Evict up to @want of @ta's own pages from tier t (its quota). */
+uint64_t kvti_evict_own(kvt_index *x, struct tacct *ta, int t, uint64_t want)
+{
+	return evict_loop(x, t, ta, want);
 }
 
 int kvti_make_room(kvt_index *x, int t, uint64_t n)

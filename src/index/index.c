@@ -36,7 +36,8 @@
  * compact tier i, fastest first). PER NODE: pins, hits, last access and
  * access order, transient mark (state, ticket, ready time), and per tier:
  * cnt (its pages in the tier), sub (pages of its subtree in the tier) and
- * its place in that tier's eviction heap.
+ * its place in that tier's eviction heap of its tenant (n->ta, quota.c: a
+ * root's sub[i] is what its tenant holds in tier i).
  *
  * INVARIANTS (kvt_index_check() verifies all of them)
  *   - every non-root node is in the child table exactly once, under its
@@ -50,11 +51,15 @@
  *     every page above its end); a pinned page has a copy;
  *   - a node with no child and no pins ends in a page that is resident or
  *     transient (placeholders and empty pages never dangle);
- *   - tier i's heap holds exactly the nodes with cnt[i] > 0, sub[i] ==
- *     cnt[i] (nothing below in tier i) and no pins, ordered by
+ *   - a tenant's tier-i heap holds exactly its nodes with cnt[i] > 0,
+ *     sub[i] == cnt[i] (nothing below in tier i) and no pins, ordered by
  *     (hits if LFU, access order, id): the top's last tier-i page is the
- *     page to evict next. Access order follows the clock, which never
- *     goes back, so LRU by order is LRU by time.
+ *     tenant's page to evict next; the tier's next page is the least of
+ *     the tenants' tops (those over their quota in tier i first). Access
+ *     order follows the clock, which never goes back, so LRU by order is
+ *     LRU by time;
+ *   - every node points to its tenant's accounts (n->ta), whose node count
+ *     is its tree's and whose heaps have room for all of them.
  *
  * LOCKING: none. One thread at a time (the caller serializes). Pool
  * watermark callbacks that arrive while an index call is running (busy)
@@ -288,34 +293,15 @@ static int tab_grow(kvt_index *x, size_t want)
 	return 0;
 }
 
-static int heap_grow(kvt_index *x, size_t want)
-{
-	size_t cap = x->hcap ? x->hcap : 64;
-
-	while (cap < want)
-		cap *= 2;
-	if (cap == x->hcap)
-		return 0;
-	for (int t = 0; t < x->nt; t++) {
-		struct knode **h = kvt_realloc(x->heap[t], cap * sizeof(*h));
-		if (!h)
-			return -ENOMEM; /* arrays grown so far stay grown */
-		x->heap[t] = h;
-	}
-	x->mem += (cap - x->hcap) * sizeof(struct knode *) * (size_t)x->nt;
-	x->hcap = cap;
-	return 0;
-}
-
-/* Room for @nodes more nodes in the table and the heaps: the only
- * allocations a change needs besides the nodes themselves, taken before
- * the change starts. */
+/* Room for @nodes more nodes in the table and the heaps (of whichever
+ * tenant gets them): the only allocations a change needs besides the
+ * nodes themselves, taken before the change starts. */
 int kvti_reserve(kvt_index *x, size_t nodes)
 {
 	int err = tab_grow(x, x->tabcount + nodes);
 
-	if (!err)
-		err = heap_grow(x, x->nodes + nodes);
+	for (size_t i = 0; !err && i < x->nten; i++)
+		err = kvti_tacct_reserve(x, x->ten[i].root->ta, nodes);
 	return err;
 }
 
@@ -356,6 +342,8 @@ void kvti_attach(kvt_index *x, struct knode *parent, struct knode *n)
 {
 	n->parent = parent;
 	n->salt = parent->salt;
+	n->ta = parent->ta;
+	n->ta->nodes++;
 	tab_put_raw(x->tab, x->tabcap, tab_hash(parent->id, n->fp), n);
 	x->tabcount++;
 	n->prev = NULL;
@@ -394,6 +382,7 @@ void kvti_detach(kvt_index *x, struct knode *n)
 	if (n->next)
 		n->next->prev = n->prev;
 	n->parent->nchild--;
+	n->ta->nodes--;
 	x->nodes--;
 	x->pages -= n->npages;
 	if (n->tstate)
@@ -481,7 +470,8 @@ uint32_t kvti_walk_next(kvt_index *x, struct pk *k, struct walker *w,
 	return w->j;
 }
 
-/* ---- heaps: per tier, the evictable nodes, least valuable on top ------ */
+/* ---- heaps: per tenant and tier, the evictable nodes, least valuable on
+ * top (a node is in its own tenant's heaps, n->ta) --------------------- */
 
 int kvti_key_less(const kvt_index *x, const struct knode *a,
 		  const struct knode *b)
@@ -493,70 +483,72 @@ int kvti_key_less(const kvt_index *x, const struct knode *a,
 	return a->id < b->id;
 }
 
-static void heap_set(kvt_index *x, int t, uint32_t i, struct knode *n)
+static void heap_set(struct tacct *ta, int t, uint32_t i, struct knode *n)
 {
-	x->heap[t][i] = n;
+	ta->heap[t][i] = n;
 	n->hpos[t] = i;
 }
 
-static void heap_up(kvt_index *x, int t, uint32_t i)
+static void heap_up(kvt_index *x, struct tacct *ta, int t, uint32_t i)
 {
-	struct knode *n = x->heap[t][i];
+	struct knode *n = ta->heap[t][i];
 
 	while (i) {
 		uint32_t p = (i - 1) / 2;
-		if (!kvti_key_less(x, n, x->heap[t][p]))
+		if (!kvti_key_less(x, n, ta->heap[t][p]))
 			break;
-		heap_set(x, t, i, x->heap[t][p]);
+		heap_set(ta, t, i, ta->heap[t][p]);
 		i = p;
 	}
-	heap_set(x, t, i, n);
+	heap_set(ta, t, i, n);
 }
 
-static void heap_down(kvt_index *x, int t, uint32_t i)
+static void heap_down(kvt_index *x, struct tacct *ta, int t, uint32_t i)
 {
-	struct knode *n = x->heap[t][i];
-	uint32_t len = x->hn[t];
+	struct knode *n = ta->heap[t][i];
+	uint32_t len = ta->hn[t];
 
 	for (;;) {
 		uint32_t c = 2 * i + 1;
 		if (c >= len)
 			break;
-		if (c + 1 < len && kvti_key_less(x, x->heap[t][c + 1],
-						 x->heap[t][c]))
+		if (c + 1 < len && kvti_key_less(x, ta->heap[t][c + 1],
+						 ta->heap[t][c]))
 			c++;
-		if (!kvti_key_less(x, x->heap[t][c], n))
+		if (!kvti_key_less(x, ta->heap[t][c], n))
 			break;
-		heap_set(x, t, i, x->heap[t][c]);
+		heap_set(ta, t, i, ta->heap[t][c]);
 		i = c;
 	}
-	heap_set(x, t, i, n);
+	heap_set(ta, t, i, n);
 }
 
 static void heap_remove(kvt_index *x, int t, struct knode *n)
 {
-	uint32_t i = n->hpos[t], last = --x->hn[t];
-	struct knode *m = x->heap[t][last];
+	struct tacct *ta = n->ta;
+	uint32_t i = n->hpos[t], last = --ta->hn[t];
+	struct knode *m = ta->heap[t][last];
 
 	n->hpos[t] = POS_NONE;
 	if (i == last)
 		return;
-	heap_set(x, t, i, m);
-	heap_up(x, t, i);
-	heap_down(x, t, m->hpos[t]);
+	heap_set(ta, t, i, m);
+	heap_up(x, ta, t, i);
+	heap_down(x, ta, t, m->hpos[t]);
 }
 
-/* Put @n in or out of tier @t's heap as its state says. The heaps have
- * room for every node (kvti_reserve). */
+/* Put @n in or out of its tenant's tier @t heap as its state says. The
+ * heaps have room for every node (kvti_reserve). */
 void kvti_heap_fix(kvt_index *x, struct knode *n, int t)
 {
 	int want = !n->is_root && !n->pins && n->cnt[t] &&
 		   n->sub[t] == n->cnt[t];
+	struct tacct *ta = n->ta;
 
 	if (want && n->hpos[t] == POS_NONE) {
-		n->hpos[t] = x->hn[t]++;
-		x->heap[t][n->hpos[t]] = n;
-		heap_up(x, t, n->hpos[t]);
+		n->hpos[t] = ta->hn[t]++;
+		ta->heap[t][n->hpos[t]] = n;
+		heap_up(x, ta, t, n->hpos[t]);
 	} else if (!want && n->hpos[t] != POS_NONE) {
 		heap_remove(x, t, n);
 	}
@@ -573,8 +565,8 @@ void kvti_heap_rekey(kvt_index *x, struct knode *n)
 {
 	for (int t = 0; t < x->nt; t++)
 		if (n->hpos[t] != POS_NONE) {
-			heap_up(x, t, n->hpos[t]);
-			heap_down(x, t, n->hpos[t]);
+			heap_up(x, n->ta, t, n->hpos[t]);
+			heap_down(x, n->ta, t, n->hpos[t]);
 		}
 }
 
@@ -677,6 +669,8 @@ int kvti_split(kvt_index *x, struct knode *n, uint32_t j, struct knode **head)
 	copy_pages(x, h, n, 0, j);
 	h->fp = n->fp;
 	h->salt = n->salt;
+	h->ta = n->ta;
+	h->ta->nodes++;
 	h->atime = n->atime;
 	h->ord = n->ord;
 	h->hits = n->hits;
@@ -691,7 +685,7 @@ int kvti_split(kvt_index *x, struct knode *n, uint32_t j, struct knode **head)
 		h->sub[t] = n->sub[t];
 		tl->sub[t] = n->sub[t] - h->cnt[t];
 		if (n->hpos[t] != POS_NONE)
-			x->heap[t][n->hpos[t]] = tl;
+			n->ta->heap[t][n->hpos[t]] = tl;
 	}
 	/* the head takes n's table entry and sibling place */
 	e = tab_slot_of(x, n);
@@ -767,8 +761,13 @@ static int tenant_insert(kvt_index *x, uint32_t id, uint64_t salt)
 		x->capten = cap;
 	}
 	root = kvti_node_new(x, 0);
+	if (root && !(root->ta = kvti_tacct_new(x))) {
+		kvti_node_free(x, root);
+		root = NULL;
+	}
 	if (!root)
 		return -ENOMEM;
+	root->ta->root = root;
 	root->is_root = 1;
 	root->salt = salt;
 	root->tenant = id;
@@ -852,6 +851,7 @@ int kvt_index_tenant_remove(kvt_index *x, uint32_t tenant)
 		kvti_node_free(x, c);
 	}
 	kvt_free(all);
+	kvti_tacct_free(x, root->ta);
 	kvti_node_free(x, root);
 	pos = (size_t)(ten - x->ten);
 	memmove(&x->ten[pos], &x->ten[pos + 1],
@@ -947,10 +947,10 @@ void kvt_index_destroy(kvt_index *x)
 			node_drop_slots(x, x->tab[i].n);
 			kvti_node_free(x, x->tab[i].n);
 		}
-	for (size_t i = 0; i < x->nten; i++)
+	for (size_t i = 0; i < x->nten; i++) {
+		kvti_tacct_free(x, x->ten[i].root->ta);
 		kvti_node_free(x, x->ten[i].root);
-	for (int t = 0; t < x->nt; t++)
-		kvt_free(x->heap[t]);
+	}
 	kvt_free(x->tab);
 	kvt_free(x->ten);
 	kvt_free(x);

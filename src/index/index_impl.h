@@ -21,6 +21,7 @@
 struct knode {
 	uint64_t id;             /* unique, never reused: child-table key part */
 	struct knode *parent;    /* NULL for a tenant root */
+	struct tacct *ta;        /* the tenant's heaps and quotas */
 	struct knode *kid;       /* first child */
 	struct knode *next, *prev; /* siblings */
 	uint64_t fp;             /* fingerprint of page 0 (child-table key) */
@@ -49,6 +50,24 @@ struct tab_ent {
 	struct knode *n;
 };
 
+/*
+ * One tenant's eviction heaps, node count, quotas and counters (quota.c).
+ * Allocated with its root and pointed to by every node of its tree, so it
+ * stays put while the tenant array moves. Per managed tier i: heap[i]
+ * holds the tenant's evictable nodes (see index.c); the pages it holds in
+ * tier i are its root's sub[i].
+ */
+struct tacct {
+	struct knode **heap[KVT_TIER_COUNT];
+	uint32_t hn[KVT_TIER_COUNT];
+	size_t hcap;
+	uint64_t nodes;                    /* its nodes, root excluded */
+	uint64_t quota[KVT_TIER_COUNT];    /* pages; 0: no limit */
+	uint64_t evicted[KVT_TIER_COUNT];  /* its pages that left tier i */
+	uint64_t qevicted[KVT_TIER_COUNT]; /* of which for its own quota */
+	struct knode *root;
+};
+
 struct tenant {
 	uint32_t id;
 	uint64_t salt;
@@ -72,9 +91,6 @@ struct kvt_index {
 
 	struct tab_ent *tab;     /* child table: (parent id, fp) -> node */
 	size_t tabcap, tabcount;
-	struct knode **heap[KVT_TIER_COUNT]; /* per tier: evictable nodes */
-	uint32_t hn[KVT_TIER_COUNT];
-	size_t hcap;
 
 	struct tenant *ten;
 	size_t nten, capten;
@@ -193,12 +209,30 @@ struct tenant *kvti_tenant(kvt_index *x, uint32_t id);
 
 /* evict.c */
 uint64_t kvti_evict_n(kvt_index *x, int t, uint64_t n);
+uint64_t kvti_evict_own(kvt_index *x, struct tacct *ta, int t, uint64_t n);
 int kvti_make_room(kvt_index *x, int t, uint64_t n);
 uint64_t kvti_pool_free(kvt_index *x, int t);
 void kvti_copy_down(kvt_index *x, struct knode *n, uint32_t j);
 void kvti_enter(kvt_index *x);
 void kvti_leave(kvt_index *x);
 void kvti_wm_evict(kvt_pool *p, uint64_t want, void *arg);
+
+/* quota.c */
+struct tacct *kvti_tacct_new(kvt_index *x);
+void kvti_tacct_free(kvt_index *x, struct tacct *ta);
+int kvti_tacct_reserve(kvt_index *x, struct tacct *ta, uint64_t nodes);
+uint64_t kvti_quota_free(const struct tacct *ta, int t);
+int kvti_quota_room(kvt_index *x, struct tacct *ta, int t, uint64_t n);
+
+/* What @ta holds in tier t; whether that is over its quota there. */
+static inline uint64_t kvti_quota_used(const struct tacct *ta, int t)
+{
+	return ta->root->sub[t];
+}
+static inline int kvti_quota_over(const struct tacct *ta, int t)
+{
+	return ta->quota[t] && ta->root->sub[t] > ta->quota[t];
+}
 
 /* A walk down the tree along a prefix. */
 struct walker {

@@ -417,10 +417,11 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 {
 	struct knode *nn = NULL;
 	struct walker w;
+	struct tacct *ta;
 	struct pk k;
 	size_t have, cut, have_cut;
-	uint64_t miss, fresh;
-	int t, err, one = 1, minus = -1;
+	uint64_t miss, fresh, avail;
+	int t, err, one = 1, minus = -1, quota_short;
 
 	kvti_errclear();
 	if (!locs)
@@ -440,22 +441,43 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 	}
 	for_path(x, &k, k.n, pin_fn, &one);
 	miss = count_missing(x, &k, k.n, t, &cut, UINT64_MAX);
-	kvti_make_room(x, t, miss);
-	if (kvti_pool_free(x, t) < miss) {
-		count_missing(x, &k, k.n, t, &cut, kvti_pool_free(x, t));
+	/* the tenant's quota first (its own pages), then the tier's room */
+	ta = k.ten->root->ta;
+	if ((flags & KVT_INSERT_PARTIAL) || miss <= ta->quota[t])
+		kvti_quota_room(x, ta, t, miss); /* (no quota: a no-op) */
+	avail = KVT_MIN(miss, kvti_quota_free(ta, t));
+	quota_short = avail < miss;
+	/* room in the tier for what the quota lets in; none for an insert
+	 * that fails anyway */
+	if (avail && (!quota_short || (flags & KVT_INSERT_PARTIAL)))
+		kvti_make_room(x, t, avail);
+	avail = KVT_MIN(avail, kvti_pool_free(x, t));
+	if (avail < miss) {
+		count_missing(x, &k, k.n, t, &cut, avail);
 		if (!(flags & KVT_INSERT_PARTIAL) || !cut) {
-			uint64_t free = kvti_pool_free(x, t);
 			for_path(x, &k, k.n, pin_fn, &minus);
 			if (nn)
 				kvti_detach(x, nn);
 			prune_path(x, &k);
 			kvti_leave(x);
+			if (quota_short)
+				return kvti_fail(KVT_EFULL, "tier %s: %llu "
+						 "pages to place, tenant %u may "
+						 "take %llu under its quota of "
+						 "%llu (the rest of its pages "
+						 "pinned or in use by this "
+						 "prefix)",
+						 kvt_tier_kind_name(tier),
+						 (unsigned long long)miss,
+						 px->tenant,
+						 (unsigned long long)avail,
+						 (unsigned long long)ta->quota[t]);
 			return kvti_fail(KVT_EFULL, "tier %s: %llu pages to "
 					 "place, %llu free after eviction (the "
 					 "rest pinned or in use by this prefix)",
 					 kvt_tier_kind_name(tier),
 					 (unsigned long long)miss,
-					 (unsigned long long)free);
+					 (unsigned long long)avail);
 		}
 	}
 	if (cut < k.n)

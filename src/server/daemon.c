@@ -70,6 +70,7 @@ struct tenant {
 	uid_t uid[MAX_IDS];
 	gid_t gid[MAX_IDS];
 	int nuid, ngid;
+	uint64_t quota[KVT_TIER_COUNT]; /* bytes per owned tier; 0: none */
 	kvtd_mtenant *mt;
 };
 
@@ -106,6 +107,8 @@ struct conn {
 	int njobs;
 	struct cmem mems[MAX_MEMS];
 	uint32_t next_mem;
+	kvt_cache_fetch *fetch;      /* a remote prefetch this client's lookup
+					started, ended by its next LOAD */
 	kvtd_buf in, out;
 	struct conn *next;           /* d->mu */
 };
@@ -155,7 +158,31 @@ static int parse_id(const char *s, const char *what, uint64_t max,
 	return 0;
 }
 
-/* "NAME:ID[,uid=U][,gid=G][,salt=S]" entries joined by ';'. */
+/* "quota=TIER:SIZE" of a tenant entry. */
+static int parse_quota(struct tenant *t, const char *v)
+{
+	const char *colon = strchr(v, ':');
+	uint64_t bytes;
+	int k;
+
+	for (k = 0; colon && k < KVT_TIER_COUNT; k++) {
+		const char *n = kvt_tier_kind_name((kvt_tier_kind)k);
+
+		if (strlen(n) == (size_t)(colon - v) &&
+		    !strncmp(n, v, (size_t)(colon - v)))
+			break;
+	}
+	if (!colon || k == KVT_TIER_COUNT || k == KVT_TIER_HBM ||
+	    kvt_size_parse(colon + 1, &bytes) || !bytes)
+		return kvti_fail(KVT_ECONFIG, "daemon: tenant %s: quota '%s' "
+				 "is not TIER:SIZE (fabric, dram or ssd; e.g. "
+				 "dram:8G)", t->name, v);
+	t->quota[k] = bytes;
+	return 0;
+}
+
+/* "NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE]" entries joined by
+ * ';'. */
 static int tenants_parse(kvtd *d, const char *spec)
 {
 	char buf[4096], *save = NULL;
@@ -210,6 +237,8 @@ static int tenants_parse(kvtd *d, const char *spec)
 			} else if (!strncmp(f, "gid=", 4) && t->ngid < MAX_IDS) {
 				err = parse_id(f + 4, "gid", UINT32_MAX - 1, &v);
 				t->gid[t->ngid++] = (gid_t)v;
+			} else if (!strncmp(f, "quota=", 6)) {
+				err = parse_quota(t, f + 6);
 			} else if (!strncmp(f, "salt=", 5)) {
 				err = parse_id(f + 5, "salt", UINT64_MAX, &v);
 				t->salt = v;
@@ -217,8 +246,9 @@ static int tenants_parse(kvtd *d, const char *spec)
 			} else {
 				err = kvti_fail(KVT_ECONFIG, "daemon: tenant %s: "
 						"unknown or repeated field '%s' "
-						"(uid=, gid=, salt=; at most %d "
-						"ids)", t->name, f, MAX_IDS);
+						"(uid=, gid=, salt=, quota=; at "
+						"most %d ids)", t->name, f,
+						MAX_IDS);
 			}
 		}
 		if (err)
@@ -348,7 +378,9 @@ static void *reaper_main(void *arg)
 				kvtd_metrics_lease_expiry(d->m, c->t->mt,
 							  KVTD_LEASE_DEADLINE,
 							  1);
-				kvti_warn("daemon: client pid %d: job in slot %d "
+				/* counted; one line per job only at info
+				 * (a slow disk must not flood the log) */
+				kvti_info("daemon: client pid %d: job in slot %d "
 					  "ran past its lease (%u ms): "
 					  "cancelled", (int)c->cred.pid, s,
 					  d->cfg.lease_ms);
@@ -612,6 +644,26 @@ static kvt_page_key *keys_copy(const uint8_t *p, uint32_t n)
 	return k;
 }
 
+/* End this client's prefetch: @cut 1 keeps what arrived and stops. */
+static void fetch_end(struct conn *c, int cut)
+{
+	uint64_t pages = 0;
+
+	if (!c->fetch)
+		return;
+	kvt_cache_prefetch_end(c->fetch, cut, &pages);
+	c->fetch = NULL;
+}
+
+static void fetch_start(struct conn *c, const kvt_page_key *keys,
+			size_t nkeys, size_t first)
+{
+	fetch_end(c, 1); /* one at a time per client */
+	if (kvt_cache_prefetch_start(c->d->c, c->itenant, keys, nkeys, first,
+				     &c->fetch))
+		c->fetch = NULL; /* a miss: the engine computes them */
+}
+
 static int do_job(struct conn *c, const kvtd_req *q, int store)
 {
 	kvtd *d = c->d;
@@ -635,6 +687,8 @@ static int do_job(struct conn *c, const kvtd_req *q, int store)
 		return perr(c, KVTD_PERR_ORDER, kvti_fail(KVT_EBUSY,
 			    "%s: job slot %u is in use (RELEASE it first)",
 			    store ? "STORE" : "LOAD", s));
+	/* the request is scheduled: whatever the prefetch brought is used */
+	fetch_end(c, 1);
 	keys = keys_copy(q->u.job.keys, q->u.job.nkeys);
 	blocks = kvt_malloc((n ? n : 1) * sizeof(*blocks));
 	j = kvt_calloc(1, sizeof(*j));
@@ -832,6 +886,11 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, int fd)
 		err = kvt_cache_lookup(d->c, c->itenant, keys,
 				       q.u.lookup.nkeys,
 				       q.u.lookup.flags & KVT_LOOKUP_TOUCH, &r);
+		/* a remote run after the local one: bring it in while the
+		 * request waits to be scheduled (its LOAD cuts it off) */
+		if (!err && r.tier_pages[KVT_TIER_REMOTE] && !r.inflight)
+			fetch_start(c, keys, r.pages +
+				    r.tier_pages[KVT_TIER_REMOTE], r.pages);
 		kvt_free(keys);
 		reply_begin(c, h, err);
 		if (!err) {
@@ -902,6 +961,7 @@ static void conn_free(struct conn *c)
 			break;
 		}
 	pthread_mutex_unlock(&d->mu);
+	fetch_end(c, 1);
 	for (uint32_t s = 0; s < MAX_JOBS; s++)
 		job_free(c, s);
 	for (int i = 0; i < MAX_MEMS; i++)
@@ -998,6 +1058,33 @@ static void *conn_main(void *arg)
 
 /* ---- open, run, close -------------------------------------------------------- */
 
+/* Before each metrics render: what each tenant holds per tier (all its
+ * ranks), and its quota there. */
+static void collect(kvtd_metrics *m, void *arg)
+{
+	kvtd *d = arg;
+
+	for (int i = 0; i < d->nten; i++) {
+		uint64_t used[KVT_TIER_COUNT] = { 0 }, quota[KVT_TIER_COUNT] = { 0 };
+
+		for (uint32_t r = 0; r < d->g->tp_size; r++) {
+			kvt_tenant_usage u;
+
+			if (kvt_cache_tenant_usage(d->c, itenant(d, i, r), &u))
+				continue;
+			for (int k = 0; k < KVT_TIER_COUNT; k++) {
+				used[k] += u.pages[k];
+				quota[k] += u.quota[k];
+			}
+		}
+		for (int k = 0; k < KVT_TIER_COUNT; k++)
+			if (kvt_cache_tier(d->c, (kvt_tier_kind)k))
+				kvtd_metrics_tenant_pages(m, d->ten[i].mt,
+							  (kvt_tier_kind)k,
+							  used[k], quota[k]);
+	}
+}
+
 static int listen_on(kvtd *d, const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -1072,6 +1159,7 @@ int kvtd_open(kvtd **out, const kvtd_config *cfg)
 	cc.tp_size = cfg->tp;
 	cc.flags = cfg->cache_flags;
 	cc.write = cfg->write;
+	cc.remote = cfg->remote && *cfg->remote ? cfg->remote : NULL;
 	cc.evict = cfg->evict;
 	cc.xfer_threads = cfg->xfer_threads;
 	if ((err = kvt_cache_open(&d->c, &cc)))
@@ -1080,6 +1168,7 @@ int kvtd_open(kvtd **out, const kvtd_config *cfg)
 	if ((err = kvtd_metrics_create(&d->m)))
 		goto fail;
 	kvtd_metrics_set_cache(d->m, d->c);
+	kvtd_metrics_set_collect(d->m, collect, d);
 	for (int i = 0; i < d->nten; i++) {
 		struct tenant *t = &d->ten[i];
 
@@ -1087,6 +1176,28 @@ int kvtd_open(kvtd **out, const kvtd_config *cfg)
 			err = kvt_cache_tenant_add(d->c, itenant(d, i, r),
 						   t->salt ^ XXH3_64bits(&r,
 						   sizeof(r)));
+		/* a tenant's quota is split over its TP ranks (each its own
+		 * tenant of the cache) */
+		for (int k = 0; k < KVT_TIER_COUNT && !err; k++) {
+			uint64_t pb = kvt_geom_page_bytes(d->g), tp = d->g->tp_size;
+			uint64_t pages = (t->quota[k] / pb + tp - 1) / tp;
+
+			if (!t->quota[k])
+				continue;
+			if (!kvt_cache_tier(d->c, (kvt_tier_kind)k)) {
+				err = kvti_fail(KVT_ECONFIG, "daemon: tenant %s: "
+						"a quota for the %s tier, which "
+						"is not in --tiers", t->name,
+						kvt_tier_kind_name(
+							(kvt_tier_kind)k));
+				break;
+			}
+			for (uint32_t r = 0; r < tp && !err; r++)
+				err = kvt_cache_tenant_quota(d->c,
+						itenant(d, i, r),
+						(kvt_tier_kind)k,
+						pages ? pages : 1);
+		}
 		if (!err) /* metrics id 0 is the node's */
 			err = kvtd_metrics_tenant(d->m, (uint32_t)i + 1,
 						  t->name, &t->mt);

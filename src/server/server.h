@@ -20,9 +20,12 @@ typedef struct kvtd kvtd;
  * @socket_mode: permission bits of the socket (0660).
  * @tiers, @model, @page_tokens, @tp: the cache (kvt_cache_config), one
  *               namespace @ns ("default") whose clients must match it.
- * @tenants:     "NAME:ID[,uid=U][,gid=G][,salt=S]" entries joined by ';'.
- *               A client acting as tenant ID must run as one of its uids
- *               or gids (SO_PEERCRED); root may act as any. Empty: one
+ * @tenants:     "NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE]"
+ *               entries joined by ';'. A client acting as tenant ID must
+ *               run as one of its uids or gids (SO_PEERCRED); root may act
+ *               as any. A quota (repeatable, one per owned tier) caps what
+ *               the tenant holds there, all its TP ranks together: at it,
+ *               its own pages make room, never another's. Empty: one
  *               tenant "default:0" for the daemon's own uid.
  * @lease_ms:    a job's lease: cancelled (pins dropped) when it runs this
  *               long (30000).
@@ -30,6 +33,10 @@ typedef struct kvtd kvtd;
  *               (5000).
  * @max_clients: connections served at once (64); more are refused.
  * @metrics:     "HOST:PORT" for GET /metrics, NULL or "" for none.
+ * @remote:      a remote tier below the owned ones (kvtier/remote.h spec):
+ *               lookups report its run after the local one, and the
+ *               daemon prefetches it into the top tier until the client's
+ *               LOAD of that prefix (whatever arrived is used).
  * @cache_flags, @write, @evict, @xfer_threads: kvt_cache_config's.
  */
 typedef struct kvtd_config {
@@ -40,6 +47,7 @@ typedef struct kvtd_config {
 	const char *tenants;
 	uint32_t lease_ms, hello_ms, max_clients;
 	const char *metrics;
+	const char *remote;        /* kvt_cache_config.remote, or NULL */
 	unsigned cache_flags;      /* KVT_CACHE_* */
 	int write, evict;          /* kvt_cache_config's (write-back, LRU) */
 	uint32_t xfer_threads;

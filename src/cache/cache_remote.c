@@ -1,0 +1,557 @@
+/*
+ * cache_remote.c — the node cache's remote tier (include/kvtier/cache.h,
+ * "The remote tier"): write-through after stores, remote runs in lookups,
+ * prefetch into the top tier. Only the cache's public calls and
+ * kvtier/remote.h are used; the bytes go through two staging areas that
+ * the cache sees as attached host memory in page-first order (a block is
+ * a page: base[l] = buf + l*kv*chunk, block stride = page bytes), which is
+ * also the remote tier's value layout, so no conversion is needed.
+ *
+ *   store job done --progress hook--> queue (keys) --writer thread-->
+ *       EXISTS; load_ex(top tier -> wstage); kvt_remote_set(absent pages)
+ *
+ *   prefetch: kvt_remote_get(-> pstage); store_ex(pstage -> top tier)
+ *
+ * Two connections: the writer's own (cr->rw), so a lookup or prefetch
+ * (cr->r) never waits behind a write batch.
+ *
+ * Locks: cr->mu guards the queue and the counters; it is a leaf (taken
+ * inside a job's progress callback, never held across a cache call).
+ * cr->pmu serializes prefetches (one staging area).
+ */
+#include "cache/cache_remote.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <string.h>
+
+#define STAGE_BYTES (64ull << 20) /* per staging area */
+#define STAGE_MAX 64              /* pages per staging area */
+#define QUEUE_MAX (1u << 16)      /* pages waiting for write-through */
+#define FETCH_BATCH_BYTES (16ull << 20) /* asynchronous prefetch batch */
+
+struct wentry {
+	struct wentry *next;
+	uint32_t tenant;
+	size_t nkeys, first;
+	kvt_page_key keys[];
+};
+
+/* A store's progress hook: forwards to the caller's, queues at done. */
+struct fwd {
+	struct kvti_cremote *cr;
+	kvt_cache_progress_fn *fn;
+	void *arg;
+	struct wentry *e;
+};
+
+struct kvti_cremote {
+	kvt_cache *c;
+	kvt_remote *r;                /* lookups and prefetches */
+	kvt_remote *rw;               /* the writer's own: a lookup never
+					 waits behind a write batch */
+	uint64_t page;
+	uint32_t slots;               /* pages per staging area */
+	uint8_t *wbuf, *pbuf;
+	kvt_cache_mem *wmem, *pmem;
+	uint32_t *blocks;             /* 0..slots-1 */
+	uint8_t *ok, *wok;            /* per staged page: prefetch, writer */
+	pthread_mutex_t pmu;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv, idle;
+	struct wentry *head, *tail;   /* mu */
+	uint64_t pending;             /* mu: pages queued or being written */
+	int fetches;                  /* mu: asynchronous prefetches running */
+	atomic_int closing;           /* prefetches stop between batches */
+	int stop, have_thread;
+	pthread_t th;
+	kvt_cache_remote_stat st;     /* mu (remote: filled on read) */
+};
+
+/* ---- staging areas -------------------------------------------------------- */
+
+static int stage_attach(struct kvti_cremote *cr, uint8_t **buf,
+			kvt_cache_mem **mem)
+{
+	const kvt_geom *g = kvt_cache_geom(cr->c);
+	uint64_t chunk = kvt_geom_chunk_bytes(g);
+	void **base;
+	int err;
+
+	if (!(*buf = kvti_aligned_alloc(4096, cr->slots * cr->page)))
+		return -ENOMEM;
+	if (!(base = kvt_malloc(g->layers * sizeof(void *))))
+		return -ENOMEM;
+	for (uint32_t l = 0; l < g->layers; l++)
+		base[l] = *buf + (uint64_t)l * kvt_geom_kv(g) * chunk;
+	err = kvt_cache_attach(cr->c, base, g->layers, cr->slots, cr->page,
+			       chunk, (uint64_t)g->kv_heads * g->head_dim *
+			       g->dtype_bytes, -1, mem);
+	kvt_free(base);
+	return err;
+}
+
+/* ---- write-through ------------------------------------------------------- */
+
+/* Write pages first..nkeys-1 of one committed store, a staging area at a
+ * time. */
+static void write_entry(struct kvti_cremote *cr, const struct wentry *e)
+{
+	uint64_t written = 0, present = 0, dropped = 0, failed = 0;
+	kvt_cache_io io = KVT_CACHE_IO_INIT;
+	const void **bufs = NULL;
+	kvt_page_key *ks = NULL;
+	uint32_t *bad = NULL;
+
+	io.mem = cr->wmem;
+	bufs = kvt_malloc(cr->slots * sizeof(*bufs));
+	ks = kvt_malloc(cr->slots * sizeof(*ks));
+	bad = kvt_malloc(cr->slots * sizeof(*bad));
+	for (size_t s = e->first; s < e->nkeys;) {
+		size_t cnt = KVT_MIN((size_t)cr->slots, e->nkeys - s), lead, m = 0;
+		kvt_cache_job *j = NULL;
+		long nbad = 0;
+		int got;
+
+		if (!bufs || !ks || !bad) {
+			dropped += e->nkeys - s;
+			break;
+		}
+		kvt_remote_exists(cr->rw, e->keys + s, cnt, &lead, cr->wok);
+		for (size_t i = 0; i < cnt; i++)
+			present += cr->wok[i];
+		if (lead == cnt) {
+			s += cnt;
+			continue;
+		}
+		if (kvt_cache_load_ex(cr->c, e->tenant, e->keys, s + cnt, s,
+				      cr->blocks, &io, &j)) {
+			dropped += cnt;
+			s += cnt;
+			continue;
+		}
+		kvt_cache_job_wait(j, -1);
+		nbad = kvt_cache_job_failed(j, bad, cr->slots);
+		kvt_cache_job_free(j);
+		for (size_t i = 0; i < cnt; i++) {
+			int gone = 0;
+
+			for (long b = 0; b < nbad && b < (long)cr->slots; b++)
+				gone |= bad[b] == i;
+			if (cr->wok[i])
+				continue;
+			if (gone) {
+				dropped++;
+				continue;
+			}
+			ks[m] = e->keys[s + i];
+			bufs[m++] = cr->wbuf + i * cr->page;
+		}
+		got = m ? kvt_remote_set(cr->rw, ks, m, bufs, NULL, NULL) : 0;
+		written += got > 0 ? (uint64_t)got : 0;
+		failed += m - (got > 0 ? (uint64_t)got : 0);
+		s += cnt;
+	}
+	kvt_free(bufs);
+	kvt_free(ks);
+	kvt_free(bad);
+	pthread_mutex_lock(&cr->mu);
+	cr->st.written += written;
+	cr->st.present += present;
+	cr->st.dropped += dropped;
+	cr->st.failed += failed;
+	pthread_mutex_unlock(&cr->mu);
+}
+
+static void *writer_main(void *arg)
+{
+	struct kvti_cremote *cr = arg;
+
+	pthread_mutex_lock(&cr->mu);
+	for (;;) {
+		struct wentry *e;
+
+		while (!cr->head && !cr->stop)
+			pthread_cond_wait(&cr->cv, &cr->mu);
+		if (cr->stop)
+			break;
+		e = cr->head;
+		cr->head = e->next;
+		if (!cr->head)
+			cr->tail = NULL;
+		pthread_mutex_unlock(&cr->mu);
+		write_entry(cr, e);
+		pthread_mutex_lock(&cr->mu);
+		cr->pending -= e->nkeys - e->first;
+		kvt_free(e);
+		pthread_cond_broadcast(&cr->idle);
+	}
+	pthread_mutex_unlock(&cr->mu);
+	return NULL;
+}
+
+/* Runs under the store job's lock: record and wake only. */
+static void fwd_progress(void *arg, const kvt_cache_progress *p)
+{
+	struct fwd *f = arg;
+	struct kvti_cremote *cr = f->cr;
+
+	if (p->done) {
+		struct wentry *e = f->e;
+		uint64_t n = e->nkeys - e->first;
+
+		pthread_mutex_lock(&cr->mu);
+		if (p->result == 0 && !cr->stop && cr->pending + n <= QUEUE_MAX) {
+			e->next = NULL;
+			if (cr->tail)
+				cr->tail->next = e;
+			else
+				cr->head = e;
+			cr->tail = e;
+			cr->pending += n;
+			cr->st.queued += n;
+			pthread_cond_signal(&cr->cv);
+			e = NULL;
+		} else if (p->result == 0) {
+			cr->st.dropped += n;
+		}
+		pthread_mutex_unlock(&cr->mu);
+		kvt_free(e);
+	}
+	if (f->fn)
+		f->fn(f->arg, p);
+	if (p->done)
+		kvt_free(f);
+}
+
+int kvti_cache_remote_wants(const struct kvti_cremote *cr,
+			    const kvt_cache_io *io)
+{
+	return !io || (io->progress != fwd_progress && io->mem != cr->pmem &&
+		       io->mem != cr->wmem);
+}
+
+int kvti_cache_remote_store(struct kvti_cremote *cr, uint32_t tenant,
+			    const kvt_page_key *keys, size_t nkeys,
+			    size_t first, const uint32_t *blocks,
+			    const kvt_cache_io *io, kvt_cache_job **out)
+{
+	kvt_cache_io my = KVT_CACHE_IO_INIT, o = KVT_CACHE_IO_INIT;
+	struct fwd *f;
+	int err;
+
+	/* what the plain call refuses, it refuses without the hook */
+	if (!keys || first >= nkeys ||
+	    (io && (io->size < sizeof(uint32_t) || io->size > sizeof(o))))
+		return kvt_cache_store_ex(cr->c, tenant, keys, nkeys, first,
+					  blocks, io, out);
+	if (io)
+		memcpy(&o, io, io->size);
+	f = kvt_calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->e = kvt_malloc(sizeof(*f->e) + nkeys * sizeof(kvt_page_key));
+	if (!f->e) {
+		kvt_free(f);
+		return -ENOMEM;
+	}
+	f->cr = cr;
+	f->fn = o.progress;
+	f->arg = o.arg;
+	my.mem = o.mem;
+	f->e->tenant = tenant;
+	f->e->nkeys = nkeys;
+	f->e->first = first;
+	memcpy(f->e->keys, keys, nkeys * sizeof(kvt_page_key));
+	my.progress = fwd_progress;
+	my.arg = f;
+	err = kvt_cache_store_ex(cr->c, tenant, keys, nkeys, first, blocks,
+				 &my, out);
+	if (err) { /* nothing started: no callback will come */
+		kvt_free(f->e);
+		kvt_free(f);
+	}
+	return err;
+}
+
+int kvti_cache_remote_flush(struct kvti_cremote *cr, int64_t timeout_ns)
+{
+	struct timespec ts;
+	int err = 0;
+
+	if (timeout_ns >= 0)
+		kvti_deadline(&ts, timeout_ns);
+	pthread_mutex_lock(&cr->mu);
+	while (cr->pending && !err)
+		err = timeout_ns < 0 ? -pthread_cond_wait(&cr->idle, &cr->mu) :
+			-pthread_cond_timedwait(&cr->idle, &cr->mu, &ts);
+	pthread_mutex_unlock(&cr->mu);
+	return err;
+}
+
+/* ---- lookup and prefetch --------------------------------------------------- */
+
+void kvti_cache_remote_lookup(struct kvti_cremote *cr,
+			      const kvt_page_key *keys, size_t nkeys,
+			      kvt_cache_lookup_result *r)
+{
+	size_t lead = 0;
+
+	if (r->inflight || r->pages >= nkeys)
+		return;
+	if (kvt_remote_exists(cr->r, keys + r->pages, nkeys - r->pages, &lead,
+			      NULL))
+		return;
+	r->tier_pages[KVT_TIER_REMOTE] = lead;
+	pthread_mutex_lock(&cr->mu);
+	cr->st.lookups++;
+	cr->st.lookup_pages += lead;
+	pthread_mutex_unlock(&cr->mu);
+}
+
+/* Bring pages first..nkeys-1 in, @batch pages a time, until one is not
+ * there, @cut is set (checked between batches) or the cache closes. */
+static int fetch_run(struct kvti_cremote *cr, uint32_t tenant,
+		     const kvt_page_key *keys, size_t nkeys, size_t first,
+		     size_t batch, atomic_int *cut, uint64_t *pages)
+{
+	kvt_cache_io io = KVT_CACHE_IO_INIT;
+	void **bufs;
+	size_t s = first;
+	int err = 0;
+
+	*pages = 0;
+	if (!(bufs = kvt_malloc(cr->slots * sizeof(*bufs))))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < cr->slots; i++)
+		bufs[i] = cr->pbuf + i * cr->page;
+	io.mem = cr->pmem;
+	pthread_mutex_lock(&cr->pmu);
+	while (s < nkeys && !(cut && atomic_load(cut)) &&
+	       !atomic_load(&cr->closing)) {
+		size_t cnt = KVT_MIN(batch, nkeys - s), lead = 0;
+		kvt_cache_job *j;
+
+		kvt_remote_get(cr->r, keys + s, cnt, bufs, cr->ok, NULL);
+		while (lead < cnt && cr->ok[lead])
+			lead++;
+		if (!lead)
+			break;
+		if ((err = kvt_cache_store_ex(cr->c, tenant, keys, s + lead, s,
+					      cr->blocks, &io, &j)))
+			break;
+		err = kvt_cache_job_wait(j, -1);
+		kvt_cache_job_free(j);
+		if (err)
+			break;
+		s += lead;
+		*pages += lead;
+		if (lead < cnt)
+			break;
+	}
+	pthread_mutex_unlock(&cr->pmu);
+	pthread_mutex_lock(&cr->mu);
+	cr->st.prefetched += *pages;
+	pthread_mutex_unlock(&cr->mu);
+	kvt_free(bufs);
+	return err;
+}
+
+int kvti_cache_remote_prefetch(struct kvti_cremote *cr, uint32_t tenant,
+			       const kvt_page_key *keys, size_t nkeys,
+			       size_t first, uint64_t *pages)
+{
+	return fetch_run(cr, tenant, keys, nkeys, first, cr->slots, NULL,
+			 pages);
+}
+
+/* ---- asynchronous prefetch ------------------------------------------------ */
+
+struct kvt_cache_fetch {
+	struct kvti_cremote *cr;
+	uint32_t tenant;
+	size_t nkeys, first;
+	atomic_int cut;
+	uint64_t pages;
+	int err;
+	pthread_t th;
+	kvt_page_key keys[];
+};
+
+static void *fetch_main(void *arg)
+{
+	kvt_cache_fetch *f = arg;
+	struct kvti_cremote *cr = f->cr;
+	/* small batches: a cut-off waits for at most one of them */
+	size_t batch = (size_t)KVT_MAX(1, KVT_MIN(cr->slots,
+						  FETCH_BATCH_BYTES / cr->page));
+
+	f->err = fetch_run(cr, f->tenant, f->keys, f->nkeys, f->first, batch,
+			   &f->cut, &f->pages);
+	pthread_mutex_lock(&cr->mu);
+	cr->fetches--;
+	pthread_cond_broadcast(&cr->idle);
+	pthread_mutex_unlock(&cr->mu);
+	return NULL;
+}
+
+int kvti_cache_remote_fetch_start(struct kvti_cremote *cr, uint32_t tenant,
+				  const kvt_page_key *keys, size_t nkeys,
+				  size_t first, kvt_cache_fetch **out)
+{
+	kvt_cache_fetch *f = kvt_calloc(1, sizeof(*f) + nkeys * sizeof(*keys));
+	int err;
+
+	if (!f)
+		return -ENOMEM;
+	f->cr = cr;
+	f->tenant = tenant;
+	f->nkeys = nkeys;
+	f->first = first;
+	memcpy(f->keys, keys, nkeys * sizeof(*keys));
+	pthread_mutex_lock(&cr->mu);
+	cr->fetches++;
+	pthread_mutex_unlock(&cr->mu);
+	if ((err = -pthread_create(&f->th, NULL, fetch_main, f))) {
+		pthread_mutex_lock(&cr->mu);
+		cr->fetches--;
+		pthread_mutex_unlock(&cr->mu);
+		kvt_free(f);
+		return kvti_fail(err, "cache prefetch: starting its thread");
+	}
+	*out = f;
+	return 0;
+}
+
+int kvt_cache_prefetch_end(kvt_cache_fetch *f, int cut, uint64_t *pages)
+{
+	int err;
+
+	if (!f)
+		return kvti_fail(-EINVAL, "cache prefetch end: no handle");
+	if (cut)
+		atomic_store(&f->cut, 1);
+	pthread_join(f->th, NULL);
+	if (pages)
+		*pages = f->pages;
+	err = f->err;
+	kvt_free(f);
+	return err;
+}
+
+void kvti_cache_remote_stat(struct kvti_cremote *cr,
+			    kvt_cache_remote_stat *st)
+{
+	kvt_remote_stat w;
+	uint64_t *a = (uint64_t *)&st->remote;
+	const uint64_t *b = (const uint64_t *)&w;
+
+	pthread_mutex_lock(&cr->mu);
+	*st = cr->st;
+	pthread_mutex_unlock(&cr->mu);
+	kvt_remote_stat_get(cr->r, &st->remote);
+	kvt_remote_stat_get(cr->rw, &w);
+	/* both connections' counters added (every field up to lat_ns_max
+	 * is a uint64_t count); the longest call and the nodes are the
+	 * larger of the two */
+	for (size_t i = 0; i < offsetof(kvt_remote_stat, lat_ns_max) /
+				       sizeof(uint64_t); i++)
+		a[i] += b[i];
+	st->remote.lat_ns_max = KVT_MAX(st->remote.lat_ns_max, w.lat_ns_max);
+	st->remote.nodes = KVT_MAX(st->remote.nodes, w.nodes);
+	st->remote.nodes_up = KVT_MAX(st->remote.nodes_up, w.nodes_up);
+}
+
+/* ---- open and close --------------------------------------------------------- */
+
+int kvti_cache_remote_open(kvt_cache *c, const char *spec,
+			   struct kvti_cremote **out)
+{
+	struct kvti_cremote *cr = kvt_calloc(1, sizeof(*cr));
+	int err;
+
+	if (!cr)
+		return -ENOMEM;
+	cr->c = c;
+	cr->page = kvt_geom_page_bytes(kvt_cache_geom(c));
+	cr->slots = (uint32_t)KVT_MAX(1, KVT_MIN(STAGE_MAX,
+						 STAGE_BYTES / cr->page));
+	pthread_mutex_init(&cr->mu, NULL);
+	pthread_mutex_init(&cr->pmu, NULL);
+	kvti_cond_init_mono(&cr->cv);
+	kvti_cond_init_mono(&cr->idle);
+	if ((err = kvt_remote_open(&cr->r, spec, kvt_cache_geom(c))) ||
+	    (err = kvt_remote_open(&cr->rw, spec, kvt_cache_geom(c))))
+		goto fail;
+	err = -ENOMEM;
+	if (!(cr->blocks = kvt_malloc(cr->slots * sizeof(*cr->blocks))) ||
+	    !(cr->ok = kvt_malloc(cr->slots)) || !(cr->wok = kvt_malloc(cr->slots)))
+		goto fail;
+	for (uint32_t i = 0; i < cr->slots; i++)
+		cr->blocks[i] = i;
+	if ((err = stage_attach(cr, &cr->wbuf, &cr->wmem)) ||
+	    (err = stage_attach(cr, &cr->pbuf, &cr->pmem)))
+		goto fail;
+	if ((err = -pthread_create(&cr->th, NULL, writer_main, cr))) {
+		kvti_fail(err, "cache: starting the remote writer thread");
+		goto fail;
+	}
+	cr->have_thread = 1;
+	*out = cr;
+	return 0;
+fail:
+	kvti_cache_remote_stop(cr);
+	kvt_cache_detach(cr->wmem);
+	kvt_cache_detach(cr->pmem);
+	kvti_cache_remote_free(cr);
+	return err;
+}
+
+void kvti_cache_remote_stop(struct kvti_cremote *cr)
+{
+	if (!cr)
+		return;
+	atomic_store(&cr->closing, 1);
+	pthread_mutex_lock(&cr->mu);
+	cr->stop = 1;
+	pthread_cond_broadcast(&cr->cv);
+	while (cr->fetches) /* their handles stay valid until _end() */
+		pthread_cond_wait(&cr->idle, &cr->mu);
+	pthread_mutex_unlock(&cr->mu);
+	if (cr->have_thread)
+		pthread_join(cr->th, NULL);
+	cr->have_thread = 0;
+	/* what was still queued is dropped */
+	pthread_mutex_lock(&cr->mu);
+	while (cr->head) {
+		struct wentry *e = cr->head;
+
+		cr->head = e->next;
+		cr->st.dropped += e->nkeys - e->first;
+		cr->pending -= e->nkeys - e->first;
+		kvt_free(e);
+	}
+	cr->tail = NULL;
+	pthread_cond_broadcast(&cr->idle);
+	pthread_mutex_unlock(&cr->mu);
+}
+
+void kvti_cache_remote_free(struct kvti_cremote *cr)
+{
+	if (!cr)
+		return;
+	kvt_remote_close(cr->r);
+	kvt_remote_close(cr->rw);
+	kvt_free(cr->wbuf);
+	kvt_free(cr->pbuf);
+	kvt_free(cr->blocks);
+	kvt_free(cr->ok);
+	kvt_free(cr->wok);
+	pthread_mutex_destroy(&cr->mu);
+	pthread_mutex_destroy(&cr->pmu);
+	pthread_cond_destroy(&cr->cv);
+	pthread_cond_destroy(&cr->idle);
+	kvt_free(cr);
+}
