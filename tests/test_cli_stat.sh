@@ -89,4 +89,52 @@ expect 1 "not valid JSON" -- stat --from-file "$TMP/garbage.json"
 expect 1 "metrics format 2, this kvtier reads format 1" -- stat --from-file "$TMP/future.json"
 expect 1 "no tenant 'nobody'" -- stat --from-file "$SAMPLE" --tenant nobody
 expect 1 "kvtier stat" -- stat --socket "$TMP/no-daemon.sock"
+# against a live daemon, where this kvtier has one: stat over the socket, and
+# GET /metrics (bash's /dev/tcp) on a loopback port; bounded by timeouts
+if "$KVT" serve --help >/dev/null 2>&1; then
+	http() { # http METHOD PATH: the whole response on stdout
+		exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
+		printf '%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n' "$1" "$2" >&3
+		timeout 10 cat <&3
+		exec 3<&-
+	}
+	for try in 1 2 3; do # a random port may be taken: try another
+		port=$((20000 + RANDOM % 30000))
+		rm -f "$TMP/d.sock"
+		"$KVT" serve --socket "$TMP/d.sock" --tiers dram:64M \
+			--metrics "127.0.0.1:$port" >"$TMP/serve.log" 2>&1 & dpid=$!
+		for i in $(seq 100); do
+			[ -S "$TMP/d.sock" ] || ! kill -0 $dpid 2>/dev/null && break
+			sleep 0.1
+		done
+		kill -0 $dpid 2>/dev/null && break
+		wait $dpid
+	done
+	if kill -0 $dpid 2>/dev/null; then
+		timeout 20 "$KVT" stat --socket "$TMP/d.sock" >"$TMP/live.txt" 2>&1 ||
+			fail "stat on a live daemon: $(cat "$TMP/live.txt")"
+		has "$TMP/live.txt" "kvtier daemon" "dram " "tenant default"
+		timeout 20 "$KVT" stat --socket "$TMP/d.sock" --json >"$TMP/live.json" 2>&1 ||
+			fail "stat --json on a live daemon"
+		has "$TMP/live.json" '"format":	1' '"tiers":'
+		KVT_NAMESPACE=other timeout 20 "$KVT" stat --socket "$TMP/d.sock" >/dev/null 2>"$TMP/ns.err"
+		[ $? = 1 ] && grep -q "namespace 'other' is not served here" "$TMP/ns.err" ||
+			fail "stat in another namespace: $(cat "$TMP/ns.err")"
+		printf 'socket = %s\n' "$TMP/d.sock" >"$TMP/stat.conf"
+		timeout 20 "$KVT" stat --config "$TMP/stat.conf" --tenant default >"$TMP/conf.txt" 2>&1 ||
+			fail "stat --config: $(cat "$TMP/conf.txt")"
+		KVT_SOCKET="$TMP/d.sock" timeout 20 "$KVT" stat --count 2 --watch 0.1 >"$TMP/env.txt" 2>&1 ||
+			fail "stat with KVT_SOCKET: $(cat "$TMP/env.txt")"
+		[ "$(grep -c '^kvtier daemon' "$TMP/env.txt")" = 2 ] || fail "live --watch --count 2"
+		http GET /metrics >"$TMP/scrape.txt" || fail "GET /metrics"
+		has "$TMP/scrape.txt" "HTTP/1.1 200" "text/plain; version=0.0.4" \
+			"# TYPE kvtier_hits_total counter" 'kvtier_tier_capacity_bytes{tier="dram"} 67108864'
+		http GET /other | grep -q "HTTP/1.1 404" || fail "GET /other is not 404"
+		http POST /metrics | grep -q "HTTP/1.1 405" || fail "POST /metrics is not 405"
+		kill -TERM $dpid; wait $dpid || fail "daemon exit $?: $(cat "$TMP/serve.log")"
+	else
+		fail "no daemon started: $(cat "$TMP/serve.log")"
+	fi
+	expect 2 "metrics address" -- serve --socket "$TMP/e.sock" --tiers dram:64M --metrics 127.0.0.1:99999
+fi
 exit $((fails > 0))

@@ -259,6 +259,32 @@ static void test_ranks_and_engines(void)
 	CHECK_EQ(srv_stop(d), 0);
 }
 
+/* tenants[name].tiers[tier][field] from the daemon's STATS, or -1. */
+static double tenant_num(kvt_client *cl, const char *name, const char *tier,
+			 const char *field)
+{
+	char *js = NULL;
+	double v = -1;
+	cJSON *root, *t;
+
+	if (kvt_client_stats(cl, &js))
+		return -1;
+	root = cJSON_Parse(js);
+	cJSON_ArrayForEach(t, cJSON_GetObjectItem(root, "tenants")) {
+		cJSON *n = cJSON_GetObjectItem(t, "name"), *x;
+
+		if (!cJSON_IsString(n) || strcmp(n->valuestring, name))
+			continue;
+		x = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(
+			t, "tiers"), tier), field);
+		if (cJSON_IsNumber(x))
+			v = x->valuedouble;
+	}
+	cJSON_Delete(root);
+	free(js);
+	return v;
+}
+
 /* Tenant quotas through the daemon: alpha at its dram quota pushes its own
  * pages down to ssd; beta's stay in dram. */
 static void test_quota(void)
@@ -336,6 +362,9 @@ static void test_quota(void)
 		CHECK(in_dram <= 2 * NP);
 		CHECK_OK(kvt_client_lookup(a, ka[0], NP, 0, &r));
 		CHECK_EQ(r.tier_pages[KVT_TIER_SSD], NP);
+		/* the metrics say whose pages left dram */
+		CHECK(tenant_num(a, "alpha", "dram", "evictions") >= 4 * NP);
+		CHECK_EQ(tenant_num(a, "beta", "dram", "evictions"), 0);
 	}
 	/* and alpha's pages come back right from ssd */
 	{

@@ -78,6 +78,27 @@ static long load_check(kvt_client *cl, srv_mem *sm, const kvt_page_key *keys,
 	return nf;
 }
 
+/* A tenant counter of tier @tier in STATS (the first tenant), or -1. */
+static double tenant_tier_num(kvt_client *cl, const char *tier,
+			      const char *name)
+{
+	char *js = NULL;
+	double v = -1;
+	cJSON *root, *t, *x;
+
+	if (kvt_client_stats(cl, &js))
+		return -1;
+	root = cJSON_Parse(js);
+	t = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "tenants"), 0);
+	x = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(t,
+				"tiers"), tier), name);
+	if (cJSON_IsNumber(x))
+		v = x->valuedouble;
+	cJSON_Delete(root);
+	free(js);
+	return v;
+}
+
 static double cache_num(kvt_client *cl, const char *name)
 {
 	char *js = NULL;
@@ -166,6 +187,8 @@ int main(void)
 	CHECK(nf > 0);
 	CHECK_EQ(res, KVT_ECORRUPT);
 	CHECK(cache_num(cl, "checksum_failures") > 0);
+	CHECK(tenant_tier_num(cl, "ssd", "read_failures") > 0);
+	CHECK(tenant_tier_num(cl, "ssd", "checksum_failures") > 0);
 	/* corrupt pages are dropped, never served: asked again, they are
 	 * absent from the index (the leading run ends at the first) */
 	CHECK_OK(kvt_client_lookup(cl, keys[0], NP, 0, &lr));

@@ -33,7 +33,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: kvtier stat [--socket PATH | --from-file FILE] [--json]\n"
-		"                   [--watch SECS [--count N]] [--tenant NAME]\n\n"
+		"                   [--watch SECS [--count N]] [--tenant NAME]\n"
+		"                   [--config FILE]\n\n"
 		"The node daemon's metrics (kvtier serve): capacity and use "
 		"per tier, the\n"
 		"cache's totals, and per tenant: hits and misses, read "
@@ -59,7 +60,12 @@ static void usage(FILE *f)
 		"counters)\n"
 		"  --from-file F   read a saved `kvtier stat --json` instead of "
 		"asking the\n"
-		"                  daemon\n");
+		"                  daemon\n"
+		"  --config FILE   options file as for kvtier serve (socket, "
+		"namespace)\n\n"
+		"The daemon answers a monitor (no geometry: STATS only) when "
+		"any of its\n"
+		"tenants allows your uid/gid (root: always).\n");
 }
 
 /* ---- reading the JSON ------------------------------------------------------ */
@@ -362,20 +368,34 @@ static int fetch_file(const char *path, char **json)
 	return 0;
 }
 
-static int fetch_daemon(const char *socket, char **json)
+/*
+ * Ask the daemon: connect as a monitor (HELLO with no geometry: allowed
+ * when any tenant allows our uid/gid, and answered for STATS only), send
+ * STATS, disconnect. The socket and namespace come from the options
+ * (--socket, --config, KVT_SOCKET, KVT_NAMESPACE) as for `kvtier serve`.
+ */
+static int fetch_daemon(const kvt_opts *o, const char *socket, char **json)
 {
 #ifdef STAT_HAVE_CLIENT
 	kvt_client_config cfg = KVT_CLIENT_CONFIG_INIT;
 	kvt_client *cl;
+	char *text;
 	int err;
 
-	cfg.socket = socket;
+	cfg.socket = socket ? socket : kvt_opts_get(o, "socket");
+	cfg.ns = kvt_opts_get(o, "namespace");
 	err = kvt_client_connect(&cl, &cfg);
+	if (err) {
+		fprintf(stderr, "kvtier stat: daemon at %s: %s\n", cfg.socket,
+			*kvt_errdetail() ? kvt_errdetail() : kvt_strerror(err));
+		return CLI_EXIT_FAIL;
+	}
+	err = kvt_client_stats(cl, &text);
+	kvt_client_close(cl);
 	if (err)
 		return cli_fail("stat", err);
-	err = kvt_client_stats(cl, json);
-	kvt_client_close(cl);
-	return err ? cli_fail("stat", err) : 0;
+	*json = text; /* malloc'ed by the client library, free()d by once() */
+	return 0;
 #else
 	fprintf(stderr, "kvtier stat: this build has no client library "
 		"(<kvtier/client.h>) to ask a daemon%s%s; --from-file reads "
@@ -393,15 +413,23 @@ static void on_signal(int sig)
 }
 
 /* One refresh: fetch, check, print. 0 or an exit code. */
-static int once(const char *socket, const char *file, int json, int watch,
-		const char *tenant)
+struct stat_args {
+	const kvt_opts *o;
+	const char *socket, *file, *tenant;
+	int json;
+};
+
+static int once(const struct stat_args *a, int watch)
 {
+	const char *file = a->file, *tenant = a->tenant;
+	int json = a->json;
 	char *text = NULL;
 	cJSON *root;
 	int rc;
 	double fmt;
 
-	rc = file ? fetch_file(file, &text) : fetch_daemon(socket, &text);
+	rc = file ? fetch_file(file, &text) :
+		    fetch_daemon(a->o, a->socket, &text);
 	if (rc)
 		return rc;
 	root = cJSON_Parse(text);
@@ -446,73 +474,90 @@ int cmd_stat(int argc, char **argv)
 		{ "count", required_argument, 0, 'n' },
 		{ "tenant", required_argument, 0, 't' },
 		{ "from-file", required_argument, 0, 'f' },
+		{ "config", required_argument, 0, 'c' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 }
 	};
-	const char *socket = NULL, *file = NULL, *tenant = NULL;
+	struct stat_args a = { 0 };
 	double watch = 0;
 	uint64_t count = 0;
-	int json = 0, c, rc;
+	kvt_opts *o;
+	int c, rc = 0, err;
 
+	if ((err = kvt_opts_create(&o)))
+		return cli_fail("stat", err);
+	if ((rc = cli_opts_load(o, "stat", cli_config_arg(argc, argv))))
+		goto out;
+	a.o = o;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "jh", lo, NULL)) != -1) {
 		switch (c) {
 		case 's':
-			if (!*optarg)
-				return cli_usage("stat", "--socket: empty path");
-			socket = optarg;
+			if (!*optarg) {
+				rc = cli_usage("stat", "--socket: empty path");
+				goto out;
+			}
+			a.socket = optarg;
 			break;
 		case 'j':
-			json = 1;
+			a.json = 1;
 			break;
 		case 'w':
 			if (cli_double("--watch", optarg, 0.1, 86400, &watch))
-				return CLI_EXIT_USAGE;
+				rc = CLI_EXIT_USAGE;
 			break;
 		case 'n':
 			if (cli_u64("--count", optarg, 1, UINT32_MAX, &count))
-				return CLI_EXIT_USAGE;
+				rc = CLI_EXIT_USAGE;
 			break;
 		case 't':
-			tenant = optarg;
+			a.tenant = optarg;
 			break;
 		case 'f':
-			file = optarg;
+			a.file = optarg;
 			break;
+		case 'c':
+			break; /* read before the environment */
 		case 'h':
 			usage(stdout);
-			return 0;
+			goto out;
 		default:
 			usage(stderr);
-			return CLI_EXIT_USAGE;
+			rc = CLI_EXIT_USAGE;
+			goto out;
 		}
+		if (rc)
+			goto out;
 	}
 	if (optind < argc)
-		return cli_usage("stat", "unexpected argument '%s'",
-				 argv[optind]);
-	if (count && !watch)
-		return cli_usage("stat", "--count needs --watch");
-	if (file && socket)
-		return cli_usage("stat", "--from-file and --socket exclude "
-				 "each other");
-	if (json && tenant)
-		return cli_usage("stat", "--tenant selects rows of the table; "
-				 "--json prints the daemon's document whole");
-	if (!watch)
-		return once(socket, file, json, 0, tenant);
+		rc = cli_usage("stat", "unexpected argument '%s'", argv[optind]);
+	else if (count && !watch)
+		rc = cli_usage("stat", "--count needs --watch");
+	else if (a.file && a.socket)
+		rc = cli_usage("stat", "--from-file and --socket exclude each "
+			       "other");
+	else if (a.json && a.tenant)
+		rc = cli_usage("stat", "--tenant selects rows of the table; "
+			       "--json prints the daemon's document whole");
+	if (rc)
+		goto out;
+	if (!watch) {
+		rc = once(&a, 0);
+		goto out;
+	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	for (uint64_t i = 0; !stop; i++) {
 		struct timespec ts = { (time_t)watch,
 				       (long)((watch - floor(watch)) * 1e9) };
 
-		rc = once(socket, file, json, 1, tenant);
-		if (rc)
-			return rc;
-		if (count && i + 1 == count)
+		rc = once(&a, 1);
+		if (rc || (count && i + 1 == count))
 			break;
 		while (nanosleep(&ts, &ts) && !stop)
 			;
 	}
-	return 0;
+out:
+	kvt_opts_destroy(o);
+	return rc;
 }

@@ -457,6 +457,13 @@ typedef struct kvt_cache_job_stat {
 } kvt_cache_job_stat;
 KVT_API void kvt_cache_job_stat_get(kvt_cache_job *j, kvt_cache_job_stat *st);
 
+/** kvt_cache_job_read_failures() - of a load's failed blocks, those whose
+ *  copy was there but could not be read right (an I/O error, a checksum
+ *  that did not match), by the tier read from; pages absent or busy are
+ *  not counted (misses). 0 once done, -EINPROGRESS before. */
+KVT_API int kvt_cache_job_read_failures(kvt_cache_job *j,
+					uint64_t per_tier[KVT_TIER_COUNT]);
+
 /** Release a job handle: a job not done is cancelled and waited for. NULL
  *  is fine. */
 KVT_API void kvt_cache_job_free(kvt_cache_job *j);

@@ -131,6 +131,7 @@ struct kvt_cache_job {
 	int stage_todo;      /* mu: staged loads for the worker to run */
 	int efd;
 	kvt_cache_job_stat st;
+	uint64_t rfail[KVT_TIER_COUNT]; /* load: read failures by tier */
 	uint64_t t0;
 	kvt_cache_mem *mem;  /* the engine memory it reads or writes */
 	int memref;          /* c->smu: counted in mem->jobs */
@@ -829,9 +830,12 @@ static void load_finish(kvt_cache *c, kvt_cache_job *j)
 
 			if (s->err) {
 				job_fail_page(j, s->pg[i], s->err);
+				if (s->err != -ECANCELED)
+					j->rfail[s->src]++;
 			} else if (bad) {
 				/* the source copy is not what was stored */
 				job_fail_page(j, s->pg[i], KVT_ECORRUPT);
+				j->rfail[s->src]++;
 				if (c->m[s->src].state[s->ss[i]] == ST_OK) {
 					c->m[s->src].state[s->ss[i]] = ST_BAD;
 					persist_gone(c, s->src, s->ss[i]);
@@ -2203,6 +2207,19 @@ long kvt_cache_job_failed(kvt_cache_job *j, uint32_t *blocks, size_t max)
 			n++;
 		}
 	return n;
+}
+
+int kvt_cache_job_read_failures(kvt_cache_job *j,
+				uint64_t per_tier[KVT_TIER_COUNT])
+{
+	pthread_mutex_lock(&j->mu);
+	if (!j->done) {
+		pthread_mutex_unlock(&j->mu);
+		return -EINPROGRESS;
+	}
+	pthread_mutex_unlock(&j->mu);
+	memcpy(per_tier, j->rfail, sizeof(j->rfail));
+	return 0;
 }
 
 void kvt_cache_job_stat_get(kvt_cache_job *j, kvt_cache_job_stat *st)

@@ -71,6 +71,7 @@ struct tenant {
 	gid_t gid[MAX_IDS];
 	int nuid, ngid;
 	uint64_t quota[KVT_TIER_COUNT]; /* bytes per owned tier; 0: none */
+	uint64_t evicted[KVT_TIER_COUNT]; /* collect(): evictions seen */
 	kvtd_mtenant *mt;
 };
 
@@ -79,6 +80,7 @@ struct conn;
 struct job {
 	struct conn *c;
 	kvt_cache_job *cj;
+	uint64_t pages;      /* the prefix it pins */
 	uint32_t slot;
 	int store;
 	uint64_t t0, deadline;
@@ -359,7 +361,7 @@ static void *reaper_main(void *arg)
 	pthread_mutex_lock(&d->mu);
 	while (!d->stopping) {
 		struct timespec ts;
-		uint64_t now = kvt_now_ns(), jobs = 0;
+		uint64_t now = kvt_now_ns(), jobs = 0, pinned = 0;
 
 		for (struct conn *c = d->conns; c; c = c->next) {
 			pthread_mutex_lock(&c->mu);
@@ -371,6 +373,7 @@ static void *reaper_main(void *arg)
 				if (kvt_cache_job_poll(j->cj) != -EINPROGRESS)
 					continue;
 				jobs++;
+				pinned += j->pages;
 				if (j->expired || now < j->deadline)
 					continue;
 				j->expired = 1;
@@ -387,8 +390,10 @@ static void *reaper_main(void *arg)
 			}
 			pthread_mutex_unlock(&c->mu);
 		}
+		/* every job in flight holds one lease over its prefix */
 		kvtd_metrics_gauge_set(d->m, KVTD_G_JOBS, jobs);
 		kvtd_metrics_gauge_set(d->m, KVTD_G_LEASES, jobs);
+		kvtd_metrics_gauge_set(d->m, KVTD_G_PINNED_PAGES, pinned);
 		kvti_deadline(&ts, 50 * 1000 * 1000);
 		pthread_cond_timedwait(&d->cv, &d->mu, &ts);
 	}
@@ -644,6 +649,15 @@ static kvt_page_key *keys_copy(const uint8_t *p, uint32_t n)
 	return k;
 }
 
+/* The fastest owned tier (where stores and prefetches land). */
+static int top_tier(kvtd *d)
+{
+	for (int k = KVT_TIER_FABRIC; k < KVT_TIER_REMOTE; k++)
+		if (kvt_cache_tier(d->c, (kvt_tier_kind)k))
+			return k;
+	return KVT_TIER_DRAM;
+}
+
 /* End this client's prefetch: @cut 1 keeps what arrived and stops. */
 static void fetch_end(struct conn *c, int cut)
 {
@@ -653,6 +667,10 @@ static void fetch_end(struct conn *c, int cut)
 		return;
 	kvt_cache_prefetch_end(c->fetch, cut, &pages);
 	c->fetch = NULL;
+	if (pages) /* remote -> the top owned tier */
+		kvtd_metrics_bytes(c->d->m, c->t->mt, KVTD_END_REMOTE,
+				   (enum kvtd_end)top_tier(c->d), pages *
+				   kvt_geom_page_bytes(c->d->g));
 }
 
 static void fetch_start(struct conn *c, const kvt_page_key *keys,
@@ -700,6 +718,7 @@ static int do_job(struct conn *c, const kvtd_req *q, int store)
 		blocks[i] = kvtd_u32_at(q->u.job.blocks, i);
 	j->c = c;
 	j->slot = s;
+	j->pages = q->u.job.nkeys;
 	j->store = store;
 	j->t0 = kvt_now_ns();
 	j->deadline = j->t0 + (uint64_t)d->cfg.lease_ms * 1000000ull;
@@ -762,16 +781,25 @@ static int do_release(struct conn *c, const kvtd_hdr *h, uint32_t s)
 						   KVTD_END_ENGINE,
 						   st.from[t] *
 						   kvt_geom_page_bytes(c->d->g));
-		if (st.failed && (res == KVT_ECORRUPT || res == -EIO))
-			kvtd_metrics_read_failure(c->d->m, c->t->mt,
-						  KVT_TIER_COUNT, st.failed);
-		if (res == KVT_ECORRUPT)
-			kvtd_metrics_checksum_failure(c->d->m, c->t->mt,
-						      KVT_TIER_COUNT,
-						      st.failed);
+		/* copies there but not readable right, by tier (absent or
+		 * busy blocks were misses, counted at lookup) */
+		uint64_t rf[KVT_TIER_COUNT];
+
+		if (st.failed && !kvt_cache_job_read_failures(j->cj, rf))
+			for (int t = 0; t < KVT_TIER_COUNT; t++) {
+				if (!rf[t])
+					continue;
+				kvtd_metrics_read_failure(c->d->m, c->t->mt,
+							  (kvt_tier_kind)t,
+							  rf[t]);
+				if (res == KVT_ECORRUPT)
+					kvtd_metrics_checksum_failure(c->d->m,
+						c->t->mt, (kvt_tier_kind)t,
+						rf[t]);
+			}
 	} else if (st.bytes) {
 		kvtd_metrics_bytes(c->d->m, c->t->mt, KVTD_END_ENGINE,
-				   (enum kvtd_end)KVT_TIER_COUNT, st.bytes);
+				   (enum kvtd_end)top_tier(c->d), st.bytes);
 	}
 	reply_begin(c, h, 0);
 	kvtd_put_u32(&c->out, (uint32_t)res);
@@ -1066,6 +1094,8 @@ static void collect(kvtd_metrics *m, void *arg)
 
 	for (int i = 0; i < d->nten; i++) {
 		uint64_t used[KVT_TIER_COUNT] = { 0 }, quota[KVT_TIER_COUNT] = { 0 };
+		uint64_t ev[KVT_TIER_COUNT] = { 0 };
+		struct tenant *t = &d->ten[i];
 
 		for (uint32_t r = 0; r < d->g->tp_size; r++) {
 			kvt_tenant_usage u;
@@ -1075,13 +1105,20 @@ static void collect(kvtd_metrics *m, void *arg)
 			for (int k = 0; k < KVT_TIER_COUNT; k++) {
 				used[k] += u.pages[k];
 				quota[k] += u.quota[k];
+				ev[k] += u.evicted[k];
 			}
 		}
-		for (int k = 0; k < KVT_TIER_COUNT; k++)
-			if (kvt_cache_tier(d->c, (kvt_tier_kind)k))
-				kvtd_metrics_tenant_pages(m, d->ten[i].mt,
-							  (kvt_tier_kind)k,
-							  used[k], quota[k]);
+		for (int k = 0; k < KVT_TIER_COUNT; k++) {
+			if (!kvt_cache_tier(d->c, (kvt_tier_kind)k))
+				continue;
+			kvtd_metrics_tenant_pages(m, t->mt, (kvt_tier_kind)k,
+						  used[k], quota[k]);
+			/* counters only grow: add what left since last time */
+			if (ev[k] > t->evicted[k])
+				kvtd_metrics_eviction(m, t->mt, (kvt_tier_kind)k,
+						      ev[k] - t->evicted[k]);
+			t->evicted[k] = KVT_MAX(t->evicted[k], ev[k]);
+		}
 	}
 }
 
@@ -1198,9 +1235,8 @@ int kvtd_open(kvtd **out, const kvtd_config *cfg)
 						(kvt_tier_kind)k,
 						pages ? pages : 1);
 		}
-		if (!err) /* metrics id 0 is the node's */
-			err = kvtd_metrics_tenant(d->m, (uint32_t)i + 1,
-						  t->name, &t->mt);
+		if (!err)
+			err = kvtd_metrics_tenant(d->m, t->id, t->name, &t->mt);
 		if (err)
 			goto fail;
 	}

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #define NT KVT_TIER_COUNT
+#define NTU (NT + 1) /* the tiers and "unknown" (KVT_TIER_COUNT) */
 #define NB (KVTD_HIST_BOUNDS + 1) /* buckets, +Inf last */
 
 typedef _Atomic uint64_t actr;
@@ -34,9 +35,9 @@ struct hist {
 };
 
 struct kvtd_mtenant {
-	uint32_t id;                      /* 0: the node block */
+	uint32_t id;                      /* the node block: 0, unused */
 	char name[KVTD_METRICS_NAME_MAX + 1];
-	actr hits[NT], read_fail[NT], evict[NT], demote[NT], csum[NT];
+	actr hits[NTU], read_fail[NTU], evict[NTU], demote[NTU], csum[NTU];
 	actr misses;
 	actr bytes[KVTD_END_COUNT][KVTD_END_COUNT]; /* [from][to] */
 	actr lease[KVTD_LEASE_END_COUNT];
@@ -117,6 +118,12 @@ const char *kvtd_end_name(enum kvtd_end e)
 		       kvt_tier_kind_name((kvt_tier_kind)e) : "?";
 }
 
+/* A tier label: the kind's name, "unknown" for KVT_TIER_COUNT. */
+static const char *tier_name(int k)
+{
+	return k == NT ? "unknown" : kvt_tier_kind_name((kvt_tier_kind)k);
+}
+
 double kvtd_hist_bound(int i)
 {
 	return i >= 0 && i < KVTD_HIST_BOUNDS ? (double)bound_ns[i] / 1e9 :
@@ -194,8 +201,6 @@ int kvtd_metrics_tenant(kvtd_metrics *m, uint32_t id, const char *name,
 	int err;
 
 	*out = NULL;
-	if (id == 0)
-		return kvti_fail(-EINVAL, "metrics: tenant id 0 is the node's");
 	err = check_name(name);
 	if (err)
 		return err;
@@ -254,7 +259,7 @@ static inline uint64_t ld(actr *c)
 void kvtd_metrics_hit(kvtd_metrics *m, kvtd_mtenant *t, kvt_tier_kind tier,
 		      uint64_t pages)
 {
-	if ((unsigned)tier < NT)
+	if ((unsigned)tier < NTU)
 		add(&BLOCK(m, t)->hits[tier], pages);
 }
 
@@ -266,7 +271,7 @@ void kvtd_metrics_miss(kvtd_metrics *m, kvtd_mtenant *t, uint64_t pages)
 void kvtd_metrics_read_failure(kvtd_metrics *m, kvtd_mtenant *t,
 			       kvt_tier_kind tier, uint64_t pages)
 {
-	if ((unsigned)tier < NT)
+	if ((unsigned)tier < NTU)
 		add(&BLOCK(m, t)->read_fail[tier], pages);
 }
 
@@ -280,14 +285,14 @@ void kvtd_metrics_bytes(kvtd_metrics *m, kvtd_mtenant *t, enum kvtd_end from,
 void kvtd_metrics_eviction(kvtd_metrics *m, kvtd_mtenant *t,
 			   kvt_tier_kind tier, uint64_t pages)
 {
-	if ((unsigned)tier < NT)
+	if ((unsigned)tier < NTU)
 		add(&BLOCK(m, t)->evict[tier], pages);
 }
 
 void kvtd_metrics_demotion(kvtd_metrics *m, kvtd_mtenant *t,
 			   kvt_tier_kind tier, uint64_t pages)
 {
-	if ((unsigned)tier < NT)
+	if ((unsigned)tier < NTU)
 		add(&BLOCK(m, t)->demote[tier], pages);
 }
 
@@ -301,7 +306,7 @@ void kvtd_metrics_lease_expiry(kvtd_metrics *m, kvtd_mtenant *t,
 void kvtd_metrics_checksum_failure(kvtd_metrics *m, kvtd_mtenant *t,
 				   kvt_tier_kind tier, uint64_t pages)
 {
-	if ((unsigned)tier < NT)
+	if ((unsigned)tier < NTU)
 		add(&BLOCK(m, t)->csum[tier], pages);
 }
 
@@ -366,7 +371,7 @@ struct snap_tenant {
 	uint32_t id;
 	const char *name;    /* the block's; blocks outlive the render */
 	int node;
-	uint64_t hits[NT], read_fail[NT], evict[NT], demote[NT], csum[NT];
+	uint64_t hits[NTU], read_fail[NTU], evict[NTU], demote[NTU], csum[NTU];
 	uint64_t misses;
 	uint64_t bytes[KVTD_END_COUNT][KVTD_END_COUNT];
 	uint64_t lease[KVTD_LEASE_END_COUNT];
@@ -400,12 +405,14 @@ static void snap_block(struct snap_tenant *s, kvtd_mtenant *b)
 
 	s->id = b->id;
 	s->name = b->name;
-	for (int k = 0; k < NT; k++) {
+	for (int k = 0; k < NTU; k++) {
 		any |= s->hits[k] = ld(&b->hits[k]);
 		any |= s->read_fail[k] = ld(&b->read_fail[k]);
 		any |= s->evict[k] = ld(&b->evict[k]);
 		any |= s->demote[k] = ld(&b->demote[k]);
 		any |= s->csum[k] = ld(&b->csum[k]);
+	}
+	for (int k = 0; k < NT; k++) {
 		s->used[k] = ld(&b->used[k]);
 		s->quota[k] = ld(&b->quota[k]);
 	}
@@ -485,7 +492,7 @@ static int snap_take(kvtd_metrics *m, struct snap *s)
 	for (int i = 0; i < s->nt; i++) {
 		struct snap_tenant *t = &s->t[i];
 
-		for (int k = 0; k < NT; k++)
+		for (int k = 0; k < NTU; k++)
 			if (t->hits[k] || t->read_fail[k] || t->evict[k] ||
 			    t->demote[k] || t->csum[k] ||
 			    (t->pages_set & (1u << k)))
@@ -641,8 +648,7 @@ static void label_family(struct sb *b, const struct snap *s, const char *name,
 			    (sel == SEL_SEEN && !v[k]))
 				continue;
 			snprintf(lab, sizeof(lab), "%s=\"%s\"", key,
-				 names ? names[k] :
-					 kvt_tier_kind_name((kvt_tier_kind)k));
+				 names ? names[k] : tier_name(k));
 			sample_t(b, name, t, lab, v[k]);
 		}
 	}
@@ -651,7 +657,7 @@ static void label_family(struct sb *b, const struct snap *s, const char *name,
 static void tier_family(struct sb *b, const struct snap *s, const char *name,
 			const char *help, size_t off)
 {
-	label_family(b, s, name, "counter", help, "tier", NULL, NT, off,
+	label_family(b, s, name, "counter", help, "tier", NULL, NTU, off,
 		     SEL_TIERS);
 }
 
@@ -957,15 +963,17 @@ static void json_tenant(struct jb *j, cJSON *arr, const struct snap *s,
 
 	if (!o)
 		return;
-	jnum(j, o, "id", t->id);
+	if (t->node ? !cJSON_AddNullToObject(o, "id") :
+		      !cJSON_AddNumberToObject(o, "id", t->id))
+		j->ok = 0;
 	if (!cJSON_AddStringToObject(o, "name", t->name))
 		j->ok = 0;
 	jnum(j, o, "misses", (double)t->misses);
 	x = jobj(j, o, "tiers");
-	for (int k = 0; x && k < NT; k++) {
+	for (int k = 0; x && k < NTU; k++) {
 		if (!(s->tiers & (1u << k)))
 			continue;
-		y = jobj(j, x, kvt_tier_kind_name((kvt_tier_kind)k));
+		y = jobj(j, x, tier_name(k));
 		if (!y)
 			break;
 		jnum(j, y, "hits", (double)t->hits[k]);

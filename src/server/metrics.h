@@ -13,7 +13,7 @@
  *   kvtd_metrics_observe(t, op, ns)|    snapshot: relaxed loads of every
  *   ...                            v    counter, the cache's tiers and stats
  *            +---------------------------+            |
- *   tenants: | node (id 0, tenant="")    |            v
+ *   tenants: | node (tenant="")           |            v
  *   (slots)  | tenant 7 "alice"          |   text 0.0.4  or  JSON (same
  *            | tenant 9 "bob"            |   content, one snapshot)
  *            +---------------------------+
@@ -23,7 +23,7 @@
  * counters never go back, and a tenant that reconnects continues its
  * series. Every update is one relaxed atomic add on the caller's tenant
  * block: no lock, no allocation, safe from any thread. The "node" block
- * (tenant="" in the exposition, id 0 in JSON) takes what belongs to no
+ * (tenant="" in the exposition, id null in JSON) takes what belongs to no
  * tenant: messages before HELLO, background demotion, eviction under
  * global pressure. Every call that takes a kvtd_mtenant * accepts NULL for
  * the node block.
@@ -167,12 +167,13 @@ void kvtd_metrics_set_cache(kvtd_metrics *m, kvt_cache *c);
 void kvtd_metrics_set_collect(kvtd_metrics *m, kvtd_collect_fn fn, void *arg);
 
 /**
- * kvtd_metrics_tenant() - the counter block of tenant @id, made on first
- * use and named @name (printable, 1..KVTD_METRICS_NAME_MAX bytes; escaped
- * when rendered). Registering an existing id with the same name returns
- * the same block (several clients of one tenant share it).
+ * kvtd_metrics_tenant() - the counter block of tenant @id (the daemon's
+ * tenant id, any value), made on first use and named @name (printable,
+ * 1..KVTD_METRICS_NAME_MAX bytes; escaped when rendered). Registering an
+ * existing id with the same name returns the same block (several clients
+ * of one tenant share it).
  * Returns 0 and *@out (valid until kvtd_metrics_destroy()), or -EINVAL
- * (id 0 is the node's, empty or over-long name, control characters),
+ * (empty or over-long name, control characters),
  * KVT_EBUSY (@id is registered under another name, or @name under another
  * id), KVT_EFULL (KVTD_METRICS_MAX_TENANTS registered), -ENOMEM.
  */
@@ -183,8 +184,9 @@ kvtd_mtenant *kvtd_metrics_node(kvtd_metrics *m);
 
 /* ---- the hot path: one relaxed atomic add each, any thread -------------
  * @m: the registry; @t: a block from kvtd_metrics_tenant() of @m, or NULL
- * for the node block. Tiers and enum values out of range are counted
- * nowhere. */
+ * for the node block. @tier KVT_TIER_COUNT: a tier not known (say, a load's
+ * failed pages, whose source tier the job does not report), rendered as
+ * tier="unknown". Tiers and enum values beyond are counted nowhere. */
 
 /** Pages a LOOKUP found, by the tier that holds them (kvtier_hits_total). */
 void kvtd_metrics_hit(kvtd_metrics *m, kvtd_mtenant *t, kvt_tier_kind tier,
