@@ -463,8 +463,9 @@ KVT_API int kvt_index_insert(kvt_index *idx, const kvt_prefix *px,
  * of @px gets a copy in @tier at slots[i] (one slot per page of @px, in
  * prefix order), taken from the tier's pool with kvt_pool_reserve(). Pages
  * already there must be at the same slot. Unlike insert it never evicts,
- * applies no write policy, takes no lease and counts no hit (the pages
- * are the most recent in call order). For rebuilding an index from
+ * applies no write policy, takes no lease, counts no hit (the pages are
+ * the most recent in call order) and ignores quotas (a tenant's quota set
+ * afterwards evicts its pages down to it). For rebuilding an index from
  * records (the node cache's persistent ssd tier); call it root side first
  * or with whole prefixes.
  * @added: optional; the pages that got their copy in this call.
