@@ -207,7 +207,7 @@ static int tenants_parse(kvtd *d, const char *spec)
 		char *s2 = NULL, *colon = strchr(e, ':'), *f;
 		struct tenant *t;
 		int salted = 0;
-		uint64_t v;
+		uint64_t v = 0;
 
 		if (d->nten == MAX_TENANTS)
 			return kvti_fail(KVT_ECONFIG, "daemon: more than %d "
