@@ -1,0 +1,29 @@
+"""kvtier: Python client of the kvtier node daemon, and engine connectors.
+
+    import kvtier
+    geo = kvtier.Geometry.from_preset("llama-3.1-8b", page_tokens=16)
+    with kvtier.Client(geo) as cl: ...
+
+Submodules (imported on demand, each needs its engine or its stand-in):
+  kvtier.vllm    the vLLM v1 KV connector (KvtierConnector)
+  kvtier.sglang  the SGLang HiCache storage backend (KvtierStorage)
+
+The C library libkvtier.so is found through $KVTIER_LIB, the dynamic
+loader (libkvtier.so.1, installed by `cmake --install`), or ../build of
+a source checkout. See python/README.md and docs/ENGINES.md.
+"""
+from .client import (KVT_EBUSY, KVT_ECONFIG, KVT_ECORRUPT, KVT_EFULL,
+                     KVT_EGEOM, KVT_ENODEV, KVT_ENOTBUILT, KVT_ENOTFOUND,
+                     KVT_EPRESET, KVT_EPROTO, KVT_ESPEC, Client,
+                     ConnectionLost, Geometry, Job, JobStat, KvtierError,
+                     LookupResult, Memory, version)
+from .keys import KEY_BYTES, keys_from_hashes
+
+__all__ = [
+    "Client", "ConnectionLost", "Geometry", "Job", "JobStat", "KvtierError",
+    "LookupResult", "Memory", "KEY_BYTES", "keys_from_hashes", "version",
+    "KVT_EBUSY", "KVT_ECONFIG", "KVT_ECORRUPT", "KVT_EFULL", "KVT_EGEOM",
+    "KVT_ENODEV", "KVT_ENOTBUILT", "KVT_ENOTFOUND", "KVT_EPRESET",
+    "KVT_EPROTO", "KVT_ESPEC",
+]
+__version__ = "0.2.0"

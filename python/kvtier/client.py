@@ -1,0 +1,663 @@
+"""The kvtier client: an engine process talking to the node daemon.
+
+The same calls as the C client (include/kvtier/client.h), as Python
+objects: a Client per process (or per TP rank), Memory the daemon has
+mapped (page data never crosses the socket), and asynchronous Jobs that
+copy pages between the daemon's tiers and that memory, layer by layer.
+
+    geo = kvtier.Geometry.from_preset("llama-3.1-8b", page_tokens=16)
+    with kvtier.Client(geo, socket="/run/kvtier/kvtierd.sock") as cl:
+        mem = cl.alloc(nblocks=1024)            # shared, vLLM layout
+        keys = cl.hash_tokens(prompt_ids)       # one key per full page
+        hit = cl.lookup(keys).pages             # leading pages cached
+        with cl.load(mem, keys[:hit], blocks=list(range(hit))) as job:
+            for layer in range(geo.layers):
+                job.wait_layer(layer)           # no round trip
+                ...                             # this layer's compute
+            failed = job.wait()                 # blocks to recompute
+
+Buffers are raw addresses and sizes, so numpy arrays, torch tensors or
+ctypes arrays all work without this package depending on any of them.
+
+Errors raise KvtierError with the C library's code and detail text; a
+daemon that went away raises ConnectionLost. Pages that could not be
+loaded are not errors: they are the job's failed blocks, for the engine to
+recompute.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import json
+import mmap
+import os
+import threading
+from ctypes import byref, c_uint32, c_uint64, c_void_p
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from . import _lib
+from . import keys as _keys
+from ._lib import TIER_NAMES, lib
+
+_KVT_CODES = {
+    -31900: "KVT_EFULL", -31901: "KVT_ESPEC", -31902: "KVT_EPRESET",
+    -31903: "KVT_ECONFIG", -31904: "KVT_ENODEV", -31905: "KVT_ECORRUPT",
+    -31906: "KVT_EGEOM", -31907: "KVT_ENOTBUILT", -31908: "KVT_ENOTFOUND",
+    -31909: "KVT_EBUSY", -31910: "KVT_EPROTO",
+}
+KVT_EFULL, KVT_ESPEC, KVT_EPRESET, KVT_ECONFIG = -31900, -31901, -31902, -31903
+KVT_ENODEV, KVT_ECORRUPT, KVT_EGEOM, KVT_ENOTBUILT = -31904, -31905, -31906, -31907
+KVT_ENOTFOUND, KVT_EBUSY, KVT_EPROTO = -31908, -31909, -31910
+# a job's codes for "this block could not be supplied" (failed blocks)
+_BLOCK_FAILURES = (KVT_ENOTFOUND, KVT_EBUSY, KVT_ECORRUPT, -errno.EIO,
+                   -errno.ECANCELED)
+
+
+def _code_name(code: int) -> str:
+    if code in _KVT_CODES:
+        return _KVT_CODES[code]
+    return errno.errorcode.get(-code, str(code))
+
+
+class KvtierError(Exception):
+    """An error of the kvtier library or daemon.
+
+    code:   the negative C code (-errno or a KVT_E* value);
+    name:   its symbolic name ("KVT_ENOTFOUND", "ECONNREFUSED", ...);
+    detail: kvt_errdetail(): what failed and why, in the library's words.
+    """
+
+    def __init__(self, code: int, what: str, detail: str = "") -> None:
+        self.code = code
+        self.name = _code_name(code)
+        self.detail = detail
+        msg = lib.kvt_strerror(code).decode()
+        text = f"{what}: {msg} ({self.name})"
+        if detail and detail != msg:
+            text += f": {detail}"
+        super().__init__(text)
+
+
+class ConnectionLost(KvtierError):
+    """The daemon went away (-ECONNRESET / -EPIPE): every job of the
+    client failed with it; reconnect with a new Client."""
+
+
+def _raise(code: int, what: str) -> None:
+    detail = (lib.kvt_errdetail() or b"").decode(errors="replace")
+    if code in (-errno.ECONNRESET, -errno.EPIPE):
+        raise ConnectionLost(code, what, detail)
+    if code == -errno.ETIMEDOUT:
+        raise TimeoutError(f"{what}: timed out")
+    raise KvtierError(code, what, detail)
+
+
+def _check(code: int, what: str) -> int:
+    if code < 0:
+        _raise(code, what)
+    return code
+
+
+def _timeout_ns(timeout: Optional[float]) -> int:
+    if timeout is None:
+        return -1
+    if timeout < 0:
+        raise ValueError("kvtier: timeout must be >= 0 seconds or None")
+    return int(timeout * 1e9)
+
+
+def _u32_array(values: Sequence[int], what: str) -> "ctypes.Array[c_uint32]":
+    arr = (c_uint32 * len(values))()
+    for i, v in enumerate(values):
+        v = int(v)
+        if not 0 <= v < (1 << 32):
+            raise ValueError(f"kvtier: {what}[{i}] = {v} is out of range")
+        arr[i] = v
+    return arr
+
+
+def version() -> str:
+    """The C library's version string."""
+    return lib.kvt_version().decode()
+
+
+class Geometry:
+    """A model's KV geometry on one TP rank (struct kvt_geom).
+
+    page_tokens (P) must be the engine's block size; layers, kv_heads (H on
+    this rank), head_dim (D) and dtype_bytes (s) give the KV shape: one
+    page holds layers x 2 (K, V) chunks of P x H x D x s bytes.
+    """
+
+    def __init__(self, geom: _lib.Geom) -> None:
+        self._g = geom
+
+    @classmethod
+    def from_preset(cls, name: str, page_tokens: int, tp_size: int = 1,
+                    tp_rank: int = 0) -> "Geometry":
+        """A known model ("llama-3.1-8b", ...; `kvtier info --models`)."""
+        g = _lib.Geom()
+        _check(lib.kvt_geom_preset(byref(g), name.encode(), page_tokens,
+                                   tp_size, tp_rank), f"model preset {name!r}")
+        return cls(g)
+
+    @classmethod
+    def from_config(cls, config: Union[str, os.PathLike, Dict[str, Any]],
+                    page_tokens: int, tp_size: int = 1, tp_rank: int = 0,
+                    name: str = "") -> "Geometry":
+        """From a Hugging Face config.json: a path, its text, or a dict."""
+        if isinstance(config, dict):
+            text, label = json.dumps(config), name or "config"
+        elif isinstance(config, os.PathLike) or (
+                isinstance(config, str) and not config.lstrip().startswith("{")):
+            with open(config, encoding="utf-8") as f:
+                text = f.read()
+            label = name or os.path.basename(os.path.dirname(
+                os.path.abspath(config))) or "config"
+        else:
+            text, label = str(config), name or "config"
+        g = _lib.Geom()
+        _check(lib.kvt_geom_from_json(byref(g), text.encode(), label.encode(),
+                                      page_tokens, tp_size, tp_rank),
+               f"model config {label!r}")
+        return cls(g)
+
+    name = property(lambda s: s._g.name.decode())
+    layers = property(lambda s: s._g.layers)
+    kv_heads = property(lambda s: s._g.kv_heads)
+    kv_heads_total = property(lambda s: s._g.kv_heads_total)
+    head_dim = property(lambda s: s._g.head_dim)
+    dtype_bytes = property(lambda s: s._g.dtype_bytes)
+    page_tokens = property(lambda s: s._g.page_tokens)
+    tp_size = property(lambda s: s._g.tp_size)
+    tp_rank = property(lambda s: s._g.tp_rank)
+    mla = property(lambda s: bool(s._g.mla))
+
+    @property
+    def kv(self) -> int:
+        """2 (K and V), or 1 for MLA's single latent."""
+        return 1 if self._g.mla else 2
+
+    @property
+    def chunk_bytes(self) -> int:
+        """One page's K (or V) of one layer: P x H x D x s bytes."""
+        g = self._g
+        return g.page_tokens * g.kv_heads * g.head_dim * g.dtype_bytes
+
+    @property
+    def page_bytes(self) -> int:
+        """One page: every layer, K and V."""
+        return self.chunk_bytes * self.kv * self._g.layers
+
+    def __repr__(self) -> str:
+        g = self._g
+        return (f"Geometry({self.name!r}, L={g.layers}, H={g.kv_heads}, "
+                f"D={g.head_dim}, s={g.dtype_bytes}, P={g.page_tokens}, "
+                f"tp={g.tp_rank}/{g.tp_size})")
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """What a lookup found, in pages from page 0.
+
+    pages:      leading pages a load can supply now;
+    tier_pages: of which, by the tier of their fastest copy;
+    inflight:   pages right after them still being stored or moved (ask
+                again soon rather than recompute them).
+    """
+    pages: int
+    tier_pages: Dict[str, int]
+    inflight: int
+
+
+@dataclass(frozen=True)
+class JobStat:
+    """What one job did and waited for (read once it is done)."""
+    pages: int
+    copied: int
+    skipped: int
+    failed: int
+    verified: int
+    bytes: int
+    wait_s: float
+    layer0_s: float
+    total_s: float
+    from_tier: Dict[str, int] = field(default_factory=dict)
+
+
+class Client:
+    """One connection to the daemon (kvtierd / `kvtier serve`).
+
+    geometry:   this process's Geometry; the daemon refuses another
+                namespace's (KvtierError KVT_EGEOM);
+    socket:     the daemon's socket (default $KVT_SOCKET, else
+                /run/kvtier/kvtierd.sock);
+    ns:         the model namespace the daemon serves ("default");
+    tenant:     the tenant to act as (0); checked against the process's
+                uid/gid by the daemon;
+    timeout_ms: per request.
+
+    Thread-safe: requests are serialized on the socket, waits are not.
+    Use one Client per process, or one per TP rank.
+    """
+
+    def __init__(self, geometry: Geometry, *, socket: Optional[str] = None,
+                 ns: str = "default", tenant: int = 0,
+                 timeout_ms: int = 10000) -> None:
+        self._h: Optional[int] = None
+        self._lock = threading.Lock()
+        self._children: "set[Union[Memory, Job]]" = set()
+        cfg = _lib.ClientConfig()
+        cfg.size = ctypes.sizeof(_lib.ClientConfig)
+        cfg.tenant = tenant
+        self._socket = socket.encode() if socket else None
+        self._ns = ns.encode()
+        cfg.socket = self._socket
+        cfg.ns = self._ns
+        cfg.geom = ctypes.pointer(geometry._g)
+        cfg.page_tokens = geometry.page_tokens
+        cfg.tp_size = geometry.tp_size
+        cfg.tp_rank = geometry.tp_rank
+        cfg.timeout_ms = timeout_ms
+        h = c_void_p()
+        _check(lib.kvt_client_connect(byref(h), byref(cfg)),
+               f"connect to kvtierd at {socket or os.environ.get('KVT_SOCKET') or '/run/kvtier/kvtierd.sock'}")
+        self._h = h.value
+        self.geometry = Geometry(_lib.Geom.from_buffer_copy(
+            lib.kvt_client_geom(self._h).contents))
+
+    @staticmethod
+    def wait_daemon(socket: Optional[str] = None,
+                    timeout: float = 10.0) -> None:
+        """Wait until a daemon accepts connections at @socket."""
+        _check(lib.kvt_client_wait_daemon(socket.encode() if socket else None,
+                                          int(timeout * 1000)),
+               f"wait for kvtierd at {socket}")
+
+    def _handle(self) -> int:
+        if self._h is None:
+            raise ValueError("kvtier: the client is closed")
+        return self._h
+
+    def close(self) -> None:
+        """Disconnect: the daemon cancels this client's jobs and unmaps its
+        memory. Memory and Job objects of the client become unusable."""
+        with self._lock:
+            h, self._h = self._h, None
+            children, self._children = self._children, set()
+        for c in children:
+            c._orphan()
+        if h is not None:
+            lib.kvt_client_close(h)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def fileno(self) -> int:
+        """An eventfd the daemon signals when a job of this client is done
+        (for select/poll/asyncio): when readable, read 8 bytes from it and
+        poll the jobs you wait for."""
+        return lib.kvt_client_fd(self._handle())
+
+    # -- keys and lookup ----------------------------------------------------
+
+    def hash_tokens(self, tokens: Sequence[int]) -> List[bytes]:
+        """The chained page keys of @tokens for this client's tenant: one
+        per full page (a partial last page has none)."""
+        n = len(tokens)
+        npages = n // self.geometry.page_tokens
+        arr = _u32_array(tokens, "tokens")
+        out = (_lib.PageKey * max(npages, 1))()
+        _check(lib.kvt_client_hash_tokens(self._handle(), arr, n, out),
+               "hash tokens")
+        return _keys.from_c(out, npages)
+
+    def lookup(self, keys: Sequence[bytes], touch: bool = True) -> LookupResult:
+        """How many leading pages of the prefix @keys the cache can supply
+        (touch: count it as a hit for recency)."""
+        r = _lib.LookupResult()
+        if not keys:
+            return LookupResult(0, {t: 0 for t in TIER_NAMES}, 0)
+        ck = _keys.to_c(keys)
+        _check(lib.kvt_client_lookup(self._handle(), ck, len(keys),
+                                     1 if touch else 0, byref(r)), "lookup")
+        return LookupResult(r.pages, dict(zip(TIER_NAMES, r.tier_pages)),
+                            r.inflight)
+
+    # -- memory ---------------------------------------------------------------
+
+    def alloc(self, nblocks: int) -> "Memory":
+        """@nblocks engine blocks of zeroed host memory shared with the
+        daemon, in vLLM's layout: per layer, the K chunks of every block,
+        then the V chunks (kvt_client_mem_alloc)."""
+        g = self.geometry
+        base = (c_void_p * g.layers)()
+        bs, ks, ts, m = c_uint64(), c_uint64(), c_uint64(), c_void_p()
+        _check(lib.kvt_client_mem_alloc(self._handle(), nblocks, base,
+                                        byref(bs), byref(ks), byref(ts),
+                                        byref(m)), f"alloc {nblocks} blocks")
+        addrs = [int(base[i]) for i in range(g.layers)]
+        span = (addrs[1] - addrs[0]) if g.layers > 1 else \
+            ks.value + nblocks * bs.value
+        buf = (ctypes.c_char * (span * g.layers)).from_address(addrs[0])
+        mem = Memory(self, m.value, nblocks, bs.value, ks.value, ts.value,
+                     addrs, memoryview(buf).cast("B"), None)
+        self._adopt(mem)
+        return mem
+
+    def alloc_memfd(self, size: int, layer_offsets: Sequence[int],
+                    nblocks: int, block_stride: int, kv_stride: int,
+                    token_stride: int) -> "Memory":
+        """@size bytes of zeroed host memory in a layout of the caller's:
+        a memfd sealed against shrinking, mapped here and registered with
+        the daemon. Layer l's block 0 (K) is at byte layer_offsets[l];
+        strides as in register_fd(). For engines whose KV layout is not
+        vLLM's (SGLang's host pool layouts)."""
+        fd = os.memfd_create("kvtier-kv", os.MFD_CLOEXEC |
+                             os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK |
+                        fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+            mm = mmap.mmap(fd, size, mmap.MAP_SHARED,
+                           mmap.PROT_READ | mmap.PROT_WRITE)
+            mem = self.register_fd(fd, layer_offsets, nblocks, block_stride,
+                                   kv_stride, token_stride, _map=mm)
+        finally:
+            os.close(fd)
+        return mem
+
+    def register_fd(self, fd: int, layer_offsets: Sequence[int], nblocks: int,
+                    block_stride: int, kv_stride: int, token_stride: int,
+                    device: int = -1, *, _map: Optional[mmap.mmap] = None
+                    ) -> "Memory":
+        """Register a memfd @fd (sealed F_SEAL_SHRINK) the caller laid out:
+        layer l's block 0 (K) starts at byte layer_offsets[l]; a block's
+        chunk at + block*block_stride + kv*kv_stride, token t at
+        + t*token_stride. The fd stays the caller's. @device must be -1:
+        GPU memory registration is not implemented yet (KVT_ENOTBUILT)."""
+        g = self.geometry
+        if len(layer_offsets) != g.layers:
+            raise ValueError(f"kvtier: {len(layer_offsets)} layer offsets "
+                             f"for a model of {g.layers} layers")
+        offs = (c_uint64 * g.layers)(*[int(o) for o in layer_offsets])
+        m = c_void_p()
+        _check(lib.kvt_client_register_fd(self._handle(), fd, offs, g.layers,
+                                          nblocks, block_stride, kv_stride,
+                                          token_stride, device, byref(m)),
+               "register memory")
+        view = memoryview(_map) if _map is not None else None
+        addrs = [0] * g.layers
+        if _map is not None:
+            base = ctypes.addressof(ctypes.c_char.from_buffer(_map))
+            addrs = [base + int(o) for o in layer_offsets]
+        mem = Memory(self, m.value, nblocks, block_stride, kv_stride,
+                     token_stride, addrs, view, _map)
+        self._adopt(mem)
+        return mem
+
+    # -- jobs -------------------------------------------------------------------
+
+    def _job(self, fn: Any, what: str, mem: "Memory", keys: Sequence[bytes],
+             blocks: Sequence[int], first: int) -> "Job":
+        if mem._client is not self or mem._h is None:
+            raise ValueError(f"kvtier: {what}: memory not registered by "
+                             f"this client (or freed)")
+        if not 0 <= first <= len(keys):
+            raise ValueError(f"kvtier: {what}: first={first} outside the "
+                             f"{len(keys)} keys")
+        if len(blocks) != len(keys) - first:
+            raise ValueError(f"kvtier: {what}: {len(blocks)} blocks for "
+                             f"pages {first}..{len(keys) - 1}")
+        for b in blocks:
+            if not 0 <= int(b) < mem.nblocks:
+                raise ValueError(f"kvtier: {what}: block {b} outside the "
+                                 f"{mem.nblocks} registered")
+        ck = _keys.to_c(keys)
+        cb = _u32_array(blocks, "blocks")
+        j = c_void_p()
+        _check(fn(self._handle(), mem._h, ck, len(keys), first, cb, byref(j)),
+               what)
+        job = Job(self, j.value, [int(b) for b in blocks],
+                  self.geometry.layers)
+        self._adopt(job)
+        return job
+
+    def load(self, mem: "Memory", keys: Sequence[bytes],
+             blocks: Sequence[int], first: int = 0) -> "Job":
+        """Copy pages first..len(keys)-1 of the prefix @keys into @blocks
+        of @mem, asynchronously. Never waits on the cache: a page not
+        cached (or not loadable yet) puts its block on the failed list."""
+        return self._job(lib.kvt_client_load, "load", mem, keys, blocks,
+                         first)
+
+    def store(self, mem: "Memory", keys: Sequence[bytes],
+              blocks: Sequence[int], first: int = 0) -> "Job":
+        """Copy pages first..len(keys)-1 of the prefix @keys out of @blocks
+        of @mem into the cache, asynchronously. The blocks must not change
+        until the job is done; pages before @first must already be cached
+        (or being stored); pages already cached are skipped. Nothing
+        becomes visible unless every page landed and was verified."""
+        return self._job(lib.kvt_client_store, "store", mem, keys, blocks,
+                         first)
+
+    # -- the daemon -----------------------------------------------------------
+
+    def stats(self) -> Dict[str, Any]:
+        """The daemon's metrics (docs/METRICS.md) as a dict."""
+        p = c_void_p()
+        _check(lib.kvt_client_stats(self._handle(), byref(p)), "stats")
+        try:
+            text = ctypes.string_at(p.value).decode()
+        finally:
+            _lib.libc.free(p)
+        return json.loads(text)
+
+    def quiesce(self) -> None:
+        """Wait until the daemon's background demotion has settled."""
+        _check(lib.kvt_client_quiesce(self._handle()), "quiesce")
+
+    def _adopt(self, obj: Union["Memory", "Job"]) -> None:
+        with self._lock:
+            self._children.add(obj)
+
+    def _forget(self, obj: Union["Memory", "Job"]) -> None:
+        with self._lock:
+            self._children.discard(obj)
+
+
+class Memory:
+    """Engine KV memory the daemon has mapped.
+
+    nblocks, block_stride, kv_stride, token_stride: the layout;
+    layer_addrs: the address of block 0's K chunk of each layer (0 when
+    the caller mapped it itself: register_fd);
+    buffer: a writable memoryview of the whole mapping, when this package
+    mapped it (alloc, alloc_memfd), else None.
+    """
+
+    def __init__(self, client: Client, h: int, nblocks: int,
+                 block_stride: int, kv_stride: int, token_stride: int,
+                 layer_addrs: List[int], buffer: Optional[memoryview],
+                 mapping: Optional[mmap.mmap]) -> None:
+        self._client: Optional[Client] = client
+        self._h: Optional[int] = h
+        self.nblocks = nblocks
+        self.block_stride = block_stride
+        self.kv_stride = kv_stride
+        self.token_stride = token_stride
+        self.layer_addrs = layer_addrs
+        self.buffer = buffer
+        self._map = mapping
+
+    def addr(self, layer: int, block: int, kv: int = 0) -> int:
+        """The address of @block's K (kv=0) or V (kv=1) chunk of @layer."""
+        if not self.layer_addrs[0]:
+            raise ValueError("kvtier: memory mapped by the caller: "
+                             "addresses are the caller's")
+        return (self.layer_addrs[layer] + block * self.block_stride +
+                kv * self.kv_stride)
+
+    def layer_offset(self, layer: int) -> int:
+        """Byte offset of @layer's block 0 inside .buffer."""
+        return self.layer_addrs[layer] - self.layer_addrs[0]
+
+    def free(self) -> None:
+        """Unregister (the daemon cancels jobs on it and unmaps it)."""
+        h, self._h = self._h, None
+        cl, self._client = self._client, None
+        if h is not None and cl is not None:
+            cl._forget(self)
+            lib.kvt_client_mem_free(h)
+        self._release_map()
+
+    def _orphan(self) -> None:  # the client closed: it freed the handle
+        self._h = None
+        self._client = None
+        self._release_map()
+
+    def _release_map(self) -> None:
+        if self._map is not None:
+            if self.buffer is not None:
+                self.buffer.release()
+            self.buffer = None
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # still exported (a numpy view): freed with it
+            self._map = None
+
+    def __enter__(self) -> "Memory":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.free()
+
+
+class Job:
+    """An asynchronous load or store.
+
+    Progress comes through memory the daemon writes, so wait_layer() and
+    poll() cost no round trip. Failed blocks are not exceptions: wait()
+    returns them, for the engine to recompute.
+    """
+
+    def __init__(self, client: Client, h: int, blocks: List[int],
+                 layers: int) -> None:
+        self._client: Optional[Client] = client
+        self._h: Optional[int] = h
+        self.blocks = blocks
+        self._layers = layers
+        self._failed: Optional[List[int]] = None
+        self.result: Optional[int] = None
+
+    def _handle(self) -> int:
+        if self._h is None:
+            raise ValueError("kvtier: the job is closed")
+        return self._h
+
+    def wait_layer(self, layer: int, timeout: Optional[float] = None) -> bool:
+        """Block until @layer of every block is in place and verified.
+        True: it is (blocks that fail excepted: see wait()); False: every
+        block failed at or before this layer (nothing to use)."""
+        if not 0 <= layer < self._layers:
+            raise IndexError(f"kvtier: layer {layer} of {self._layers}")
+        rc = lib.kvt_client_job_wait_layer(self._handle(), layer,
+                                           _timeout_ns(timeout))
+        if rc == 0:
+            return True
+        if rc in _BLOCK_FAILURES:
+            return False
+        _raise(rc, "wait for layer")
+        return False
+
+    def wait(self, timeout: Optional[float] = None) -> List[int]:
+        """Block until the job is done. Returns the block ids whose copy
+        failed ([] when every block succeeded), in request order."""
+        rc = lib.kvt_client_job_wait(self._handle(), _timeout_ns(timeout))
+        return self._done(rc)
+
+    def poll(self) -> bool:
+        """True once the job is done (then wait() does not block)."""
+        rc = lib.kvt_client_job_poll(self._handle())
+        if rc == -errno.EINPROGRESS:
+            return False
+        self._done(rc)
+        return True
+
+    def _done(self, rc: int) -> List[int]:
+        if rc in (-errno.ECONNRESET, -errno.EPIPE, -errno.ETIMEDOUT):
+            _raise(rc, "wait for job")
+        self.result = rc
+        return self.failed
+
+    @property
+    def failed(self) -> List[int]:
+        """The failed block ids, once done."""
+        if self._failed is None:
+            n = len(self.blocks)
+            arr = (c_uint32 * max(n, 1))()
+            got = lib.kvt_client_job_failed(self._handle(), arr, n)
+            if got == -errno.EINPROGRESS:
+                raise RuntimeError("kvtier: the job is still running")
+            _check(int(got), "failed blocks")
+            self._failed = [int(arr[i]) for i in range(min(got, n))]
+        return list(self._failed)
+
+    def cancel(self) -> bool:
+        """Stop the job (blocks not complete go on the failed list; a
+        cancelled store commits nothing). False if it was already done."""
+        rc = lib.kvt_client_job_cancel(self._handle())
+        if rc == -errno.EALREADY:
+            return False
+        _check(rc, "cancel")
+        return True
+
+    def stat(self) -> JobStat:
+        """What the job did (once done)."""
+        st = _lib.JobStat()
+        lib.kvt_client_job_stat_get(self._handle(), byref(st))
+        return JobStat(st.pages, st.copied, st.skipped, st.failed,
+                       st.verified, st.bytes, st.wait_s, st.layer0_s,
+                       st.total_s, dict(zip(TIER_NAMES, st.from_)))
+
+    def fileno(self) -> int:
+        """The client's eventfd (see Client.fileno())."""
+        if self._client is None:
+            raise ValueError("kvtier: the job is closed")
+        return self._client.fileno()
+
+    def close(self) -> None:
+        """Free the handle (a running job is cancelled first)."""
+        h, self._h = self._h, None
+        cl, self._client = self._client, None
+        if h is not None and cl is not None:
+            cl._forget(self)
+            lib.kvt_client_job_free(h)
+
+    def _orphan(self) -> None:
+        self._h = None
+        self._client = None
+
+    def __enter__(self) -> "Job":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,251 @@
+"""The kvtier Python package against a real daemon: every call, its errors,
+and bytes checked end to end."""
+from __future__ import annotations
+
+import errno
+import os
+import select
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kvtier
+import kvt_testutil
+import tinymodel
+from tinymodel import PagedKV
+
+P = 4
+
+
+def geo(**over):
+    cfg = dict(tinymodel.CONFIG, **over)
+    return kvtier.Geometry.from_config(cfg, page_tokens=P)
+
+
+def fill(kv: PagedKV, layers: int, blocks, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for l in range(layers):
+        for b in blocks:
+            kv.k(l)[b] = rng.standard_normal(kv.k(l)[b].shape)
+            kv.v(l)[b] = rng.standard_normal(kv.v(l)[b].shape)
+
+
+def same(a: PagedKV, ab, b: PagedKV, bb, layers: int) -> bool:
+    return all(np.array_equal(a.k(l)[x], b.k(l)[y]) and
+               np.array_equal(a.v(l)[x], b.v(l)[y])
+               for l in range(layers) for x, y in zip(ab, bb))
+
+
+def test_geometry_and_errors(tiny_daemon):
+    g = geo()
+    assert (g.layers, g.kv_heads, g.head_dim, g.dtype_bytes) == (4, 2, 16, 4)
+    assert g.chunk_bytes == P * 2 * 16 * 4
+    assert g.page_bytes == g.chunk_bytes * 2 * 4
+    with pytest.raises(kvtier.KvtierError) as e:
+        kvtier.Geometry.from_config({"hidden_size": 8}, page_tokens=P)
+    assert e.value.code == kvtier.KVT_ECONFIG and e.value.detail
+    with pytest.raises(kvtier.KvtierError) as e:
+        kvtier.Geometry.from_preset("no-such-model", page_tokens=P)
+    assert e.value.name == "KVT_EPRESET" and "llama-3.1-8b" in e.value.detail
+    # a geometry other than the namespace's is refused, with the reason
+    with pytest.raises(kvtier.KvtierError) as e:
+        kvtier.Client(geo(num_hidden_layers=3), socket=tiny_daemon)
+    assert e.value.code == kvtier.KVT_EGEOM and "differs" in e.value.detail
+    with pytest.raises(kvtier.KvtierError) as e:
+        kvtier.Client(g, socket=tiny_daemon, ns="other")
+    assert e.value.code == kvtier.KVT_ENOTFOUND
+    with pytest.raises(kvtier.KvtierError) as e:
+        kvtier.Client(g, socket=tiny_daemon + ".none")
+    assert e.value.code == -errno.ENOENT
+    with kvtier.Client(g, socket=tiny_daemon) as cl:
+        assert cl.geometry.layers == 4
+    with pytest.raises(ValueError):
+        cl.lookup([b"\0" * 16])  # closed
+
+
+def test_keys(tiny_daemon):
+    g = geo()
+    toks = list(range(1, 4 * P + 3))
+    with kvtier.Client(g, socket=tiny_daemon) as a, \
+            kvtier.Client(g, socket=tiny_daemon) as b:
+        ka = a.hash_tokens(toks)
+        assert len(ka) == 4 and all(len(k) == 16 for k in ka)
+        assert ka == b.hash_tokens(toks)
+        # chained: a different first page changes every key after it
+        kc = a.hash_tokens([0] + toks[1:])
+        assert all(x != y for x, y in zip(ka, kc))
+        assert a.hash_tokens(toks[:P - 1]) == []
+    # engine hashes: the same in another process (no hash seed), salted
+    hs = [b"\x01" * 32, "abc", 12345, -7]
+    k1 = kvtier.keys_from_hashes(hs, salt=b"m")
+    code = ("import kvtier; print(kvtier.keys_from_hashes("
+            "[b'\\x01' * 32, 'abc', 12345, -7], salt=b'm')[3].hex())")
+    out = subprocess.run([sys.executable, "-c", code], check=True,
+                         capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONHASHSEED="123"))
+    assert out.stdout.strip() == k1[3].hex()
+    assert kvtier.keys_from_hashes(hs, salt=b"n") != k1
+    assert len(set(k1)) == 4
+    with pytest.raises(TypeError):
+        kvtier.keys_from_hashes([1.5])
+
+
+def test_store_lookup_load_bytes(tiny_daemon):
+    g = geo()
+    toks = list(range(100, 100 + 6 * P))
+    with kvtier.Client(g, socket=tiny_daemon) as a, \
+            kvtier.Client(g, socket=tiny_daemon) as b:
+        ma, mb = a.alloc(16), b.alloc(8)
+        kva, kvb = PagedKV.from_memory(ma, g), PagedKV.from_memory(mb, g)
+        keys = a.hash_tokens(toks)
+        src = [3, 9, 1, 15, 4, 7]
+        fill(kva, 4, src, seed=1)
+        assert a.lookup(keys).pages == 0
+        with a.store(ma, keys[:4], src[:4]) as job:
+            assert job.wait() == [] and job.result == 0
+            st = job.stat()
+            assert st.copied == 4 and st.pages == 4
+        # the rest of the prefix, from page 4 on (its parents are cached)
+        with a.store(ma, keys, src[4:], first=4) as job:
+            assert job.wait() == []
+        r = b.lookup(keys)
+        assert r.pages == 6 and r.tier_pages["dram"] == 6 and r.inflight == 0
+        dst = [7, 0, 5, 2, 6, 1]
+        with b.load(mb, keys, dst) as job:
+            for l in range(g.layers):
+                assert job.wait_layer(l, timeout=10)
+            assert job.wait() == []
+            st = job.stat()
+            assert st.copied == 6 and st.verified == 6
+            assert st.from_tier["dram"] == 6
+        assert same(kva, src, kvb, dst, 4)
+        # a suffix load: pages 2..5 only
+        fill(kvb, 4, dst, seed=9)
+        with b.load(mb, keys, dst[2:], first=2) as job:
+            assert job.wait() == []
+        assert same(kva, src[2:], kvb, dst[2:], 4)
+
+
+def test_absent_pages_are_failed_blocks(tiny_daemon):
+    g = geo()
+    with kvtier.Client(g, socket=tiny_daemon) as cl:
+        m = cl.alloc(4)
+        kv = PagedKV.from_memory(m, g)
+        keys = cl.hash_tokens(list(range(3 * P)))
+        kv.k(0)[2] = 5.0
+        with cl.load(m, keys, [2, 0, 1]) as job:
+            assert job.wait_layer(0, timeout=10) is False
+            assert job.wait() == [2, 0, 1]
+            assert job.result == kvtier.KVT_ENOTFOUND
+        assert (kv.k(0)[2] == 5.0).all()  # nothing written to a failed block
+        # a store whose parents are not cached is refused, naming the page
+        with pytest.raises(kvtier.KvtierError) as e:
+            cl.store(m, keys, [0], first=2)
+        assert e.value.code == kvtier.KVT_ENOTFOUND
+
+
+def test_bad_arguments(tiny_daemon):
+    g = geo()
+    with kvtier.Client(g, socket=tiny_daemon) as cl:
+        m = cl.alloc(4)
+        keys = cl.hash_tokens(list(range(2 * P)))
+        with pytest.raises(ValueError, match="blocks for pages"):
+            cl.load(m, keys, [0])
+        with pytest.raises(ValueError, match="outside the 4 registered"):
+            cl.load(m, keys, [0, 4])
+        with pytest.raises(ValueError, match="16 bytes"):
+            cl.lookup([b"short"])
+        with pytest.raises(ValueError, match="first="):
+            cl.store(m, keys, [], first=3)
+        with pytest.raises(ValueError, match="out of range"):
+            cl.hash_tokens([-1] * P)
+        with pytest.raises(ValueError, match="layer offsets"):
+            cl.register_fd(0, [0], 1, 1, 1, 1)
+        with kvtier.Client(g, socket=tiny_daemon) as other:
+            with pytest.raises(ValueError, match="not registered by"):
+                other.load(m, keys, [0, 1])
+        with cl.load(m, keys, [0, 1]) as job:
+            job.wait()
+            with pytest.raises(IndexError):
+                job.wait_layer(4)
+        m.free()
+        with pytest.raises(ValueError, match="freed"):
+            cl.load(m, keys, [0, 1])
+
+
+def test_strided_layout_and_gpu_refusal(tiny_daemon):
+    """Memory in a block-outer layout (SGLang's page_first_direct: per
+    block, per layer, K then V) exchanges pages with vLLM-layout memory."""
+    g = geo()
+    c = g.chunk_bytes
+    nb, L = 6, g.layers
+    block_stride, kv_stride = 2 * L * c, c
+    offs = [l * 2 * c for l in range(L)]
+    with kvtier.Client(g, socket=tiny_daemon) as cl:
+        mv = cl.alloc(8)
+        kvv = PagedKV.from_memory(mv, g)
+        ms = cl.alloc_memfd(nb * block_stride, offs, nb, block_stride,
+                            kv_stride, g.kv_heads * g.head_dim * 4)
+        kvs = PagedKV.from_strided(ms.buffer, offs, nb, block_stride,
+                                   kv_stride, g.kv_heads * g.head_dim * 4,
+                                   P, g.kv_heads, g.head_dim)
+        keys = cl.hash_tokens(list(range(500, 500 + 3 * P)))
+        fill(kvs, L, [5, 0, 3], seed=3)
+        with cl.store(ms, keys, [5, 0, 3]) as j:
+            assert j.wait() == []
+        with cl.load(mv, keys, [1, 2, 7]) as j:
+            assert j.wait() == []
+        assert same(kvs, [5, 0, 3], kvv, [1, 2, 7], L)
+        # overlapping chunks are refused with the stride named
+        with pytest.raises(kvtier.KvtierError) as e:
+            cl.alloc_memfd(nb * block_stride, offs, nb, c // 2, kv_stride,
+                           g.kv_heads * g.head_dim * 4)
+        assert e.value.code in (kvtier.KVT_EGEOM, -errno.EINVAL)
+        # GPU memory: not implemented yet, and said so
+        fd = os.memfd_create("x", os.MFD_ALLOW_SEALING)
+        try:
+            with pytest.raises(kvtier.KvtierError) as e:
+                cl.register_fd(fd, offs, nb, block_stride, kv_stride,
+                               g.kv_heads * g.head_dim * 4, device=0)
+            assert e.value.code == kvtier.KVT_ENOTBUILT
+        finally:
+            os.close(fd)
+
+
+def test_fileno_poll_cancel_stats(tiny_daemon):
+    g = geo()
+    with kvtier.Client(g, socket=tiny_daemon) as cl:
+        m = cl.alloc(64)
+        keys = cl.hash_tokens(list(range(64 * P)))
+        job = cl.store(m, keys, list(range(64)))
+        r, _, _ = select.select([cl], [], [], 10)
+        assert r == [cl]
+        os.read(cl.fileno(), 8)
+        while not job.poll():
+            select.select([job], [], [], 1)
+        assert job.wait() == [] and job.cancel() is False
+        job.close()
+        st = cl.stats()
+        assert st["format"] == 1 and st["gauges"]["clients"] >= 1
+        assert [t["tier"] for t in st["tiers"]] == ["dram"]
+        cl.quiesce()
+
+
+def test_daemon_gone_is_connection_lost(workdir):
+    g = geo()
+    with kvt_testutil.daemon(workdir, tinymodel.CONFIG, page_tokens=P) as d:
+        cl = kvtier.Client(g, socket=d)
+        m = cl.alloc(2)
+        keys = cl.hash_tokens(list(range(2 * P)))
+        job = cl.load(m, keys, [0, 1])
+        job.wait()
+        d.kill()
+        with pytest.raises(kvtier.ConnectionLost) as e:
+            cl.lookup(keys)
+        assert e.value.code in (-errno.ECONNRESET, -errno.EPIPE)
+        cl.close()  # after the daemon died: no hang, no crash
+        with pytest.raises(ValueError):
+            job.wait()

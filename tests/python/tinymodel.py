@@ -1,0 +1,213 @@
+"""A tiny decoder-only transformer in NumPy, for numerical proofs.
+
+Llama-shaped: RMSNorm, grouped-query attention with rotary embeddings
+(the K and V real engines cache), a SwiGLU MLP, fp32, random weights from
+a seed. Small (4 layers, 8 query heads over 2 KV heads, head_dim 16) so a
+prompt of a few hundred tokens runs in well under a second.
+
+BIT-EXACT BY CONSTRUCTION. Every token's row is computed alone (vector x
+matrix, attention of one query over its keys), so the arithmetic of row i
+depends only on rows 0..i — never on how many tokens are in the batch.
+Hence a prefill that takes rows 0..c-1 of K and V from a cache and
+computes rows c..n-1 produces *bitwise* the same logits as a full
+recompute, provided the cached K and V are bitwise what the full
+recompute would have computed. Any corruption of a restored page shows.
+
+The KV cache is paged like an engine's: per layer, K and V as arrays
+[nblocks, P, H, D] reached through a block table (PagedKV). Views over
+memory registered with the daemon (vLLM layout, or any strided layout)
+make the model read and write that memory directly.
+"""
+from __future__ import annotations
+
+import json
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+
+CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "num_hidden_layers": 4,
+    "hidden_size": 128,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "intermediate_size": 256,
+    "vocab_size": 256,
+    "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float32",
+}
+
+
+class PagedKV:
+    """Per layer, K and V as [nblocks, P, H, D] float32 arrays (views)."""
+
+    def __init__(self, ks: List[np.ndarray], vs: List[np.ndarray]) -> None:
+        self._k, self._v = ks, vs
+        self.nblocks, self.page_tokens = ks[0].shape[0], ks[0].shape[1]
+
+    def k(self, layer: int) -> np.ndarray:
+        return self._k[layer]
+
+    def v(self, layer: int) -> np.ndarray:
+        return self._v[layer]
+
+    @classmethod
+    def from_strided(cls, buf, layer_offsets: Sequence[int], nblocks: int,
+                     block_stride: int, kv_stride: int, token_stride: int,
+                     page_tokens: int, kv_heads: int,
+                     head_dim: int) -> "PagedKV":
+        """Views over @buf (anything with the buffer protocol): layer l's
+        block b, kv k, token t at layer_offsets[l] + b*block_stride +
+        k*kv_stride + t*token_stride; heads then dims contiguous."""
+        ks, vs = [], []
+        for off in layer_offsets:
+            a = np.ndarray((2, nblocks, page_tokens, kv_heads, head_dim),
+                           dtype=np.float32, buffer=buf, offset=int(off),
+                           strides=(kv_stride, block_stride, token_stride,
+                                    head_dim * 4, 4))
+            ks.append(a[0])
+            vs.append(a[1])
+        return cls(ks, vs)
+
+    @classmethod
+    def from_memory(cls, mem, geometry) -> "PagedKV":
+        """Views over kvtier.Memory from Client.alloc() / alloc_memfd()."""
+        if geometry.dtype_bytes != 4:
+            raise ValueError("tinymodel is fp32: the geometry's dtype must be "
+                             "4 bytes")
+        offs = [mem.layer_offset(l) for l in range(geometry.layers)]
+        return cls.from_strided(mem.buffer, offs, mem.nblocks,
+                                mem.block_stride, mem.kv_stride,
+                                mem.token_stride, geometry.page_tokens,
+                                geometry.kv_heads, geometry.head_dim)
+
+    @classmethod
+    def private(cls, nblocks: int, layers: int, page_tokens: int,
+                kv_heads: int, head_dim: int) -> "PagedKV":
+        shape = (nblocks, page_tokens, kv_heads, head_dim)
+        return cls([np.zeros(shape, np.float32) for _ in range(layers)],
+                   [np.zeros(shape, np.float32) for _ in range(layers)])
+
+
+def _rms(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    var = np.float32(np.dot(x, x) / np.float32(x.shape[0]))
+    return (x / np.sqrt(var + np.float32(eps))) * w
+
+
+class TinyModel:
+    """The model. prefill() is what an engine's forward pass does for one
+    request: read cached K/V, compute the rest, write it to the cache."""
+
+    def __init__(self, seed: int = 0, config: Optional[dict] = None) -> None:
+        c = dict(CONFIG if config is None else config)
+        self.config = c
+        self.layers = c["num_hidden_layers"]
+        self.hidden = c["hidden_size"]
+        self.qh = c["num_attention_heads"]
+        self.kvh = c["num_key_value_heads"]
+        self.d = c.get("head_dim", self.hidden // self.qh)
+        self.vocab = c["vocab_size"]
+        self.eps = c["rms_norm_eps"]
+        rng = np.random.default_rng(seed)
+
+        def w(*shape: int) -> np.ndarray:
+            return (rng.standard_normal(shape) /
+                    np.sqrt(shape[0])).astype(np.float32)
+
+        h, inter = self.hidden, c["intermediate_size"]
+        self.embed = rng.standard_normal((self.vocab, h)).astype(np.float32)
+        self.lw = []
+        for _ in range(self.layers):
+            self.lw.append(dict(
+                ln1=(1 + 0.1 * rng.standard_normal(h)).astype(np.float32),
+                wq=w(h, self.qh * self.d), wk=w(h, self.kvh * self.d),
+                wv=w(h, self.kvh * self.d), wo=w(self.qh * self.d, h),
+                ln2=(1 + 0.1 * rng.standard_normal(h)).astype(np.float32),
+                wg=w(h, inter), wu=w(h, inter), wd=w(inter, h)))
+        self.norm = np.ones(h, np.float32)
+        self.head = w(h, self.vocab)
+        inv = 1.0 / (c["rope_theta"] ** (np.arange(0, self.d, 2) / self.d))
+        self._inv_freq = inv  # float64; each position's angles cast once
+
+    def config_json(self) -> str:
+        return json.dumps(self.config, indent=1)
+
+    def _rope(self, x: np.ndarray, pos: int) -> np.ndarray:
+        """Rotary embedding of one row [heads, D] at @pos (rotate-half)."""
+        ang = pos * self._inv_freq
+        cos = np.cos(ang).astype(np.float32)
+        sin = np.sin(ang).astype(np.float32)
+        half = self.d // 2
+        x1, x2 = x[:, :half], x[:, half:]
+        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin],
+                              axis=1)
+
+    def prefill(self, tokens: Sequence[int], kv: PagedKV,
+                block_table: Sequence[int], num_cached: int,
+                before_layer: Optional[Callable[[int], None]] = None,
+                after_layer: Optional[Callable[[int], None]] = None
+                ) -> np.ndarray:
+        """Logits [len(tokens) - num_cached, vocab] of positions
+        num_cached.. of @tokens. K/V of positions < num_cached are read
+        from @kv (page t // P is block block_table[t // P]); the rest are
+        computed and written there. before_layer(l) runs before layer l
+        reads the cache (a connector's wait-for-layer-load), after_layer(l)
+        after it wrote its K/V (save-layer)."""
+        n, p = len(tokens), kv.page_tokens
+        if not 0 <= num_cached < n:
+            raise ValueError("prefill: need at least one token to compute")
+        if len(block_table) * p < n:
+            raise ValueError("prefill: block table too short")
+        x = np.stack([self.embed[t] for t in tokens[num_cached:]])
+        scale = np.float32(1.0 / np.sqrt(self.d))
+        group = self.qh // self.kvh
+        for l, lw in enumerate(self.lw):
+            if before_layer:
+                before_layer(l)
+            kc, vc = kv.k(l), kv.v(l)
+            qs = []
+            for r in range(x.shape[0]):
+                pos = num_cached + r
+                hn = _rms(x[r], lw["ln1"], self.eps)
+                q = self._rope((hn @ lw["wq"]).reshape(self.qh, self.d), pos)
+                k = self._rope((hn @ lw["wk"]).reshape(self.kvh, self.d), pos)
+                v = (hn @ lw["wv"]).reshape(self.kvh, self.d)
+                b, t = block_table[pos // p], pos % p
+                kc[b, t] = k
+                vc[b, t] = v
+                qs.append(q)
+            if after_layer:
+                after_layer(l)
+            out = np.empty_like(x)
+            for r in range(x.shape[0]):
+                pos = num_cached + r
+                npg = pos // p + 1
+                blocks = list(block_table[:npg])
+                keys = kc[blocks].reshape(npg * p, self.kvh, self.d)[:pos + 1]
+                vals = vc[blocks].reshape(npg * p, self.kvh, self.d)[:pos + 1]
+                heads = []
+                for hq in range(self.qh):
+                    g = hq // group
+                    s = (keys[:, g, :] @ qs[r][hq]) * scale
+                    e = np.exp(s - s.max())
+                    heads.append((e / e.sum()) @ vals[:, g, :])
+                att = np.concatenate(heads) @ lw["wo"]
+                h1 = x[r] + att
+                hn = _rms(h1, lw["ln2"], self.eps)
+                gt = hn @ lw["wg"]
+                act = gt / (np.float32(1) + np.exp(-gt)) * (hn @ lw["wu"])
+                out[r] = h1 + act @ lw["wd"]
+            x = out
+        return np.stack([_rms(x[r], self.norm, self.eps) @ self.head
+                         for r in range(x.shape[0])])
+
+    def logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """Every position's logits, recomputed from nothing in a private
+        cache: the reference."""
+        p = 4
+        nb = (len(tokens) + p - 1) // p
+        kv = PagedKV.private(nb, self.layers, p, self.kvh, self.d)
+        return self.prefill(tokens, kv, list(range(nb)), 0)
