@@ -249,3 +249,21 @@ def test_daemon_gone_is_connection_lost(workdir):
         cl.close()  # after the daemon died: no hang, no crash
         with pytest.raises(ValueError):
             job.wait()
+
+
+def test_library_lookup():
+    """$KVTIER_LIB that does not load is an error naming it (no fallback);
+    without it, the dynamic loader finds libkvtier.so.1 (as installed)."""
+    lib = os.environ["KVTIER_LIB"]
+    env = dict(os.environ, KVTIER_LIB="/nonexistent/libkvtier.so")
+    r = subprocess.run([sys.executable, "-c", "import kvtier"], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "/nonexistent/libkvtier.so" in r.stderr
+    assert "KVTIER_LIB" in r.stderr
+    env = {k: v for k, v in os.environ.items() if k != "KVTIER_LIB"}
+    env["LD_LIBRARY_PATH"] = os.path.dirname(os.path.realpath(lib))
+    r = subprocess.run([sys.executable, "-c",
+                        "import kvtier; print(kvtier.version())"], env=env,
+                       capture_output=True, text=True, cwd="/")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == kvtier.version()
