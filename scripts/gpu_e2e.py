@@ -17,7 +17,9 @@ What the TTFTs contain (all measured on the wall clock, device synchronized):
   full:    the prefill of N + M tokens;
   restore: hashing the prompt (daemon), lookup, the load job into host
            memory (waited per layer), the host->device copy of every layer
-           (pageable memory: the registered memfd is not pinned), building
+           (from the registered memfd, page-locked with cudaHostRegister;
+           asynchronous, so layer l's copy overlaps the wait for layer
+           l + 1), building
            the engine's cache, the prefill of the M new tokens.
 The KV round trip is checked bit for bit (the restored K and V equal what
 the prefill computed), the restored logits against the same prefill from
@@ -230,6 +232,32 @@ def sync(dev: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+_pinned: list = []
+
+
+def unpin_all() -> None:
+    while _pinned:
+        torch.cuda.cudart().cudaHostUnregister(_pinned.pop())
+
+
+def pin(mem: kvtier.Memory, dev: torch.device) -> str:
+    """Page-lock the registered memory for the copy engines
+    (cudaHostRegister): "pinned", "pageable (...why...)" or "cpu"."""
+    if dev.type != "cuda":
+        return "cpu"
+    try:
+        import ctypes
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(mem.buffer))
+        err = torch.cuda.cudart().cudaHostRegister(addr, mem.buffer.nbytes, 0)
+        code = getattr(err, "value", err)
+        if code == 0:
+            _pinned.append(addr)
+            return "pinned"
+        return f"pageable (cudaHostRegister: {err})"
+    except Exception as e:  # an older torch without cudart()
+        return f"pageable ({type(e).__name__}: {e})"
+
+
 def host_views(mem: kvtier.Memory, geo: kvtier.Geometry, dtype, nblocks):
     """Per layer a [2, nblocks, P, H, D] tensor over the registered memory
     (vLLM layout from Client.alloc: K blocks, then V blocks)."""
@@ -251,6 +279,7 @@ def run_size(model: Model, geo, sock, N, M, repeats, dev, dtype, vocab, tol):
     _, kv = model.prefill(ids[:N])
     writer = kvtier.Client(geo, socket=sock)
     wmem = writer.alloc(nb)
+    res["host_memory"] = pin(wmem, dev)
     hv = host_views(wmem, geo, dtype, nb)
     sync(dev)
     t0 = time.perf_counter()
@@ -277,6 +306,8 @@ def run_size(model: Model, geo, sock, N, M, repeats, dev, dtype, vocab, tol):
     # the new turn through kvtier, in a fresh engine process's cache
     reader = kvtier.Client(geo, socket=sock)
     rmem = reader.alloc(nb)
+    pin(rmem, dev)
+    nbk = (dev.type == "cuda" and res["host_memory"] == "pinned")
     rv = host_views(rmem, geo, dtype, nb)
     restore, parts, full = [], [], []
     exact_kv = exact_ref = None
@@ -299,8 +330,12 @@ def run_size(model: Model, geo, sock, N, M, repeats, dev, dtype, vocab, tol):
                 tw += time.perf_counter() - a
                 kl = rv[l][0].reshape(nb * P, geo.kv_heads, geo.head_dim)
                 vl = rv[l][1].reshape(nb * P, geo.kv_heads, geo.head_dim)
-                past.append((kl[:hit * P].to(dev).transpose(0, 1).contiguous(),
-                             vl[:hit * P].to(dev).transpose(0, 1).contiguous()))
+                # asynchronous from pinned memory: layer l's copy runs
+                # while the load of layer l + 1 is waited for
+                past.append((kl[:hit * P].to(dev, non_blocking=nbk),
+                             vl[:hit * P].to(dev, non_blocking=nbk)))
+            past = [(k.transpose(0, 1).contiguous(),
+                     v.transpose(0, 1).contiguous()) for k, v in past]
             failed = job.wait()
         if failed:
             raise RuntimeError(f"load failed for blocks {failed[:8]}...")
@@ -347,6 +382,8 @@ def run_size(model: Model, geo, sock, N, M, repeats, dev, dtype, vocab, tol):
                                top1_agreement=top1, tolerance_rel=tol),
     )
     res["ok"] = bool(exact_kv and exact_ref and diff <= tol * scale)
+    sync(dev)
+    unpin_all()
     writer.close()
     reader.close()
     return res
@@ -421,7 +458,9 @@ def main() -> int:
         config=cname, dtype=dname, kvtier=kvtier.version(),
         geometry=repr(geo), dram_tier_bytes=dram,
         note=("GPU memory registration with the daemon is not implemented: "
-              "device<->host copies are torch copies from pageable memory"),
+              "device<->host copies are torch copies (copy engines) from "
+              "the registered memory, page-locked when cudaHostRegister "
+              "allows (host_memory says)"),
         sizes=[])
     rc = 0
     try:
