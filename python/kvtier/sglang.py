@@ -1,0 +1,545 @@
+"""kvtier as SGLang's HiCache storage backend (the third level, under the
+GPU and the host pool): KvtierStorage.
+
+Targets SGLang v0.5.6.post2 (commit 5c8bd8b51b53, the version bump on
+main; mem_cache/hicache_storage.py, mem_cache/memory_pool_host.py,
+managers/cache_controller.py there). Loaded as a dynamic backend:
+
+    python -m sglang.launch_server --model-path ... --page-size 64 \\
+        --enable-hierarchical-cache --hicache-mem-layout page_first_direct \\
+        --hicache-storage-backend dynamic \\
+        --hicache-storage-backend-extra-config '{"backend_name": "kvtier",
+            "module_path": "kvtier.sglang", "class_name": "KvtierStorage",
+            "interface_v1": 1, "socket": "/run/kvtier/kvtierd.sock"}'
+
+with `kvtier serve --model <the model's config.json> --page-tokens 64
+...` running on the node (the page size must be SGLang's --page-size).
+
+HOW IT MAPS
+  * Memory. The daemon copies pages straight into and out of SGLang's host
+    KV pool, so it must map that memory: only a sealed memfd can be
+    shared. register_mem_pool_host() (called by the controller right after
+    the backend is made, before any KV is in the pool) allocates a memfd of
+    the pool buffer's size, registers it with its layout (per-layer
+    offsets, block / kv / token strides) and RE-HOMES the pool: its
+    kv_buffer becomes an array of the same shape and dtype over the memfd
+    (numpy, or torch.frombuffer for a torch pool; a pinned pool's new
+    buffer is page-locked again with cudaHostRegister and the pool's
+    per-layer pointer tables are rebuilt). It then checks the pool's own
+    get_page_buffer_meta() pointers against the registered layout.
+    Layouts: layer_first and page_first_direct. page_first (token-major
+    across layers) puts a page's tokens of one layer 2*L*H*D*s bytes
+    apart; kvtier needs each page's chunk contiguous per token row, so it
+    is refused with the reason. MLA pools are refused (not implemented).
+  * Keys. SGLang names page i by a chained SHA-256 (hex) over page i's
+    tokens and page i-1's key: one key already stands for its whole
+    prefix. Each becomes a 16-byte kvtier key with
+    kvtier.keys_from_hashes([key], salt), salt = "sglang|<model>|tp<r>/<n>"
+    plus the config's "salt" (TP ranks hold different heads: never the same
+    key). Process- and restart-stable.
+  * The index. kvtier names a prefix by all its keys from page 0, and a
+    store needs its parents cached. SGLang does not reliably say where a
+    call's keys sit: prefix_keys come only with
+    "hicache_storage_pass_prefix_keys", the prefetch path leaves out the
+    last host node's own pages, and an empty list is never extended past
+    the first 128-page batch. So every SGLang page is stored as a prefix of
+    ONE page (its chained key needs no parent): correct whatever SGLang
+    passes and shared across processes, at one daemon request per page
+    (batch_exists looks keys up one by one until the first miss; get and
+    set start one job per page, all in flight at once, then wait). The
+    daemon's tree is flat for SGLang pages: eviction is per-page LRU/LFU
+    rather than leaves-first; SGLang's leading-run matching makes a page
+    after a missing one useless, as it would be anyway.
+  * Results. batch_get_v1 / batch_set_v1 return one bool per key: a page
+    absent, corrupt (its checksum failed in the daemon) or not done in
+    io_timeout_s is False, and SGLang recomputes from the first False on.
+    A daemon that went away makes every page False (logged), never an
+    exception on SGLang's I/O threads.
+
+Not implemented (raise NotImplementedError saying so): the copying
+interface (get / set / batch_get / batch_set: set "interface_v1": 1, which
+SGLang needs anyway to pick the zero-copy calls for a dynamic backend),
+clear() (the daemon's cache is shared by every engine of the node:
+restart the daemon to drop it), MLA host pools, GPU-resident pools.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage,
+                                                  HiCacheStorageConfig,
+                                                  HiCacheStorageExtraInfo)
+
+from . import client as _client
+from .client import Client, ConnectionLost, Geometry, KvtierError, Memory
+from .keys import keys_from_hashes
+
+logger = logging.getLogger(__name__)
+
+SGLANG_VERSION = "0.5.6.post2"
+SGLANG_COMMIT = "5c8bd8b51b53b9b39eb1edec582ee43b21002106"
+
+# extra-config keys: ours, and those SGLang reads (and normally pops)
+_OWN_KEYS = {
+    "socket": "the daemon's socket (default $KVT_SOCKET, else "
+              "/run/kvtier/kvtierd.sock)",
+    "ns": "the daemon's model namespace (default \"default\")",
+    "tenant": "the tenant id to act as (default 0)",
+    "salt": "extra text in every key's salt (default none)",
+    "timeout_ms": "per daemon request (default 10000)",
+    "io_timeout_s": "how long one batch_get_v1 / batch_set_v1 may wait "
+                    "(default 30)",
+    "wait_daemon_s": "how long to wait for the daemon at start (default 5)",
+}
+_SGLANG_KEYS = {"backend_name", "module_path", "class_name", "interface_v1",
+                "prefetch_threshold", "prefetch_timeout_base",
+                "prefetch_timeout_per_ki_token",
+                "hicache_storage_pass_prefix_keys"}
+_LAYOUTS = ("layer_first", "page_first_direct")
+
+
+class _Indices(list):
+    """Token-slot indices with the .tolist() the host pool calls."""
+
+    def tolist(self) -> List[int]:
+        return list(self)
+
+
+def _index_list(host_indices: Any) -> List[int]:
+    if hasattr(host_indices, "tolist"):
+        return [int(i) for i in host_indices.tolist()]
+    return [int(i) for i in host_indices]
+
+
+def _is_torch(t: Any) -> bool:
+    return type(t).__module__.startswith("torch")
+
+
+def _buffer_info(buf: Any) -> Tuple[int, int, int, str, Tuple[int, ...]]:
+    """(address, bytes, itemsize, dtype name, shape) of a numpy array or a
+    torch CPU tensor, checked contiguous."""
+    if _is_torch(buf):
+        if buf.device.type != "cpu":
+            raise NotImplementedError(
+                "kvtier.sglang: the host pool is on "
+                f"{buf.device}: only host (CPU) pools are supported")
+        if not buf.is_contiguous():
+            raise ValueError("kvtier.sglang: the host pool's kv_buffer is not "
+                             "contiguous")
+        isz = buf.element_size()
+        name = str(buf.dtype).replace("torch.", "")
+        return (buf.data_ptr(), buf.numel() * isz, isz, name,
+                tuple(buf.shape))
+    import numpy as np
+    if not isinstance(buf, np.ndarray) or not buf.flags["C_CONTIGUOUS"]:
+        raise ValueError("kvtier.sglang: the host pool's kv_buffer must be a "
+                         "contiguous torch tensor or numpy array")
+    return (buf.__array_interface__["data"][0], buf.nbytes,
+            buf.dtype.itemsize, buf.dtype.name, tuple(buf.shape))
+
+
+def _dtype_name(name: str, itemsize: int) -> str:
+    if name in ("float32", "float16", "bfloat16", "float8_e4m3fn",
+                "float8_e5m2"):
+        return name
+    raise ValueError(f"kvtier.sglang: host pool dtype {name} ({itemsize} "
+                     f"bytes): kvtier takes float32, float16, bfloat16 or "
+                     f"float8")
+
+
+class KvtierStorage(HiCacheStorage):
+    """SGLang HiCache storage backed by the node's kvtier daemon.
+
+    Made by SGLang's StorageBackendFactory as
+    KvtierStorage(storage_config, kwargs); the controller then calls
+    register_mem_pool_host(pool) once. Thread-safe: SGLang's prefetch and
+    backup threads call it concurrently.
+    """
+
+    def __init__(self, storage_config: HiCacheStorageConfig,
+                 kwargs: Optional[Dict[str, Any]] = None) -> None:
+        extra = dict(storage_config.extra_config or {})
+        unknown = sorted(k for k in extra
+                         if k not in _OWN_KEYS and k not in _SGLANG_KEYS)
+        if unknown:
+            known = ", ".join(f"{k} ({v})" for k, v in _OWN_KEYS.items())
+            raise ValueError(f"kvtier.sglang: unknown extra-config key(s) "
+                             f"{unknown}; kvtier's are: {known}")
+        if not extra.get("interface_v1"):
+            raise ValueError(
+                "kvtier.sglang: add \"interface_v1\": 1 to "
+                "--hicache-storage-backend-extra-config: kvtier copies pages "
+                "straight into the host pool (batch_get_v1 / batch_set_v1); "
+                "without it SGLang calls the copying batch_get / batch_set, "
+                "which this backend does not implement")
+        if storage_config.is_mla_model:
+            raise NotImplementedError(
+                "kvtier.sglang: MLA models (one latent per token) are not "
+                "supported yet by this backend")
+        if storage_config.is_page_first_layout:
+            raise ValueError(self._page_first_reason())
+        self.config = storage_config
+        self.socket: Optional[str] = extra.get("socket") or os.environ.get(
+            "KVT_SOCKET") or "/run/kvtier/kvtierd.sock"
+        self.ns = str(extra.get("ns", "default"))
+        self.tenant = self._int(extra, "tenant", 0, 0)
+        self.timeout_ms = self._int(extra, "timeout_ms", 10000, 1)
+        self.io_timeout_s = self._num(extra, "io_timeout_s", 30.0)
+        wait_s = self._num(extra, "wait_daemon_s", 5.0)
+        user_salt = extra.get("salt", "")
+        if not isinstance(user_salt, str):
+            raise ValueError("kvtier.sglang: \"salt\" must be a string")
+        model = storage_config.model_name or ""
+        self.salt = (f"sglang|{model}|tp{storage_config.tp_rank}/"
+                     f"{storage_config.tp_size}")
+        for f in ("pp_rank", "attn_cp_rank"):  # later SGLang versions
+            if getattr(storage_config, f, None):
+                self.salt += f"|{f}{getattr(storage_config, f)}"
+        if user_salt:
+            self.salt += "|" + user_salt
+        self.client: Optional[Client] = None
+        self.mem: Optional[Memory] = None
+        self.geometry: Optional[Geometry] = None
+        self.mem_pool_host: Any = None
+        self._page = 0
+        self._nblocks = 0
+        self._lock = threading.Lock()
+        self._metrics: Dict[str, list] = {"prefetch_pgs": [], "backup_pgs": [],
+                                          "prefetch_bandwidth": [],
+                                          "backup_bandwidth": []}
+        try:
+            Client.wait_daemon(self.socket, timeout=wait_s)
+        except (KvtierError, TimeoutError) as e:
+            raise ConnectionError(
+                f"kvtier.sglang: no kvtier daemon at {self.socket} "
+                f"(start `kvtier serve --socket {self.socket} --model "
+                f"<config.json> --page-tokens <SGLang's --page-size>`, or "
+                f"set \"socket\"): {e}") from e
+
+    @staticmethod
+    def _int(extra: Dict[str, Any], key: str, default: int, low: int) -> int:
+        v = extra.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"kvtier.sglang: \"{key}\" must be an integer "
+                             f">= {low}, not {v!r}")
+        return v
+
+    @staticmethod
+    def _num(extra: Dict[str, Any], key: str, default: float) -> float:
+        v = extra.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            raise ValueError(f"kvtier.sglang: \"{key}\" must be a number of "
+                             f"seconds > 0, not {v!r}")
+        return float(v)
+
+    @staticmethod
+    def _page_first_reason() -> str:
+        return ("kvtier.sglang: --hicache-mem-layout page_first is not "
+                "supported: it interleaves layers token by token, and kvtier "
+                "needs a page's tokens of one layer at one stride of H*D*s "
+                "bytes; use --hicache-mem-layout page_first_direct (the same "
+                "zero-copy page I/O) or layer_first")
+
+    # -- the host pool ----------------------------------------------------------
+
+    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
+        """Connect to the daemon with the pool's geometry, move the pool's
+        buffer into daemon-mapped memory (it must still be empty of KV), and
+        register that memory with the pool's layout."""
+        pool = mem_pool_host
+        layout = getattr(pool, "layout", None)
+        if layout == "page_first":
+            raise ValueError(self._page_first_reason())
+        if layout not in _LAYOUTS:
+            raise ValueError(f"kvtier.sglang: host pool layout {layout!r}: "
+                             f"supported are {', '.join(_LAYOUTS)}")
+        if not hasattr(pool, "head_num") or not hasattr(pool, "k_buffer"):
+            raise NotImplementedError(
+                f"kvtier.sglang: {type(pool).__name__}: only MHA host pools "
+                f"(K and V per head) are supported")
+        if self.mem is not None:
+            raise RuntimeError("kvtier.sglang: a host pool is already "
+                               "registered with this backend")
+        L, H, D = pool.layer_num, pool.head_num, pool.head_dim
+        P, N, npages = pool.page_size, pool.size, pool.page_num
+        addr, nbytes, isz, dname, shape = _buffer_info(pool.kv_buffer)
+        e = H * D * isz  # one token's row of one layer, K or V
+        if nbytes != 2 * L * N * e or N != npages * P:
+            raise ValueError(f"kvtier.sglang: host pool buffer of {nbytes} "
+                             f"bytes, shape {shape}: expected 2 x {L} layers "
+                             f"x {N} tokens x {H} heads x {D} dims x {isz}")
+        cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+               "num_hidden_layers": L,
+               "num_attention_heads": H * self.config.tp_size,
+               "num_key_value_heads": H * self.config.tp_size,
+               "head_dim": D, "hidden_size": H * self.config.tp_size * D,
+               "torch_dtype": _dtype_name(dname, isz)}
+        self.geometry = Geometry.from_config(
+            cfg, page_tokens=P, tp_size=self.config.tp_size,
+            tp_rank=self.config.tp_rank,
+            name=self.config.model_name or "sglang")
+        try:
+            self.client = Client(self.geometry, socket=self.socket, ns=self.ns,
+                                 tenant=self.tenant,
+                                 timeout_ms=self.timeout_ms)
+        except KvtierError as e:
+            raise ValueError(f"kvtier.sglang: the daemon at {self.socket} "
+                             f"refused this engine (SGLang's --page-size and "
+                             f"model must be the daemon's --page-tokens and "
+                             f"--model): {e}") from e
+        if layout == "layer_first":      # (2, L, N, H, D)
+            offs = [l * N * e for l in range(L)]
+            block_stride, kv_stride = P * e, L * N * e
+        else:                            # (2, pages, L, P, H, D)
+            offs = [l * P * e for l in range(L)]
+            block_stride, kv_stride = L * P * e, npages * L * P * e
+        try:
+            self.mem = self.client.alloc_memfd(nbytes, offs, npages,
+                                               block_stride, kv_stride, e)
+        except BaseException:
+            self.close()
+            raise
+        self._page, self._nblocks = P, npages
+        self._rehome(pool, shape)
+        self._check_meta(pool, offs, block_stride, kv_stride, e)
+        self.mem_pool_host = pool
+        logger.info("kvtier.sglang: host pool (%s, %d pages of %d tokens, "
+                    "%d bytes) registered with kvtierd at %s", layout,
+                    npages, P, nbytes, self.socket)
+
+    def _rehome(self, pool: Any, shape: Tuple[int, ...]) -> None:
+        """Point pool.kv_buffer at the registered memory (same shape, dtype;
+        zeroed, as the pool holds no KV yet)."""
+        mem = self.mem
+        assert mem is not None and mem.buffer is not None
+        old = pool.kv_buffer
+        if _is_torch(old):
+            import torch
+            new = torch.frombuffer(mem.buffer, dtype=old.dtype,
+                                   count=old.numel()).view(shape)
+            if getattr(pool, "pin_memory", False) and torch.cuda.is_available():
+                rt = torch.cuda.cudart()
+                rt.cudaHostRegister(new.data_ptr(),
+                                    new.numel() * new.element_size(), 0)
+                rt.cudaHostUnregister(old.data_ptr())
+            pool.kv_buffer = new
+            if hasattr(pool, "k_data_ptrs"):  # per-layer pointer tables
+                pool.k_data_refs = [pool.k_buffer[i]
+                                    for i in range(pool.layer_num)]
+                pool.v_data_refs = [pool.v_buffer[i]
+                                    for i in range(pool.layer_num)]
+                dev = pool.k_data_ptrs.device
+                pool.k_data_ptrs = torch.tensor(
+                    [x.data_ptr() for x in pool.k_data_refs],
+                    dtype=torch.uint64, device=dev)
+                pool.v_data_ptrs = torch.tensor(
+                    [x.data_ptr() for x in pool.v_data_refs],
+                    dtype=torch.uint64, device=dev)
+        else:
+            import numpy as np
+            pool.kv_buffer = np.ndarray(shape, dtype=old.dtype,
+                                        buffer=mem.buffer)
+
+    def _check_meta(self, pool: Any, offs: Sequence[int], block_stride: int,
+                    kv_stride: int, row: int) -> None:
+        """The pool's own zero-copy pointers must be the registered layout's
+        (else this SGLang's pool is not the one this backend was written
+        for)."""
+        assert self.mem is not None
+        base = self.mem.layer_addrs[0]
+        P, L = self._page, pool.layer_num
+        pages = [0, self._nblocks - 1]
+        idx = _Indices(t for b in pages for t in range(b * P, b * P + P))
+        ptrs, sizes = pool.get_page_buffer_meta(idx)
+        want: List[int] = []
+        for b in pages:
+            if pool.layout == "layer_first":
+                for l in range(L):
+                    k = base + offs[l] + b * block_stride
+                    want += [k, k + kv_stride]
+                size = P * row
+            else:
+                k = base + b * block_stride
+                want += [k, k + kv_stride]
+                size = L * P * row
+        if list(ptrs) != want or any(s != size for s in sizes):
+            raise RuntimeError(
+                f"kvtier.sglang: the host pool's page pointers "
+                f"(get_page_buffer_meta) do not match the {pool.layout} layout "
+                f"this backend registered (written for SGLang "
+                f"{SGLANG_VERSION}); refusing to copy pages")
+
+    def close(self) -> None:
+        """Disconnect (the daemon unmaps the pool; the pool's buffer stays
+        valid in this process)."""
+        cl, self.client = self.client, None
+        self.mem = None
+        if cl is not None:
+            cl.close()
+
+    # -- keys ---------------------------------------------------------------------
+
+    def kvtier_keys(self, keys: Sequence[str]) -> List[bytes]:
+        """The kvtier keys of SGLang page keys (see the module's doc)."""
+        return keys_from_hashes(keys, self.salt)
+
+    def _blocks(self, keys: Sequence[str], host_indices: Any) -> List[int]:
+        if self.mem is None:
+            raise RuntimeError("kvtier.sglang: no host pool registered "
+                               "(register_mem_pool_host)")
+        idx = _index_list(host_indices)
+        P = self._page
+        if len(idx) != len(keys) * P:
+            raise ValueError(f"kvtier.sglang: {len(idx)} host slots for "
+                             f"{len(keys)} pages of {P} tokens")
+        blocks = []
+        for i in range(len(keys)):
+            first = idx[i * P]
+            if first % P or idx[i * P:(i + 1) * P] != list(range(first,
+                                                                  first + P)):
+                raise ValueError(f"kvtier.sglang: host slots of page {i} are "
+                                 f"not one aligned page ({idx[i * P:(i + 1) * P]})")
+            blocks.append(first // P)
+        return blocks
+
+    # -- zero-copy I/O ----------------------------------------------------------------
+
+    def batch_exists(self, keys: List[str],
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None
+                     ) -> int:
+        """The number of leading @keys the daemon can load now."""
+        if self.client is None:
+            return 0
+        n = 0
+        try:
+            for k in self.kvtier_keys(keys):
+                if self.client.lookup([k]).pages != 1:
+                    break
+                n += 1
+        except KvtierError as e:
+            logger.warning("kvtier.sglang: lookup failed after %d of %d "
+                           "pages: %s", n, len(keys), e)
+        return n
+
+    def exists(self, key: str) -> bool:
+        return self.batch_exists([key]) == 1
+
+    def _run(self, what: str, keys: List[str], host_indices: Any) -> List[bool]:
+        blocks = self._blocks(keys, host_indices)
+        cl, mem = self.client, self.mem
+        assert cl is not None and mem is not None
+        fn = cl.load if what == "load" else cl.store
+        ok = [False] * len(keys)
+        jobs: List[Tuple[int, _client.Job]] = []
+        t0 = time.monotonic()
+        try:
+            for i, (k, b) in enumerate(zip(self.kvtier_keys(keys), blocks)):
+                try:
+                    jobs.append((i, fn(mem, [k], [b])))
+                except KvtierError as e:
+                    if isinstance(e, ConnectionLost):
+                        raise
+                    logger.warning("kvtier.sglang: %s of page %d refused: %s",
+                                   what, i, e)
+            deadline = t0 + self.io_timeout_s
+            for i, job in jobs:
+                try:
+                    left = max(0.0, deadline - time.monotonic())
+                    ok[i] = job.wait(timeout=left) == []
+                except TimeoutError:
+                    job.cancel()
+                    logger.warning("kvtier.sglang: %s of page %d not done in "
+                                   "%.1f s", what, i, self.io_timeout_s)
+        except KvtierError as e:  # the daemon went away: nothing succeeded
+            logger.error("kvtier.sglang: %s of %d pages failed: %s", what,
+                         len(keys), e)
+            ok = [False] * len(keys)
+        finally:
+            for _, job in jobs:
+                job.close()
+        dt = time.monotonic() - t0
+        done = sum(ok)
+        if done:
+            gbps = done * self.geometry.page_bytes / max(dt, 1e-9) / 1e9
+            side = "prefetch" if what == "load" else "backup"
+            with self._lock:
+                self._metrics[side + "_pgs"].append(done)
+                self._metrics[side + "_bandwidth"].append(gbps)
+        return ok
+
+    def batch_get_v1(self, keys: List[str], host_indices: Any,
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None
+                     ) -> List[bool]:
+        """Load the pages of @keys into the host pool's pages at
+        @host_indices (page_size token slots per key). One bool per key:
+        False for a page absent, corrupt or late (nothing usable in it)."""
+        return self._run("load", keys, host_indices)
+
+    def batch_set_v1(self, keys: List[str], host_indices: Any,
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None
+                     ) -> List[bool]:
+        """Store the host pool's pages at @host_indices under @keys. One
+        bool per key; a page the daemon already has counts as stored."""
+        return self._run("store", keys, host_indices)
+
+    # -- the copying interface: not implemented ----------------------------------------
+
+    def _no_copy(self, name: str) -> NotImplementedError:
+        return NotImplementedError(
+            f"kvtier.sglang: {name}() (SGLang's copying interface) is not "
+            f"implemented: kvtier moves pages straight between the daemon and "
+            f"the registered host pool; set \"interface_v1\": 1 so SGLang "
+            f"calls batch_get_v1 / batch_set_v1")
+
+    def get(self, key: str, target_location: Optional[Any] = None,
+            target_sizes: Optional[Any] = None) -> Any:
+        raise self._no_copy("get")
+
+    def batch_get(self, keys: List[str], target_locations: Optional[Any] = None,
+                  target_sizes: Optional[Any] = None) -> Any:
+        raise self._no_copy("batch_get")
+
+    def set(self, key: str, value: Optional[Any] = None,
+            target_location: Optional[Any] = None,
+            target_sizes: Optional[Any] = None) -> bool:
+        raise self._no_copy("set")
+
+    def batch_set(self, keys: List[str], values: Optional[Any] = None,
+                  target_locations: Optional[Any] = None,
+                  target_sizes: Optional[Any] = None) -> bool:
+        raise self._no_copy("batch_set")
+
+    # -- the rest of the interface ----------------------------------------------------
+
+    def clear(self) -> None:
+        """Not supported: the daemon's cache is shared by every engine of the
+        node (SGLang logs this error and reports the clear as failed)."""
+        raise NotImplementedError(
+            "kvtier.sglang: clear() is not supported: the kvtier daemon's "
+            "cache is shared by every engine on the node; restart the daemon "
+            "(without persistence) to drop it")
+
+    def get_stats(self) -> Any:
+        """SGLang's StorageMetrics since the last call (pages and GB/s per
+        batch_get_v1 / batch_set_v1), when SGLang enabled storage metrics;
+        else None."""
+        with self._lock:
+            m = self._metrics
+            self._metrics = {k: [] for k in m}
+        if not getattr(self.config, "enable_storage_metrics", True):
+            return None
+        from sglang.srt.metrics.collector import StorageMetrics
+        return StorageMetrics(prefetch_pgs=m["prefetch_pgs"],
+                              backup_pgs=m["backup_pgs"],
+                              prefetch_bandwidth=m["prefetch_bandwidth"],
+                              backup_bandwidth=m["backup_bandwidth"])
+
+    def daemon_stats(self) -> Dict[str, Any]:
+        """The daemon's metrics (docs/METRICS.md)."""
+        if self.client is None:
+            raise RuntimeError("kvtier.sglang: not connected")
+        return self.client.stats()

@@ -1,0 +1,241 @@
+"""STAND-IN for SGLang v0.5.6.post2 (commit 5c8bd8b51b53)
+python/sglang/srt/managers/cache_controller.py: reproduces only the storage
+half of HiCacheController, in upstream's call order: creating the backend
+through StorageBackendFactory and registering the host pool with it;
+choosing the zero-copy calls for a "dynamic" backend only when its extra
+config says "interface_v1"; backup to storage (write_storage, then batches
+of storage_batch_size pages through batch_set_v1, stopping at the first
+failed batch); prefetch (the hit query: chained page keys of the new
+tokens, batch_exists per batch, leading run; the threshold; then batches
+through batch_get_v1, counting completed tokens up to the first failed
+page); the prefix_keys bookkeeping as upstream does it (including that an
+empty list is never extended). Not SGLang. Upstream runs backup and
+prefetch on threads fed by queues, with a TP all-reduce of the hit count;
+here backup() and run_prefetch() run one operation synchronously on the
+caller's thread (the same calls, in the same order). The GPU<->host half
+(write / load / layer counters) is absent.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, List, Optional
+
+import numpy as np
+
+from sglang.srt.mem_cache.hicache_storage import (HiCacheStorageConfig,
+                                                  HiCacheStorageExtraInfo,
+                                                  get_hash_str)
+
+logger = logging.getLogger(__name__)
+
+
+class StorageOperation:
+    counter = 0
+
+    def __init__(self, host_indices: Any, token_ids: List[int],
+                 last_hash: Optional[str] = None,
+                 hash_value: Optional[List[str]] = None,
+                 prefix_keys: Optional[List[str]] = None) -> None:
+        self.host_indices = host_indices
+        self.token_ids = token_ids
+        self.last_hash = last_hash
+        self.completed_tokens = 0
+        self.hash_value = hash_value if hash_value is not None else []
+        self.prefix_keys = prefix_keys
+        self.id = StorageOperation.counter
+        StorageOperation.counter += 1
+
+
+class PrefetchOperation(StorageOperation):
+    def __init__(self, request_id: str, host_indices: Any,
+                 token_ids: List[int], last_hash: Optional[str] = None,
+                 prefix_keys: Optional[List[str]] = None) -> None:
+        self.request_id = request_id
+        self._terminated = False
+        super().__init__(host_indices, token_ids, last_hash,
+                         prefix_keys=prefix_keys)
+
+    def increment(self, num_tokens: int) -> bool:
+        if self._terminated:
+            return False
+        self.completed_tokens += num_tokens
+        return True
+
+    def mark_terminate(self) -> None:
+        self._terminated = True
+
+
+class HiCacheController:
+    """The storage side of SGLang's cache controller."""
+
+    def __init__(self, mem_pool_host: Any, page_size: int,
+                 storage_backend: Optional[str] = None,
+                 model_name: Optional[str] = None,
+                 storage_backend_extra_config: Optional[dict] = None,
+                 tp_rank: int = 0, tp_size: int = 1,
+                 is_mla_model: bool = False,
+                 prefetch_threshold: int = 256) -> None:
+        self.mem_pool_host = mem_pool_host
+        self.page_size = page_size
+        self.enable_storage = storage_backend is not None
+        self.released: List[Any] = []  # host slots given back (upstream: a queue)
+        if not self.enable_storage:
+            return
+        self.storage_backend_type = storage_backend
+        self.get_hash_str = get_hash_str
+        self.storage_config = HiCacheStorageConfig(
+            tp_rank=tp_rank, tp_size=tp_size, is_mla_model=is_mla_model,
+            is_page_first_layout=mem_pool_host.layout == "page_first",
+            model_name=model_name, extra_config=storage_backend_extra_config)
+        self.backup_skip = is_mla_model and tp_rank != 0
+        from sglang.srt.mem_cache.storage import StorageBackendFactory
+        try:
+            self.storage_backend = StorageBackendFactory.create_backend(
+                storage_backend, self.storage_config, self.mem_pool_host)
+        except ValueError as e:
+            raise ValueError(f"Failed to create storage backend: {e}") from e
+        self.storage_backend.register_mem_pool_host(self.mem_pool_host)
+        self.prefetch_threshold = max(prefetch_threshold, self.page_size)
+        self.storage_batch_size = 128
+        self.page_get_func = self._generic_page_get
+        self.page_set_func = self._generic_page_set
+        if storage_backend == "dynamic" and bool(
+                self.storage_config.extra_config.get("interface_v1", 0)):
+            self.page_get_func = self._page_get_zero_copy
+            self.page_set_func = self._page_set_zero_copy
+
+    # -- backup: host -> storage ----------------------------------------------
+
+    def write_storage(self, host_indices: Any, token_ids: List[int],
+                      hash_value: Optional[List[str]] = None,
+                      prefix_keys: Optional[List[str]] = None) -> StorageOperation:
+        return StorageOperation(host_indices, token_ids,
+                                hash_value=hash_value, prefix_keys=prefix_keys)
+
+    def _generic_page_set(self, hash_values, host_indices, extra_info=None) -> bool:
+        data = [self.mem_pool_host.get_data_page(host_indices[i * self.page_size])
+                for i in range(len(hash_values))]
+        return self.storage_backend.batch_set(hash_values, data)
+
+    def _page_set_zero_copy(self, hash_values, host_indices, extra_info=None) -> bool:
+        return all(self.storage_backend.batch_set_v1(hash_values, host_indices,
+                                                     extra_info))
+
+    def _page_backup(self, operation: StorageOperation) -> None:
+        prefix_keys = operation.prefix_keys
+        for i in range(0, len(operation.hash_value), self.storage_batch_size):
+            batch = operation.hash_value[i:i + self.storage_batch_size]
+            idx = operation.host_indices[i * self.page_size:
+                                         (i + len(batch)) * self.page_size]
+            extra = HiCacheStorageExtraInfo(prefix_keys=prefix_keys)
+            if not self.page_set_func(batch, idx, extra):
+                logger.warning("Write page to storage: %d pages failed.",
+                               len(batch))
+                break
+            if prefix_keys and len(prefix_keys) > 0:  # upstream: [] stays []
+                prefix_keys += batch
+            operation.completed_tokens += self.page_size * len(batch)
+
+    def backup(self, operation: StorageOperation) -> int:
+        """What upstream's backup thread does with one operation; returns
+        the tokens backed up."""
+        if not self.backup_skip:
+            self._page_backup(operation)
+        return operation.completed_tokens
+
+    # -- prefetch: storage -> host ----------------------------------------------
+
+    def prefetch(self, request_id: str, host_indices: Any,
+                 new_input_tokens: List[int], last_hash: Optional[str] = None,
+                 prefix_keys: Optional[List[str]] = None) -> PrefetchOperation:
+        return PrefetchOperation(request_id, host_indices, new_input_tokens,
+                                 last_hash, prefix_keys)
+
+    def _page_get_zero_copy(self, operation, hash_values, host_indices,
+                            extra_info=None) -> None:
+        results = self.storage_backend.batch_get_v1(hash_values, host_indices,
+                                                    extra_info)
+        inc = 0
+        for i in range(len(hash_values)):
+            if not results[i]:
+                logger.warning("Prefetch operation %s failed to retrieve page "
+                               "%s.", operation.request_id, hash_values[i])
+                break
+            inc += self.page_size
+        operation.increment(inc)
+
+    def _generic_page_get(self, operation, hash_values, host_indices,
+                          extra_info=None) -> None:
+        raise NotImplementedError("stand-in: the non-zero-copy prefetch path "
+                                  "is not reproduced")
+
+    def _page_transfer(self, operation: PrefetchOperation) -> None:
+        prefix_keys = operation.prefix_keys
+        for i in range(0, len(operation.hash_value), self.storage_batch_size):
+            batch = operation.hash_value[i:i + self.storage_batch_size]
+            idx = operation.host_indices[i * self.page_size:
+                                         (i + len(batch)) * self.page_size]
+            before = operation.completed_tokens
+            extra = HiCacheStorageExtraInfo(prefix_keys=prefix_keys)
+            self.page_get_func(operation, batch, idx, extra)
+            if operation.completed_tokens != before + len(batch) * self.page_size:
+                operation.mark_terminate()
+                break
+            if prefix_keys and len(prefix_keys) > 0:
+                prefix_keys += batch
+
+    def _storage_hit_query(self, operation: PrefetchOperation):
+        last_hash = operation.last_hash
+        tokens = operation.token_ids
+        prefix_keys = operation.prefix_keys.copy() if operation.prefix_keys else None
+        hits, hash_value = 0, []
+        step = self.page_size * self.storage_batch_size
+        for start in range(0, len(tokens), step):
+            batch_tokens = tokens[start:start + step]
+            batch = []
+            for i in range(0, len(batch_tokens), self.page_size):
+                last_hash = self.get_hash_str(batch_tokens[i:i + self.page_size],
+                                              last_hash)
+                batch.append(last_hash)
+            extra = HiCacheStorageExtraInfo(prefix_keys=prefix_keys)
+            n = self.storage_backend.batch_exists(batch, extra)
+            hash_value.extend(batch[:n])
+            hits += n * self.page_size
+            if n < len(batch):
+                break
+            if prefix_keys and len(prefix_keys) > 0:
+                prefix_keys += batch
+        return hash_value, hits
+
+    def run_prefetch(self, operation: PrefetchOperation) -> int:
+        """What upstream's prefetch thread and its I/O thread do with one
+        operation; returns the tokens now in the host pool (a leading run
+        of operation.host_indices). Slots not filled are released."""
+        hash_value, hits = self._storage_hit_query(operation)
+        if hits < self.prefetch_threshold:
+            self.released.append(operation.host_indices)
+            return 0
+        operation.hash_value = hash_value[:hits // self.page_size]
+        self.released.append(operation.host_indices[hits:])
+        operation.host_indices = operation.host_indices[:hits]
+        self._page_transfer(operation)
+        self.released.append(operation.host_indices[operation.completed_tokens:])
+        return operation.completed_tokens
+
+
+def page_hashes(tokens: List[int], page_size: int,
+                prior_hash: Optional[str] = None) -> List[str]:
+    """NOT UPSTREAM (upstream: compute_node_hash_values in
+    mem_cache/utils.py, per radix node): the chained keys of the whole pages
+    of @tokens."""
+    out, h = [], prior_hash
+    for i in range(0, len(tokens) - len(tokens) % page_size, page_size):
+        h = get_hash_str(tokens[i:i + page_size], h)
+        out.append(h)
+    return out
+
+
+def as_indices(values: Any) -> np.ndarray:
+    """NOT UPSTREAM: host slot indices as the int64 array upstream keeps
+    in a torch tensor."""
+    return np.asarray(values, dtype=np.int64)

@@ -1,0 +1,169 @@
+"""STAND-IN for SGLang v0.5.6.post2 (commit 5c8bd8b51b53)
+python/sglang/srt/mem_cache/memory_pool_host.py: reproduces only the MHA
+host KV pool's buffer shapes per layout (layer_first, page_first,
+page_first_direct), its token-slot allocator (alloc/free in page
+multiples), get_data_page() and get_page_buffer_meta() (the pointer and
+size of every page, as the zero-copy storage backends get them); not
+SGLang. NumPy arrays stand in for the pinned torch tensors; there is no
+device, so load_to_device_per_layer / backup_from_device_all_layer (the
+GPU<->host copies) are absent: the tests compute KV straight into the
+host pool. MLA pools and the page_head layout are absent.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, List, Optional, Tuple
+
+import numpy as np
+
+
+@dataclass
+class DevicePoolInfo:
+    """NOT UPSTREAM: the few fields of SGLang's device pool
+    (MHATokenToKVPool) that the host pool reads."""
+    head_num: int
+    head_dim: int
+    layer_num: int
+    size: int                       # device pool tokens
+    store_dtype: Any = np.float32
+    start_layer: int = 0
+    device: str = "cpu"
+
+    @property
+    def end_layer(self) -> int:
+        return self.start_layer + self.layer_num - 1
+
+
+class HostKVCache:
+    """Token slots of host memory for KV, allocated page by page."""
+
+    def __init__(self, device_pool: DevicePoolInfo, host_to_device_ratio: float,
+                 host_size: int, page_size: int, layout: str,
+                 pin_memory: bool, device: str) -> None:
+        self.device_pool = device_pool
+        self.page_size = page_size
+        self.layout = layout
+        self.pin_memory = pin_memory
+        self.device = device
+        self.dtype = np.dtype(device_pool.store_dtype)
+        self.size_per_token = self.get_size_per_token()
+        if host_size > 0:
+            self.size = int(host_size * 1e9 // self.size_per_token)
+        else:
+            self.size = int(device_pool.size * host_to_device_ratio)
+        # upstream: one page more than fits, then size in whole pages
+        self.page_num = self.size // self.page_size + 1
+        self.size = self.page_num * self.page_size
+        self.start_layer = device_pool.start_layer
+        self.end_layer = device_pool.end_layer
+        if self.size <= device_pool.size:
+            raise AssertionError("The host memory should be larger than the "
+                                 "device memory with the current protocol")
+        self.kv_buffer = self.init_kv_buffer()
+        self.lock = threading.RLock()
+        self.clear()
+
+    def clear(self) -> None:
+        with self.lock:
+            self.mem_state = np.zeros((self.size,), dtype=np.uint8)
+            self.free_slots = np.arange(self.size, dtype=np.int64)
+
+    def available_size(self) -> int:
+        return len(self.free_slots)
+
+    def alloc(self, need_size: int) -> Optional[np.ndarray]:
+        if need_size % self.page_size:
+            raise AssertionError("The requested size should be a multiple of "
+                                 "the page size.")
+        with self.lock:
+            if need_size > self.available_size():
+                return None
+            out = self.free_slots[:need_size]
+            self.free_slots = self.free_slots[need_size:]
+            return out
+
+    def free(self, indices: np.ndarray) -> int:
+        with self.lock:
+            self.free_slots = np.concatenate([self.free_slots,
+                                              np.asarray(indices, np.int64)])
+            return len(indices)
+
+
+class MHATokenToKVPoolHost(HostKVCache):
+    """K and V of every layer for host token slots."""
+
+    def __init__(self, device_pool: DevicePoolInfo, host_to_device_ratio: float,
+                 host_size: int, page_size: int, layout: str,
+                 pin_memory: bool = True, device: str = "cpu") -> None:
+        super().__init__(device_pool, host_to_device_ratio, host_size,
+                         page_size, layout, pin_memory, device)
+        self.element_dim = self.head_num * self.head_dim
+
+    def get_size_per_token(self) -> int:
+        self.head_num = self.device_pool.head_num
+        self.head_dim = self.device_pool.head_dim
+        self.layer_num = self.device_pool.layer_num
+        return (self.head_dim * self.head_num * self.layer_num *
+                self.dtype.itemsize * 2)
+
+    def get_ksize_per_token(self) -> int:
+        return self.get_size_per_token() // 2
+
+    def init_kv_buffer(self) -> np.ndarray:
+        L, N, H, D = self.layer_num, self.size, self.head_num, self.head_dim
+        if self.layout == "layer_first":
+            dims: Tuple[int, ...] = (2, L, N, H, D)
+        elif self.layout == "page_first":
+            dims = (2, N, L, H, D)
+        elif self.layout == "page_first_direct":
+            dims = (2, self.page_num, L, self.page_size, H, D)
+        else:
+            raise ValueError(f"Unsupported layout: {self.layout}")
+        self.token_stride_size = H * D * self.dtype.itemsize
+        self.layout_dim = self.token_stride_size * L
+        return np.zeros(dims, dtype=self.dtype)
+
+    @property
+    def k_buffer(self) -> np.ndarray:
+        return self.kv_buffer[0]
+
+    @property
+    def v_buffer(self) -> np.ndarray:
+        return self.kv_buffer[1]
+
+    def get_data_page(self, index: int, flat: bool = True) -> np.ndarray:
+        P = self.page_size
+        if self.layout == "layer_first":
+            page = self.kv_buffer[:, :, index:index + P]
+        elif self.layout == "page_first":
+            page = self.kv_buffer[:, index:index + P]
+        else:
+            page = self.kv_buffer[:, index // P:index // P + 1]
+        return page.flatten() if flat else page
+
+    def get_page_buffer_meta(self, indices: Any) -> Tuple[List[int], List[int]]:
+        """Zero-copy metadata: for every page of @indices (token slots, page
+        multiples), layer_first gives a (K, V) pointer pair per layer of
+        page_size*H*D*s bytes each; the page-first layouts one (K, V) pair
+        per page of layer_num*page_size*H*D*s bytes each."""
+        if len(indices) % self.page_size:
+            raise AssertionError("indices not in whole pages")
+        idx = indices.tolist()
+        base = self.kv_buffer.__array_interface__["data"][0]
+        s = self.dtype.itemsize
+        e = self.head_num * self.head_dim * s
+        v_offset = self.layer_num * self.size * e
+        ptrs: List[int] = []
+        if self.layout == "layer_first":
+            for i in range(0, len(idx), self.page_size):
+                for layer in range(self.layer_num):
+                    k = base + idx[i] * e + layer * self.size * e
+                    ptrs += [k, k + v_offset]
+            size = self.page_size * e
+        else:
+            for i in range(0, len(idx), self.page_size):
+                k = base + idx[i] * self.layer_num * e
+                ptrs += [k, k + v_offset]
+            size = self.layer_num * self.page_size * e
+        return ptrs, [size] * len(ptrs)
