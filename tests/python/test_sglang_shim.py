@@ -1,0 +1,272 @@
+"""kvtier.sglang (SGLang HiCache storage backend) against a real daemon,
+driven by the SGLang v0.5.6.post2 stand-ins (tests/python/shims/sglang) in
+SGLang's call order: backend made by the dynamic factory, host pool
+registered, backups after write-through, prefetch (batch_exists then
+batch_get_v1), several requests, partial hits, both host layouts, failed
+pages, bad configuration."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kvtier
+import kvt_testutil
+import sglang_engine as eng
+import tinymodel
+from sglang.srt.managers.cache_controller import as_indices, page_hashes
+from sglang.srt.mem_cache.hicache_storage import (HiCacheStorageConfig,
+                                                  HiCacheStorageExtraInfo)
+from sglang.srt.mem_cache.storage import StorageBackendFactory
+from sglang.srt.metrics.collector import StorageMetrics
+
+P = eng.P
+LAYOUTS = ["layer_first", "page_first_direct"]
+
+
+def fill_pages(pool, slots, seed):
+    """Random K/V in the host pages of @slots (as a write-through would)."""
+    kv, rng = eng.kv_view(pool), np.random.default_rng(seed)
+    for b in {int(s) // P for s in slots}:
+        for l in range(pool.layer_num):
+            kv.k(l)[b] = rng.standard_normal(kv.k(l)[b].shape)
+            kv.v(l)[b] = rng.standard_normal(kv.v(l)[b].shape)
+
+
+def pages_of(pool, slots):
+    """Each page's K/V of every layer: [pages][layers](k, v) copies."""
+    kv = eng.kv_view(pool)
+    blocks = [int(slots[i]) // P for i in range(0, len(slots), P)]
+    return [[(kv.k(l)[b].copy(), kv.v(l)[b].copy())
+             for l in range(pool.layer_num)] for b in blocks]
+
+
+def same_pages(a, b):
+    return len(a) == len(b) and all(
+        np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1])
+        for pa, pb in zip(a, b) for x, y in zip(pa, pb))
+
+
+def backup(ctl, tokens, seed, prefix_keys=None):
+    """A request's pages written through to the host pool, then backed up
+    to storage. Returns (slots, keys)."""
+    n = len(tokens) // P * P
+    slots = ctl.mem_pool_host.alloc(n)
+    fill_pages(ctl.mem_pool_host, slots, seed)
+    keys = page_hashes(tokens, P)
+    op = ctl.write_storage(slots, tokens[:n], hash_value=keys,
+                           prefix_keys=prefix_keys)
+    assert ctl.backup(op) == n
+    return slots, keys
+
+
+def prefetch(ctl, tokens):
+    """A request with nothing local: prefetch its whole pages. Returns
+    (tokens now in the host pool, the slots holding them)."""
+    n = len(tokens) // P * P
+    slots = ctl.mem_pool_host.alloc(n)
+    op = ctl.prefetch("r", slots, tokens[:n])
+    got = ctl.run_prefetch(op)
+    for r in ctl.released:
+        ctl.mem_pool_host.free(r)
+    ctl.released.clear()
+    return got, slots[:got]
+
+
+@pytest.fixture
+def sock(workdir):
+    with kvt_testutil.daemon(workdir, tinymodel.CONFIG, page_tokens=P,
+                             tiers="dram:8M") as s:
+        yield s
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_requests_partial_hits_layouts(sock, layout):
+    """Several requests in one engine and a second engine of the other
+    layout: full and partial hits, bytes exact across layouts."""
+    other = LAYOUTS[1 - LAYOUTS.index(layout)]
+    a = eng.make_controller(eng.make_pool(layout, 64), sock)
+    b = eng.make_controller(eng.make_pool(other, 64), sock)
+    be = a.storage_backend
+    assert type(be).__name__ == "KvtierStorage" and be.mem is not None
+    # the pool now lives in the daemon-mapped memory
+    assert a.mem_pool_host.kv_buffer.__array_interface__["data"][0] == \
+        be.mem.layer_addrs[0]
+    a.storage_batch_size = 3  # several batches per operation (upstream: 128)
+    b.storage_batch_size = 3
+    t1 = list(range(1, 1 + 7 * P))              # request 1: 7 pages
+    s1, k1 = backup(a, t1, seed=1)
+    assert be.batch_exists(k1) == 7
+    # request 2 shares request 1's first 4 pages, then diverges
+    t2 = t1[:4 * P] + list(range(200, 200 + 5 * P))
+    k2 = page_hashes(t2, P)
+    assert k2[:4] == k1[:4] and k2[4] != k1[4]
+    assert be.batch_exists(k2) == 4             # leading run only
+    got, slots = prefetch(b, t2)
+    assert got == 4 * P
+    assert same_pages(pages_of(b.mem_pool_host, slots),
+                      pages_of(a.mem_pool_host, s1[:4 * P]))
+    # request 2 computes and backs up its own pages: 4 present, 5 new
+    s2, _ = backup(a, t2, seed=2)
+    assert be.batch_exists(k2) == 9
+    got, slots = prefetch(b, t2)
+    assert got == 9 * P
+    assert same_pages(pages_of(b.mem_pool_host, slots),
+                      pages_of(a.mem_pool_host, s1[:4 * P]) +
+                      pages_of(a.mem_pool_host, s2[4 * P:]))
+    # request 3: a prompt nobody computed
+    got, _ = prefetch(b, list(range(900, 900 + 3 * P)))
+    assert got == 0
+    m = be.get_stats()
+    assert isinstance(m, StorageMetrics)
+    assert sum(m.backup_pgs) == 7 + 9 and all(x > 0 for x in m.backup_bandwidth)
+    assert b.storage_backend.get_stats().prefetch_pgs == [3, 1, 3, 3, 3]
+    assert be.get_stats().backup_pgs == []   # drained by the last call
+    a.storage_backend.close()
+    b.storage_backend.close()
+
+
+def test_failed_pages_are_false(sock):
+    """Absent pages (and a daemon that went away) are False per page; the
+    controller stops at the first and prefills from there."""
+    ctl = eng.make_controller(eng.make_pool("page_first_direct", 32), sock)
+    be = ctl.storage_backend
+    toks = list(range(50, 50 + 5 * P))
+    slots, keys = backup(ctl, toks, seed=3)
+    dst = ctl.mem_pool_host.alloc(5 * P)
+    bogus = page_hashes([7] * P, P)[0]
+    res = be.batch_get_v1(keys[:2] + [bogus] + keys[3:], dst)
+    assert res == [True, True, False, True, True]
+    assert be.batch_exists(keys[:2] + [bogus] + keys[3:]) == 2
+    assert be.exists(keys[0]) and not be.exists(bogus)
+    # a page already stored is stored again without a copy: True
+    assert be.batch_set_v1(keys[:2], slots[:2 * P]) == [True, True]
+    # bad slot lists are errors of the caller, not failed pages
+    with pytest.raises(ValueError, match="host slots"):
+        be.batch_get_v1(keys[:2], dst[:P])
+    with pytest.raises(ValueError, match="aligned page"):
+        be.batch_get_v1(keys[:1], as_indices(range(1, 1 + P)))
+    ctl.storage_backend.close()
+
+
+def test_daemon_gone(workdir):
+    with kvt_testutil.daemon(workdir, tinymodel.CONFIG, page_tokens=P) as d:
+        ctl = eng.make_controller(eng.make_pool("layer_first", 16), d)
+        be = ctl.storage_backend
+        slots, keys = backup(ctl, list(range(3 * P)), seed=4)
+        d.kill()
+        assert be.batch_get_v1(keys, slots) == [False] * 3
+        assert be.batch_set_v1(keys, slots) == [False] * 3
+        assert be.batch_exists(keys) == 0
+        be.close()
+
+
+def test_prefix_keys(sock):
+    """prefix_keys (hicache_storage_pass_prefix_keys) change nothing: every
+    page's chained key stands alone, whatever SGLang passes with it."""
+    a = eng.make_controller(eng.make_pool("page_first_direct", 32), sock)
+    toks = list(range(300, 300 + 6 * P))
+    keys = page_hashes(toks, P)
+    n = 6 * P
+    slots = a.mem_pool_host.alloc(n)
+    fill_pages(a.mem_pool_host, slots, 5)
+    # a radix node of pages 3..5 backed up with its ancestors' keys
+    op = a.write_storage(slots[3 * P:], toks[3 * P:n], hash_value=keys[3:],
+                         prefix_keys=keys[:3])
+    assert a.backup(op) == 3 * P
+    be = a.storage_backend
+    assert be.batch_exists(keys) == 0           # pages 0..2 not stored
+    assert be.batch_exists(keys[3:],
+                           HiCacheStorageExtraInfo(prefix_keys=keys[:3])) == 3
+    op = a.write_storage(slots[:3 * P], toks[:3 * P], hash_value=keys[:3],
+                         prefix_keys=[])
+    assert a.backup(op) == 3 * P
+    assert be.batch_exists(keys) == 6
+    # another salt ("salt" in the extra config): other keys, no hits
+    b = eng.make_controller(eng.make_pool("page_first_direct", 32), sock,
+                            salt="tenant-b")
+    assert b.storage_backend.batch_exists(keys) == 0
+    for c in (a, b):
+        c.storage_backend.close()
+
+
+def test_tp_ranks(workdir):
+    """Two TP ranks (each half the KV heads) back up the same prompt: each
+    gets its own pages back, never the other rank's."""
+    half = dict(tinymodel.CONFIG, num_key_value_heads=1)  # per rank
+    with kvt_testutil.daemon(workdir, tinymodel.CONFIG, page_tokens=P,
+                             args=("--tp", "2")) as d:
+        ranks = [eng.make_controller(eng.make_pool("layer_first", 16, half),
+                                     d, tp_rank=r, tp_size=2)
+                 for r in (0, 1)]
+        toks = list(range(40, 40 + 3 * P))
+        keys = page_hashes(toks, P)
+        assert ranks[0].storage_backend.salt != ranks[1].storage_backend.salt
+        s0, _ = backup(ranks[0], toks, seed=10)
+        assert ranks[1].storage_backend.batch_exists(keys) == 0
+        s1, _ = backup(ranks[1], toks, seed=11)
+        for r, src in zip(ranks, (s0, s1)):
+            got, slots = prefetch(r, toks)
+            assert got == 3 * P
+            assert same_pages(pages_of(r.mem_pool_host, slots),
+                              pages_of(r.mem_pool_host, src))
+        for r in ranks:
+            r.storage_backend.close()
+
+
+def cfg(sock, **over):
+    return HiCacheStorageConfig(tp_rank=0, tp_size=1, is_mla_model=False,
+                                is_page_first_layout=False,
+                                model_name=eng.MODEL,
+                                extra_config=eng.extra_config(sock, **over))
+
+
+def make(sock, layout="page_first_direct", **over):
+    c = cfg(sock, **over)
+    if layout == "page_first":
+        c.is_page_first_layout = True
+    be = StorageBackendFactory.create_backend("dynamic", c, None)
+    be.register_mem_pool_host(eng.make_pool(layout, 8))
+    return be
+
+
+def test_bad_config(sock, workdir):
+    with pytest.raises(ValueError, match="interface_v1"):
+        make(sock, interface_v1=None)
+    with pytest.raises(ValueError, match=r"unknown extra-config key.*'sokcet'"):
+        make(sock, sokcet="/x")
+    with pytest.raises(ValueError, match="page_first_direct"):
+        make(sock, layout="page_first")
+    with pytest.raises(ValueError, match="io_timeout_s"):
+        make(sock, io_timeout_s=0)
+    with pytest.raises(ValueError, match="tenant"):
+        make(sock, tenant="x")
+    with pytest.raises(ConnectionError, match="no kvtier daemon at /nonexistent"):
+        make("/nonexistent/k.sock", wait_daemon_s=0.2)
+    with pytest.raises(ImportError, match="kvtier.nosuch"):
+        make(sock, module_path="kvtier.nosuch")
+    with pytest.raises(AttributeError, match="NoClass"):
+        make(sock, class_name="NoClass")
+    c = cfg(sock)
+    c.is_mla_model = True
+    with pytest.raises(NotImplementedError, match="MLA"):
+        StorageBackendFactory.create_backend("dynamic", c, None)
+    # a page size other than the daemon's: refused, naming the cause
+    be = StorageBackendFactory.create_backend("dynamic", cfg(sock), None)
+    pool = eng.make_pool("layer_first", 8)
+    pool.page_size = 8  # as if --page-size 8 (the daemon has 4)
+    pool.page_num, pool.size = 4, 32
+    pool.kv_buffer = pool.init_kv_buffer()
+    with pytest.raises(ValueError, match="--page-size.*--page-tokens") as e:
+        be.register_mem_pool_host(pool)
+    assert e.value.__cause__.code == kvtier.KVT_EGEOM
+    # the copying interface and clear(): not implemented, and said so
+    be = make(sock)
+    for call in (lambda: be.get("k"), lambda: be.set("k", 1),
+                 lambda: be.batch_get(["k"]), lambda: be.batch_set(["k"], [1])):
+        with pytest.raises(NotImplementedError, match="interface_v1"):
+            call()
+    with pytest.raises(NotImplementedError, match="shared by every engine"):
+        be.clear()
+    with pytest.raises(RuntimeError, match="already registered"):
+        be.register_mem_pool_host(eng.make_pool("layer_first", 8))
+    be.close()
