@@ -332,13 +332,13 @@ class KvtierStorage(HiCacheStorage):
                                     for i in range(pool.layer_num)]
                 pool.v_data_refs = [pool.v_buffer[i]
                                     for i in range(pool.layer_num)]
-                dev = pool.k_data_ptrs.device
+                old_ptrs = pool.k_data_ptrs
                 pool.k_data_ptrs = torch.tensor(
                     [x.data_ptr() for x in pool.k_data_refs],
-                    dtype=torch.uint64, device=dev)
+                    dtype=old_ptrs.dtype, device=old_ptrs.device)
                 pool.v_data_ptrs = torch.tensor(
                     [x.data_ptr() for x in pool.v_data_refs],
-                    dtype=torch.uint64, device=dev)
+                    dtype=old_ptrs.dtype, device=old_ptrs.device)
         else:
             import numpy as np
             pool.kv_buffer = np.ndarray(shape, dtype=old.dtype,

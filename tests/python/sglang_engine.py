@@ -75,6 +75,8 @@ def make_controller(pool: MHATokenToKVPoolHost, socket: str, tp_rank: int = 0,
 def kv_view(pool: MHATokenToKVPoolHost) -> tinymodel.PagedKV:
     """tinymodel's paged K/V views over the host pool (block = pool page)."""
     buf = pool.kv_buffer
+    if hasattr(buf, "numpy"):  # a torch CPU tensor: a view of its memory
+        buf = buf.numpy()
     s = buf.dtype.itemsize
     e = pool.head_num * pool.head_dim * s
     L, N = pool.layer_num, pool.size

@@ -270,3 +270,39 @@ def test_bad_config(sock, workdir):
     with pytest.raises(RuntimeError, match="already registered"):
         be.register_mem_pool_host(eng.make_pool("layer_first", 8))
     be.close()
+
+
+def test_torch_pool_rehomed(sock):
+    """A host pool whose buffer is a torch CPU tensor (as SGLang's is, with
+    its per-layer pointer tables): re-homed with torch.frombuffer, pointer
+    tables rebuilt, pages exchanged with a NumPy pool. Skipped without
+    torch (Debian's python3-torch; not installed by scripts/bootstrap)."""
+    torch = pytest.importorskip("torch")
+    pool = eng.make_pool("layer_first", 16)
+    pool.kv_buffer = torch.zeros(pool.kv_buffer.shape, dtype=torch.float32)
+    old = pool.kv_buffer.data_ptr()
+    pool.k_data_refs = [pool.k_buffer[i] for i in range(pool.layer_num)]
+    pool.v_data_refs = [pool.v_buffer[i] for i in range(pool.layer_num)]
+    pool.k_data_ptrs = torch.tensor([x.data_ptr() for x in pool.k_data_refs],
+                                    dtype=torch.int64)
+    pool.v_data_ptrs = torch.tensor([x.data_ptr() for x in pool.v_data_refs],
+                                    dtype=torch.int64)
+    a = eng.make_controller(pool, sock)
+    be = a.storage_backend
+    base = be.mem.layer_addrs[0]
+    assert pool.kv_buffer.data_ptr() == base != old
+    assert isinstance(pool.kv_buffer, torch.Tensor)
+    assert pool.k_data_ptrs.tolist() == [
+        base + l * pool.size * pool.head_num * pool.head_dim * 4
+        for l in range(pool.layer_num)]
+    assert pool.v_data_ptrs[0].item() == base + be.mem.kv_stride
+    toks = list(range(70, 70 + 3 * P))
+    src, keys = backup(a, toks, seed=12)
+    b = eng.make_controller(eng.make_pool("page_first_direct", 16), sock)
+    got, slots = prefetch(b, toks)
+    assert got == 3 * P
+    assert same_pages(pages_of(b.mem_pool_host, slots), pages_of(pool, src))
+    # the tensor itself sees the bytes the daemon copied out of it
+    assert pool.kv_buffer[0, 1, int(src[0])].abs().sum().item() > 0
+    a.storage_backend.close()
+    b.storage_backend.close()

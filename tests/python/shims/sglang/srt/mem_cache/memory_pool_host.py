@@ -150,7 +150,9 @@ class MHATokenToKVPoolHost(HostKVCache):
         if len(indices) % self.page_size:
             raise AssertionError("indices not in whole pages")
         idx = indices.tolist()
-        base = self.kv_buffer.__array_interface__["data"][0]
+        buf = self.kv_buffer
+        base = (buf.data_ptr() if hasattr(buf, "data_ptr")  # a torch tensor
+                else buf.__array_interface__["data"][0])
         s = self.dtype.itemsize
         e = self.head_num * self.head_dim * s
         v_offset = self.layer_num * self.size * e
