@@ -306,3 +306,36 @@ def test_torch_pool_rehomed(sock):
     assert pool.kv_buffer[0, 1, int(src[0])].abs().sum().item() > 0
     a.storage_backend.close()
     b.storage_backend.close()
+
+
+def test_aborted_prefetch(sock):
+    """A request aborted while its prefetch runs (terminate_prefetch between
+    two batches): the batch in progress completes in the backend, later
+    batches are never asked for, the slots are released, and the next
+    request prefetches normally."""
+    a = eng.make_controller(eng.make_pool("layer_first", 32), sock)
+    toks = list(range(500, 500 + 6 * P))
+    backup(a, toks, seed=6)
+    b = eng.make_controller(eng.make_pool("page_first_direct", 32), sock)
+    b.storage_batch_size = 2
+    be = b.storage_backend
+    calls, real = [], be.batch_get_v1
+    n = 6 * P
+    slots = b.mem_pool_host.alloc(n)
+    op = b.prefetch("aborted", slots, toks[:n])
+
+    def get_then_abort(keys, idx, extra=None):
+        calls.append(len(keys))
+        res = real(keys, idx, extra)
+        b.terminate_prefetch(op)      # the scheduler aborts the request
+        return res
+
+    be.batch_get_v1 = get_then_abort
+    assert b.run_prefetch(op) == 0   # the batch finished after the abort
+    assert calls == [2]
+    assert sum(len(r) for r in b.released) == n
+    be.batch_get_v1 = real
+    got, _ = prefetch(b, toks)
+    assert got == n
+    a.storage_backend.close()
+    be.close()

@@ -151,6 +151,13 @@ class HiCacheController:
         return PrefetchOperation(request_id, host_indices, new_input_tokens,
                                  last_hash, prefix_keys)
 
+    def terminate_prefetch(self, operation: PrefetchOperation):
+        """The scheduler gives up on a prefetch (request aborted, or timed
+        out): later pages are not counted. Returns (completed tokens, their
+        keys)."""
+        operation.mark_terminate()
+        return operation.completed_tokens, operation.hash_value
+
     def _page_get_zero_copy(self, operation, hash_values, host_indices,
                             extra_info=None) -> None:
         results = self.storage_backend.batch_get_v1(hash_values, host_indices,
