@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(HERE, "shims"))
 
 import tinymodel  # noqa: E402
 from sglang.srt.managers.cache_controller import (HiCacheController,  # noqa: E402
-                                                  as_indices, page_hashes)
+                                                  page_hashes)
 from sglang.srt.mem_cache.memory_pool_host import (DevicePoolInfo,  # noqa: E402
                                                    MHATokenToKVPoolHost)
 

@@ -121,19 +121,26 @@ class HiCacheController:
         return all(self.storage_backend.batch_set_v1(hash_values, host_indices,
                                                      extra_info))
 
-    def _page_backup(self, operation: StorageOperation) -> None:
+    def _batches(self, operation: StorageOperation):
+        """An operation's pages in batches of storage_batch_size: (keys,
+        host slots, extra info); after each batch the caller continues the
+        loop only if it went well. prefix_keys grow as upstream grows them
+        (an empty list stays empty)."""
         prefix_keys = operation.prefix_keys
         for i in range(0, len(operation.hash_value), self.storage_batch_size):
             batch = operation.hash_value[i:i + self.storage_batch_size]
             idx = operation.host_indices[i * self.page_size:
                                          (i + len(batch)) * self.page_size]
-            extra = HiCacheStorageExtraInfo(prefix_keys=prefix_keys)
+            yield batch, idx, HiCacheStorageExtraInfo(prefix_keys=prefix_keys)
+            if prefix_keys and len(prefix_keys) > 0:
+                prefix_keys += batch
+
+    def _page_backup(self, operation: StorageOperation) -> None:
+        for batch, idx, extra in self._batches(operation):
             if not self.page_set_func(batch, idx, extra):
                 logger.warning("Write page to storage: %d pages failed.",
                                len(batch))
                 break
-            if prefix_keys and len(prefix_keys) > 0:  # upstream: [] stays []
-                prefix_keys += batch
             operation.completed_tokens += self.page_size * len(batch)
 
     def backup(self, operation: StorageOperation) -> int:
@@ -177,19 +184,12 @@ class HiCacheController:
                                   "is not reproduced")
 
     def _page_transfer(self, operation: PrefetchOperation) -> None:
-        prefix_keys = operation.prefix_keys
-        for i in range(0, len(operation.hash_value), self.storage_batch_size):
-            batch = operation.hash_value[i:i + self.storage_batch_size]
-            idx = operation.host_indices[i * self.page_size:
-                                         (i + len(batch)) * self.page_size]
+        for batch, idx, extra in self._batches(operation):
             before = operation.completed_tokens
-            extra = HiCacheStorageExtraInfo(prefix_keys=prefix_keys)
             self.page_get_func(operation, batch, idx, extra)
             if operation.completed_tokens != before + len(batch) * self.page_size:
                 operation.mark_terminate()
                 break
-            if prefix_keys and len(prefix_keys) > 0:
-                prefix_keys += batch
 
     def _storage_hit_query(self, operation: PrefetchOperation):
         last_hash = operation.last_hash
