@@ -35,8 +35,9 @@ HOW IT MAPS
     tokens and page i-1's key: one key already stands for its whole
     prefix. Each becomes a 16-byte kvtier key with
     kvtier.keys_from_hashes([key], salt), salt = "sglang|<model>|tp<r>/<n>"
-    plus the config's "salt" (TP ranks hold different heads: never the same
-    key). Process- and restart-stable.
+    (<model>: SGLang's served model name) plus the config's "salt" (TP
+    ranks hold different heads: never the same key). Process- and
+    restart-stable.
   * The index. kvtier names a prefix by all its keys from page 0, and a
     store needs its parents cached. SGLang does not reliably say where a
     call's keys sit: prefix_keys come only with
@@ -287,10 +288,13 @@ class KvtierStorage(HiCacheStorage):
                                  tenant=self.tenant,
                                  timeout_ms=self.timeout_ms)
         except KvtierError as e:
+            if e.code != _client.KVT_EGEOM:
+                raise ConnectionError(f"kvtier.sglang: connect to the daemon "
+                                      f"at {self.socket}: {e}") from e
             raise ValueError(f"kvtier.sglang: the daemon at {self.socket} "
-                             f"refused this engine (SGLang's --page-size and "
-                             f"model must be the daemon's --page-tokens and "
-                             f"--model): {e}") from e
+                             f"refused this engine (SGLang's --page-size, "
+                             f"model and TP size must be the daemon's "
+                             f"--page-tokens, --model and --tp): {e}") from e
         if layout == "layer_first":      # (2, L, N, H, D)
             offs = [l * N * e for l in range(L)]
             block_stride, kv_stride = P * e, L * N * e
