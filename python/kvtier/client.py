@@ -33,9 +33,10 @@ import json
 import mmap
 import os
 import threading
+import weakref
 from ctypes import byref, c_uint32, c_uint64, c_void_p
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, TypeVar, Union
 
 from . import _lib
 from . import keys as _keys
@@ -53,6 +54,9 @@ KVT_ENOTFOUND, KVT_EBUSY, KVT_EPROTO = -31908, -31909, -31910
 # a job's codes for "this block could not be supplied" (failed blocks)
 _BLOCK_FAILURES = (KVT_ENOTFOUND, KVT_EBUSY, KVT_ECORRUPT, -errno.EIO,
                    -errno.ECANCELED)
+
+
+_T = TypeVar("_T")
 
 
 def _code_name(code: int) -> str:
@@ -121,6 +125,25 @@ def _u32_array(values: Sequence[int], what: str) -> "ctypes.Array[c_uint32]":
 def version() -> str:
     """The C library's version string."""
     return lib.kvt_version().decode()
+
+
+class _Closable:
+    """Context manager and finalizer over close()."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _T) -> _T:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 class Geometry:
@@ -227,7 +250,7 @@ class JobStat:
     from_tier: Dict[str, int] = field(default_factory=dict)
 
 
-class Client:
+class Client(_Closable):
     """One connection to the daemon (kvtierd / `kvtier serve`).
 
     geometry:   this process's Geometry; the daemon refuses another
@@ -248,7 +271,10 @@ class Client:
                  timeout_ms: int = 10000) -> None:
         self._h: Optional[int] = None
         self._lock = threading.Lock()
-        self._children: "set[Union[Memory, Job]]" = set()
+        # memory lives until freed or the client closes (arrays may view
+        # it); a job no one references any more is freed by the collector
+        self._mems: "set[Memory]" = set()
+        self._jobs: "weakref.WeakSet[Job]" = weakref.WeakSet()
         cfg = _lib.ClientConfig()
         cfg.size = ctypes.sizeof(_lib.ClientConfig)
         cfg.tenant = tenant
@@ -286,23 +312,12 @@ class Client:
         memory. Memory and Job objects of the client become unusable."""
         with self._lock:
             h, self._h = self._h, None
-            children, self._children = self._children, set()
+            children = list(self._mems) + list(self._jobs)
+            self._mems, self._jobs = set(), weakref.WeakSet()
         for c in children:
             c._orphan()
         if h is not None:
             lib.kvt_client_close(h)
-
-    def __enter__(self) -> "Client":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def fileno(self) -> int:
         """An eventfd the daemon signals when a job of this client is done
@@ -470,14 +485,18 @@ class Client:
 
     def _adopt(self, obj: Union["Memory", "Job"]) -> None:
         with self._lock:
-            self._children.add(obj)
+            if isinstance(obj, Memory):
+                self._mems.add(obj)
+            else:
+                self._jobs.add(obj)
 
     def _forget(self, obj: Union["Memory", "Job"]) -> None:
         with self._lock:
-            self._children.discard(obj)
+            self._mems.discard(obj)  # type: ignore[arg-type]
+            self._jobs.discard(obj)  # type: ignore[arg-type]
 
 
-class Memory:
+class Memory(_Closable):
     """Engine KV memory the daemon has mapped.
 
     nblocks, block_stride, kv_stride, token_stride: the layout;
@@ -538,14 +557,10 @@ class Memory:
                 pass  # still exported (a numpy view): freed with it
             self._map = None
 
-    def __enter__(self) -> "Memory":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.free()
+    close = free
 
 
-class Job:
+class Job(_Closable):
     """An asynchronous load or store.
 
     Progress comes through memory the daemon writes, so wait_layer() and
@@ -650,14 +665,3 @@ class Job:
         self._h = None
         self._client = None
 
-    def __enter__(self) -> "Job":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass

@@ -262,8 +262,27 @@ def test_library_lookup():
     assert "KVTIER_LIB" in r.stderr
     env = {k: v for k, v in os.environ.items() if k != "KVTIER_LIB"}
     env["LD_LIBRARY_PATH"] = os.path.dirname(os.path.realpath(lib))
+    if env.get("PYTHONPATH"):  # run from the source tree: keep it findable
+        env["PYTHONPATH"] = os.pathsep.join(
+            os.path.abspath(x) for x in env["PYTHONPATH"].split(os.pathsep))
     r = subprocess.run([sys.executable, "-c",
                         "import kvtier; print(kvtier.version())"], env=env,
                        capture_output=True, text=True, cwd="/")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == kvtier.version()
+
+
+def test_jobs_not_closed_are_collected(tiny_daemon):
+    """Jobs dropped without close() are freed by the garbage collector, so
+    a loop that never closes them does not run into the client's job
+    limit (1024)."""
+    import gc
+    g = geo()
+    with kvtier.Client(g, socket=tiny_daemon) as cl:
+        m = cl.alloc(2)
+        keys = cl.hash_tokens(list(range(2 * P)))
+        cl.store(m, keys, [0, 1]).wait()
+        for _ in range(1100):
+            assert cl.load(m, keys, [0, 1]).wait() == []
+        gc.collect()
+        assert len(cl._jobs) == 0
