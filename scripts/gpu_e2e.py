@@ -51,6 +51,7 @@ import torch
 import torch.nn.functional as F
 
 import kvtier
+from kvtier.staging import pin_memory, unpin_memory
 
 CONFIGS = {
     # Llama-3.2-1B's shapes (vocabulary cut to 32000): 32 KiB of bf16 KV
@@ -232,32 +233,6 @@ def sync(dev: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-_pinned: list = []
-
-
-def unpin_all() -> None:
-    while _pinned:
-        torch.cuda.cudart().cudaHostUnregister(_pinned.pop())
-
-
-def pin(mem: kvtier.Memory, dev: torch.device) -> str:
-    """Page-lock the registered memory for the copy engines
-    (cudaHostRegister): "pinned", "pageable (...why...)" or "cpu"."""
-    if dev.type != "cuda":
-        return "cpu"
-    try:
-        import ctypes
-        addr = ctypes.addressof(ctypes.c_char.from_buffer(mem.buffer))
-        err = torch.cuda.cudart().cudaHostRegister(addr, mem.buffer.nbytes, 0)
-        code = getattr(err, "value", err)
-        if code == 0:
-            _pinned.append(addr)
-            return "pinned"
-        return f"pageable (cudaHostRegister: {err})"
-    except Exception as e:  # an older torch without cudart()
-        return f"pageable ({type(e).__name__}: {e})"
-
-
 def host_views(mem: kvtier.Memory, geo: kvtier.Geometry, dtype, nblocks):
     """Per layer a [2, nblocks, P, H, D] tensor over the registered memory
     (vLLM layout from Client.alloc: K blocks, then V blocks)."""
@@ -279,7 +254,7 @@ def run_size(model: Model, geo, sock, N, M, repeats, dev, dtype, vocab, tol):
     _, kv = model.prefill(ids[:N])
     writer = kvtier.Client(geo, socket=sock)
     wmem = writer.alloc(nb)
-    res["host_memory"] = pin(wmem, dev)
+    res["host_memory"] = pin_memory(wmem) if dev.type == "cuda" else "cpu"
     hv = host_views(wmem, geo, dtype, nb)
     sync(dev)
     t0 = time.perf_counter()
@@ -306,7 +281,8 @@ def run_size(model: Model, geo, sock, N, M, repeats, dev, dtype, vocab, tol):
     # the new turn through kvtier, in a fresh engine process's cache
     reader = kvtier.Client(geo, socket=sock)
     rmem = reader.alloc(nb)
-    pin(rmem, dev)
+    if dev.type == "cuda":
+        pin_memory(rmem)
     nbk = (dev.type == "cuda" and res["host_memory"] == "pinned")
     rv = host_views(rmem, geo, dtype, nb)
     restore, parts, full = [], [], []
@@ -383,7 +359,8 @@ def run_size(model: Model, geo, sock, N, M, repeats, dev, dtype, vocab, tol):
     )
     res["ok"] = bool(exact_kv and exact_ref and diff <= tol * scale)
     sync(dev)
-    unpin_all()
+    unpin_memory(wmem)
+    unpin_memory(rmem)
     writer.close()
     reader.close()
     return res

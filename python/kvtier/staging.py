@@ -1,0 +1,306 @@
+"""Staging: engine KV the daemon cannot map (GPU memory), moved through
+host memory it can.
+
+The daemon copies pages only between its tiers and memory it has mapped:
+a sealed memfd (host memory). GPU memory registration (CUDA IPC) is not
+implemented yet, so an engine whose KV cache lives on the GPU goes
+through a staging pool: host blocks shared with the daemon, in vLLM's
+layout, page-locked for the copy engines when CUDA is there.
+
+    load:   daemon tier --(daemon)--> staging blocks --(copy per layer)--> engine blocks
+    store:  engine blocks --(copy per layer)--> staging blocks --(daemon)--> tier
+
+A load copies layer l of every block as soon as the daemon reports layer
+l ready, so the host-to-device copies overlap the rest of the load (and,
+with torch on CUDA, the engine's compute: the copies are asynchronous on
+the current stream). A store copies each layer out when the engine has
+written it (save_kv_layer), then hands the pages to the daemon.
+
+Engine KV is one array per layer shaped (2, num_blocks, P, H, D) — vLLM's
+FlashAttention layout — as torch tensors (any device) or NumPy arrays.
+The staging pool has a fixed number of blocks; a job gets as many as are
+free and the pages that do not fit are reported failed (a load: the
+engine recomputes them) or not stored (a store: counted in .dropped).
+
+Failed blocks of a load: layer copies run before the job knows which
+blocks failed, so a failed block may receive stale staging bytes; the
+engine recomputes every failed block, which overwrites them.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any, List, Optional, Sequence
+
+from .client import Client, Job, Memory
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def pin_memory(mem: Memory) -> str:
+    """Page-lock @mem for CUDA copies (cudaHostRegister through torch).
+    Returns "pinned", or "pageable (<why>)" — never raises: pageable
+    memory works, only slower."""
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return "pageable (no CUDA)"
+        if mem.buffer is None:
+            return "pageable (memory mapped by the caller)"
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(mem.buffer))
+        err = torch.cuda.cudart().cudaHostRegister(addr, mem.buffer.nbytes, 0)
+        code = getattr(err, "value", err)
+        if code != 0:
+            return f"pageable (cudaHostRegister: {err})"
+        mem._pinned_addr = addr  # type: ignore[attr-defined]
+        return "pinned"
+    except Exception as e:  # an older torch without cudart()
+        return f"pageable ({type(e).__name__}: {e})"
+
+
+def unpin_memory(mem: Memory) -> None:
+    """Undo pin_memory() (before the memory is freed)."""
+    addr = getattr(mem, "_pinned_addr", None)
+    if addr is not None:
+        import torch
+        torch.cuda.cudart().cudaHostUnregister(addr)
+        mem._pinned_addr = None  # type: ignore[attr-defined]
+
+
+class StagingPool:
+    """@nblocks host blocks shared with the daemon, for engine KV arrays
+    @kv_caches (one per layer, (2, num_blocks, P, H, D)) it cannot map."""
+
+    def __init__(self, client: Client, kv_caches: Sequence[Any],
+                 nblocks: int) -> None:
+        g = client.geometry
+        if len(kv_caches) != g.layers:
+            raise ValueError(f"kvtier.staging: {len(kv_caches)} KV arrays "
+                             f"for a model of {g.layers} layers")
+        want = (g.kv, g.page_tokens, g.kv_heads, g.head_dim)
+        for l, t in enumerate(kv_caches):
+            shape = tuple(t.shape)
+            if len(shape) != 5 or (shape[0],) + shape[2:] != want:
+                raise ValueError(
+                    f"kvtier.staging: layer {l}'s KV has shape {shape}; "
+                    f"expected ({g.kv}, num_blocks, {g.page_tokens}, "
+                    f"{g.kv_heads}, {g.head_dim})")
+        if nblocks <= 0:
+            raise ValueError("kvtier.staging: need at least one block")
+        self.client = client
+        self.kv = list(kv_caches)
+        self.torch = _is_torch(self.kv[0])
+        self.mem = client.alloc(nblocks)
+        self.pinned = pin_memory(self.mem) if self.torch else "numpy"
+        self.views = self._views(nblocks)
+        self._free = list(range(nblocks - 1, -1, -1))
+        self._lock = threading.Lock()
+
+    def _views(self, nblocks: int) -> List[Any]:
+        g = self.client.geometry
+        shape = (g.kv, nblocks, g.page_tokens, g.kv_heads, g.head_dim)
+        out = []
+        for l in range(g.layers):
+            t = self.kv[l]
+            if self.torch:
+                import torch
+                n = g.kv * nblocks * g.page_tokens * g.kv_heads * g.head_dim
+                v = torch.frombuffer(self.mem.buffer, dtype=t.dtype, count=n,
+                                     offset=self.mem.layer_offset(l))
+                out.append(v.view(shape))
+            else:
+                import numpy as np
+                out.append(np.ndarray(shape, dtype=t.dtype,
+                                      buffer=self.mem.buffer,
+                                      offset=self.mem.layer_offset(l)))
+        return out
+
+    def _take(self, n: int) -> List[int]:
+        with self._lock:
+            k = min(n, len(self._free))
+            got = [self._free.pop() for _ in range(k)]
+        return got
+
+    def _give(self, blocks: Sequence[int]) -> None:
+        with self._lock:
+            self._free.extend(reversed(blocks))
+
+    @property
+    def free_blocks(self) -> int:
+        with self._lock:
+            return len(self._free)
+
+    def _copy(self, layer: int, src_blocks: Sequence[int], to_engine: bool,
+              eng_blocks: Sequence[int]) -> None:
+        """Layer @layer: staging -> engine (to_engine) or engine -> staging."""
+        if not eng_blocks:
+            return
+        st, eng = self.views[layer], self.kv[layer]
+        if self.torch:
+            import torch
+            si = torch.tensor(list(src_blocks), dtype=torch.long)
+            ei = torch.tensor(list(eng_blocks), dtype=torch.long,
+                              device=eng.device)
+            nb = self.pinned == "pinned"
+            if to_engine:
+                eng.index_copy_(1, ei, st.index_select(1, si).to(
+                    eng.device, non_blocking=nb))
+            else:
+                st.index_copy_(1, si, eng.index_select(1, ei).to(
+                    "cpu", non_blocking=False))
+        else:
+            if to_engine:
+                eng[:, list(eng_blocks)] = st[:, list(src_blocks)]
+            else:
+                st[:, list(src_blocks)] = eng[:, list(eng_blocks)]
+
+    def load(self, keys: Sequence[bytes], blocks: Sequence[int],
+             first: int = 0) -> "StagedLoad":
+        """Load pages first.. of the prefix @keys into engine @blocks
+        through staging blocks. Pages that get no staging block fail."""
+        n = len(keys) - first
+        if len(blocks) != n:
+            raise ValueError(f"kvtier.staging: {len(blocks)} blocks for "
+                             f"pages {first}..{len(keys) - 1}")
+        sb = self._take(n)
+        job = None
+        try:
+            if sb:
+                job = self.client.load(self.mem, keys[:first + len(sb)], sb,
+                                       first)
+        except BaseException:
+            self._give(sb)
+            raise
+        return StagedLoad(self, job, sb, list(blocks))
+
+    def store(self, keys: Sequence[bytes], blocks: Sequence[int],
+              first: int = 0) -> "StagedStore":
+        """Begin storing engine @blocks as pages first.. of @keys: copy
+        each layer with copy_layer() (or all with copy_all()), then
+        submit(). Pages past the free staging blocks are dropped."""
+        n = len(keys) - first
+        if len(blocks) != n:
+            raise ValueError(f"kvtier.staging: {len(blocks)} blocks for "
+                             f"pages {first}..{len(keys) - 1}")
+        sb = self._take(n)
+        return StagedStore(self, list(keys[:first + len(sb)]), first, sb,
+                           list(blocks[:len(sb)]), n - len(sb))
+
+    def close(self) -> None:
+        """Free the staging memory (no job may be running on it)."""
+        if self.torch:
+            unpin_memory(self.mem)
+        self.views = []
+        self.mem.free()
+
+
+class StagedLoad:
+    """A load into engine blocks through staging (see StagingPool.load)."""
+
+    def __init__(self, pool: StagingPool, job: Optional[Job],
+                 sblocks: List[int], eng: List[int]) -> None:
+        self.pool, self.job, self.sblocks, self.eng = pool, job, sblocks, eng
+        self.copied = 0  # layers copied to the engine
+        self._failed: Optional[List[int]] = None
+
+    def wait_layer(self, layer: int, timeout: Optional[float] = None) -> bool:
+        """Layers up to @layer are in the engine's blocks (failed blocks
+        excepted). False when every block failed."""
+        if self.job is None:
+            return False
+        while self.copied <= layer:
+            if not self.job.wait_layer(self.copied, timeout):
+                return False
+            self.pool._copy(self.copied, self.sblocks, True,
+                            self.eng[:len(self.sblocks)])
+            self.copied += 1
+        return True
+
+    def wait(self, timeout: Optional[float] = None) -> List[int]:
+        """Every layer copied; returns the engine blocks that failed
+        (including those that got no staging block), and frees the staging
+        blocks."""
+        if self._failed is not None:
+            return list(self._failed)
+        failed: List[int] = []
+        if self.job is not None:
+            layers = self.pool.client.geometry.layers
+            ok = self.wait_layer(layers - 1, timeout)
+            bad = self.job.wait(timeout)
+            if not ok:
+                bad = list(self.sblocks)
+            pos = {s: i for i, s in enumerate(self.sblocks)}
+            failed = [self.eng[pos[s]] for s in bad]
+            self.job.close()
+        failed += self.eng[len(self.sblocks):]
+        self.pool._give(self.sblocks)
+        self._failed = failed
+        return list(failed)
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+
+
+class StagedStore:
+    """A store out of engine blocks through staging (StagingPool.store)."""
+
+    def __init__(self, pool: StagingPool, keys: List[bytes], first: int,
+                 sblocks: List[int], eng: List[int], dropped: int) -> None:
+        self.pool, self.keys, self.first = pool, keys, first
+        self.sblocks, self.eng, self.dropped = sblocks, eng, dropped
+        self.job: Optional[Job] = None
+        self._copied = set()  # type: set
+        self._done: Optional[List[int]] = None
+
+    def copy_layer(self, layer: int) -> None:
+        """Copy layer @layer of the blocks out of the engine (once the
+        engine has written it)."""
+        if layer not in self._copied:
+            self.pool._copy(layer, self.sblocks, False, self.eng)
+            self._copied.add(layer)
+
+    def copy_all(self) -> None:
+        for l in range(self.pool.client.geometry.layers):
+            self.copy_layer(l)
+
+    def submit(self) -> None:
+        """Hand the pages to the daemon (every layer must be copied)."""
+        layers = self.pool.client.geometry.layers
+        if len(self._copied) != layers:
+            raise RuntimeError(f"kvtier.staging: submit after "
+                               f"{len(self._copied)} of {layers} layers")
+        if self.sblocks and self.job is None:
+            try:
+                self.job = self.pool.client.store(self.pool.mem, self.keys,
+                                                  self.sblocks, self.first)
+            except BaseException:
+                self._release()
+                raise
+
+    def poll(self) -> bool:
+        return self.job is None or self.job.poll()
+
+    def wait(self, timeout: Optional[float] = None) -> List[int]:
+        """The engine blocks whose pages were not stored (failed or
+        dropped for want of staging blocks); frees the staging blocks."""
+        if self._done is None:
+            bad: List[int] = []
+            if self.job is not None:
+                pos = {s: i for i, s in enumerate(self.sblocks)}
+                bad = [self.eng[pos[s]] for s in self.job.wait(timeout)]
+                self.job.close()
+            self._release()
+            self._done = bad
+        return list(self._done)
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+
+    def _release(self) -> None:
+        if self.sblocks:
+            self.pool._give(self.sblocks)
+            self.sblocks = []
