@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,7 +40,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import \
 from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
-from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.worker.kv_connector_model_runner_mixin import \
     KVConnectorModelRunner  # noqa: E402
 
@@ -126,13 +127,20 @@ class Engine:
         return self.scheduler.update_from_output(so, mro)
 
     def run(self, forward: Callable[..., Tuple[int, Any]],
-            max_steps: int = 200) -> None:
-        for _ in range(max_steps):
-            if not self.scheduler.has_requests():
-                return
+            timeout: float = 20.0) -> None:
+        """Step until every request is done and its blocks are free (a
+        step with nothing to schedule sleeps 1 ms, as an idle engine
+        would wait for its workers)."""
+        deadline = time.monotonic() + timeout
+        while self.scheduler.has_requests():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"engine: requests still unfinished after "
+                                   f"{timeout} s")
+            if not self.scheduler.running and not any(
+                    r.status != RequestStatus.WAITING_FOR_REMOTE_KVS
+                    for r in self.scheduler.waiting):
+                time.sleep(0.001)
             self.step(forward)
-        raise RuntimeError("engine: requests still unfinished after "
-                           f"{max_steps} steps")
 
     def shutdown(self) -> None:
         for c in (self.worker_conn, self.sched_conn):
