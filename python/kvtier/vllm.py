@@ -206,6 +206,9 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
     loads: List[LoadSpec] = dataclasses.field(default_factory=list)
     saves: List[SaveSpec] = dataclasses.field(default_factory=list)
     preempted: Set[str] = dataclasses.field(default_factory=set)
+    # finished requests whose blocks vLLM keeps until the workers return
+    # them in finished_sending (request_finished said delay_free)
+    delayed: Set[str] = dataclasses.field(default_factory=set)
 
 
 _STAT_KEYS = ("loads", "load_pages", "load_failed_blocks", "stores",
@@ -333,6 +336,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._loads_to_send: List[LoadSpec] = []
         self._loading: Set[str] = set()
         self._ever_saved: Set[str] = set()
+        self._delayed: Set[str] = set()
         self._waiting_since: Dict[str, float] = {}
         self._key_cache: Dict[str, Tuple[int, List[bytes]]] = {}
         # worker state
@@ -426,8 +430,10 @@ class KvtierConnector(KVConnectorBase_V1):
     def build_connector_meta(self, scheduler_output: Any
                              ) -> KvtierConnectorMetadata:
         """This step's loads, stores and preemptions for the workers."""
-        meta = KvtierConnectorMetadata(loads=self._loads_to_send)
+        meta = KvtierConnectorMetadata(loads=self._loads_to_send,
+                                       delayed=self._delayed)
         self._loads_to_send = []
+        self._delayed = set()
         for rid in getattr(scheduler_output, "preempted_req_ids", None) or ():
             meta.preempted.add(rid)
             st = self._reqs.get(rid)
@@ -489,6 +495,8 @@ class KvtierConnector(KVConnectorBase_V1):
         busy = rid in self._ever_saved or rid in self._loading
         self._ever_saved.discard(rid)
         self._loading.discard(rid)
+        if busy:
+            self._delayed.add(rid)
         return busy, None
 
     def reset_cache(self) -> bool:
@@ -573,9 +581,16 @@ class KvtierConnector(KVConnectorBase_V1):
                 j.close()
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
-        """Start this step's load jobs."""
+        """Start this step's load jobs; take the requests whose blocks
+        vLLM keeps for us (stopping their loads: aborted)."""
         meta = self._get_connector_metadata()
         assert isinstance(meta, KvtierConnectorMetadata)
+        for rid in meta.delayed:
+            self._finishing.add(rid)
+            job = self._load_jobs.get(rid)
+            if job is not None and rid not in self._aborted_loads:
+                job.cancel()
+                self._aborted_loads.add(rid)
         mem = self._need_mem()
         self._sync_jobs = []
         for ls in meta.loads:
@@ -634,16 +649,14 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def get_finished(self, finished_req_ids: Set[str]
                      ) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
-        """(requests whose stores are done after they finished, requests
-        whose async load is done)."""
+        """(finished requests whose stores (or aborted load) are done:
+        vLLM may free their blocks, requests whose async load is done).
+
+        Which finished requests are reported is the scheduler side's
+        choice (request_finished's delay_free), passed in the metadata,
+        so both sides agree whatever the timing."""
         recving: Set[str] = set()
         sending: Set[str] = set()
-        for rid in finished_req_ids:
-            if rid in self._load_jobs:       # aborted while loading
-                self._load_jobs[rid].cancel()
-                self._aborted_loads.add(rid)
-            if rid in self._store_jobs or rid in self._aborted_loads:
-                self._finishing.add(rid)
         for rid, job in list(self._load_jobs.items()):
             if job.poll():
                 del self._load_jobs[rid]
