@@ -150,13 +150,18 @@ def test_preempt_while_storing_then_resume(sock):
     a = tokens(21, 5 * P + 1)
     req = e.add("a", a, 4)
     f = fake_forward(e)
-    e.step(f)                       # prefill: stores submitted
+    e.step(f)                       # prefill: stores submitted, not waited
+    assert e.worker_conn._store_jobs.get("a") is not None
     e.scheduler.preempt("a")
-    e.step(f)                       # preempted: its stores are cancelled
-    assert req.status in (RequestStatus.WAITING,
-                          RequestStatus.WAITING_FOR_REMOTE_KVS,
-                          RequestStatus.RUNNING, RequestStatus.PREEMPTED)
-    e.run(f)
+    so = e.scheduler.schedule()     # preempted: blocks back to the pool
+    assert so.preempted_req_ids == {"a"}
+    assert so.kv_connector_metadata.preempted == {"a"}
+    mro = e.runner.execute_model(so, f, lambda r: a)
+    # handle_preemptions stopped its stores before the blocks are reused
+    assert "a" not in e.worker_conn._store_jobs
+    e.scheduler.update_from_output(so, mro)
+    assert req.status == RequestStatus.PREEMPTED
+    e.run(f)                        # resumed (from kvtier what was stored)
     assert req.output_token_ids == expect({"a": a}, 4)["a"]
     assert all_free(e)
     e.shutdown()

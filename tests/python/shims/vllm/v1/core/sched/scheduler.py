@@ -8,7 +8,8 @@
 # blocks truncate the affected requests' computed tokens (they are
 # recomputed), finished_sending frees delayed blocks,
 # connector.update_connector_output; finishing calls
-# connector.request_finished (delay_free). No chunked prefill, no token
+# connector.request_finished (delay_free); nothing from the waiting queue in
+# a step that preempted. No chunked prefill, no token
 # budget, one KV cache group, no spec decode; not vLLM.
 from __future__ import annotations
 
@@ -125,7 +126,9 @@ class Scheduler:
             cached.num_computed_tokens.append(req.num_computed_tokens)
             num_sched[req.request_id] = n
         skipped: Deque[Request] = deque()
-        while self.waiting:
+        # as upstream: no waiting request is scheduled in a step that
+        # preempted (the preempted one waits at least a step)
+        while self.waiting and not self._preempted:
             req = self.waiting.popleft()
             rid = req.request_id
             if req.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
