@@ -84,6 +84,13 @@ def outputs(engine, reqs, max_tokens=1, salt=None):
     return {rid: r.output_token_ids for rid, r in got.items()}
 
 
+def store(sock, toks):
+    """A first engine serves @toks (its pages stored through kvtier)."""
+    e = ve.Engine({"socket": sock})
+    outputs(e, {"a": toks})
+    e.shutdown()
+
+
 def expect(reqs, max_tokens=1):
     out = {}
     for rid, toks in reqs.items():
@@ -127,9 +134,7 @@ def test_requests_partial_hits_and_salt(sock):
 
 def test_local_hit_then_kvtier(sock):
     a = tokens(11, 8 * P + 1)
-    e1 = ve.Engine({"socket": sock})
-    outputs(e1, {"a": a})
-    e1.shutdown()
+    store(sock, a)
     e2 = ve.Engine({"socket": sock, "save": False})
     # e0 keeps 3 of a's pages in vLLM's prefix cache while "b" arrives
     e0 = e2.add("e0", a[:3 * P] + [7], 20)
@@ -169,9 +174,7 @@ def test_preempt_while_storing_then_resume(sock):
 
 def test_abort_while_loading(sock):
     a = tokens(31, 6 * P + 1)
-    e1 = ve.Engine({"socket": sock})
-    outputs(e1, {"a": a})
-    e1.shutdown()
+    store(sock, a)
     e = ve.Engine({"socket": sock})
     e.add("b", a, 1)
     so = e.scheduler.schedule()      # b waits for its load
@@ -190,9 +193,7 @@ def test_abort_while_loading(sock):
 
 def test_failed_load_is_recomputed(sock, monkeypatch):
     a = tokens(41, 6 * P + 1)
-    e1 = ve.Engine({"socket": sock})
-    outputs(e1, {"a": a[:4 * P + 1]})          # 4 pages stored
-    e1.shutdown()
+    store(sock, a[:4 * P + 1])                  # 4 pages stored
     for mode in ("async", "layerwise"):
         e = ve.Engine({"socket": sock, "load_mode": mode, "save": False})
         cl = e.sched_conn._client

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable, List, Optional
+from typing import Callable, List, Optional
 
 
 class RequestStatus(enum.IntEnum):
