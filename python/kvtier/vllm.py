@@ -479,9 +479,17 @@ class KvtierConnector(KVConnectorBase_V1):
         self._ever_saved.add(rid)
 
     def update_connector_output(self, connector_output: Any) -> None:
-        """Workers' finished loads end this side's tracking of them."""
+        """Workers' finished loads end this side's tracking of them; a
+        request with a failed block is stored again from that block on
+        once vLLM has recomputed it."""
         for rid in connector_output.finished_recving or ():
             self._loading.discard(rid)
+        bad = connector_output.invalid_block_ids
+        if bad:
+            for st in self._reqs.values():
+                hit = [i for i, b in enumerate(st.block_ids) if b in bad]
+                if hit:
+                    st.saved = min(st.saved, hit[0])
 
     def request_finished(self, request: Any, block_ids: List[int]
                          ) -> Tuple[bool, Optional[Dict[str, Any]]]:
@@ -619,14 +627,20 @@ class KvtierConnector(KVConnectorBase_V1):
     def wait_for_save(self) -> None:
         """Finish layerwise loads; submit this step's store jobs (they run
         on; get_finished() reports the requests whose stores are done)."""
-        for _, job in self._sync_jobs:
-            self._end_load(job)
+        tainted = set()
+        for rid, job in self._sync_jobs:
+            if self._end_load(job):
+                tainted.add(rid)
         self._sync_jobs = []
         meta = self._get_connector_metadata()
         assert isinstance(meta, KvtierConnectorMetadata)
         mem = self._need_mem()
         for ss in meta.saves:
             jobs = self._store_jobs.setdefault(ss.req_id, [])
+            if ss.req_id in tainted:
+                # this step computed past a block that did not load: what
+                # it wrote is wrong and vLLM recomputes it; store nothing
+                continue
             try:
                 job = self._client.store(mem, ss.keys, ss.blocks[ss.first:],
                                          ss.first)
@@ -641,11 +655,12 @@ class KvtierConnector(KVConnectorBase_V1):
             self._stats.data["stores"] += 1
             self._stats.data["store_pages"] += len(ss.keys) - ss.first
 
-    def _end_load(self, job: Job) -> None:
+    def _end_load(self, job: Job) -> List[int]:
         failed = job.wait()
         self._load_errors.update(failed)
         self._stats.data["load_failed_blocks"] += len(failed)
         job.close()
+        return failed
 
     def get_finished(self, finished_req_ids: Set[str]
                      ) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
