@@ -10,6 +10,7 @@ back, so a wrong restored block changes the output."""
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -293,3 +294,63 @@ def test_bad_config(sock, workdir, monkeypatch):
                                   for i in range(L)})
         assert ei.value.name == "KVT_ENOTBUILT"
     w.shutdown()
+
+
+def until(fn, timeout=10.0):
+    """fn() until it is truthy (1 ms apart), at most @timeout s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = fn()
+        if got or time.monotonic() > deadline:
+            return got
+        time.sleep(0.001)
+
+
+def test_tp_ranks_keep_their_own_pages(workdir):
+    """TP 2: each worker registers its own heads (1 of 2 KV heads) and
+    the daemon keeps the ranks' pages apart under the same vLLM hashes."""
+    import vllm.distributed as vd
+    with kvt_testutil.daemon(workdir, tinymodel.CONFIG, page_tokens=P,
+                             args=("--tp", "2")) as s:
+        cfg = ve.vllm_config({"socket": s}, tinymodel.CONFIG)
+        cfg.parallel_config.tensor_parallel_size = 2
+        keys = kvtier.keys_from_hashes([b"h0", b"h1"], b"x")
+        workers = []
+        for rank in (0, 1):
+            vd.set_tensor_model_parallel(rank, 2)
+            w = kv_vllm.KvtierConnector(cfg, KVConnectorRole.WORKER)
+            shape = (2, 4, P, 1, 16)
+            per = int(np.prod(shape)) * 4
+            buf = kv_vllm.host_kv_buffer(per * L)
+            caches = {f"l{i}": np.ndarray(shape, np.float32, buf, i * per)
+                      for i in range(L)}
+            w.register_kv_caches(caches)
+            for c in caches.values():
+                c[:, :2] = rank + 1.0                   # this rank's KV
+            workers.append((w, caches))
+        vd.set_tensor_model_parallel(0, 1)
+
+        def step(w, meta, finished=()):
+            w.bind_connector_metadata(meta)
+            w.start_load_kv(None)
+            w.wait_for_save()
+            out = w.get_finished(set(finished))
+            w.clear_connector_metadata()
+            return out
+        for w, _ in workers:
+            step(w, kv_vllm.KvtierConnectorMetadata(
+                saves=[kv_vllm.SaveSpec("r", keys, 0, [0, 1])]))
+            metas = [kv_vllm.KvtierConnectorMetadata(delayed={"r"})]
+            assert until(lambda: step(w, metas.pop() if metas else
+                                      kv_vllm.KvtierConnectorMetadata(),
+                                      {"r"})[0]) == {"r"}
+        for rank, (w, caches) in enumerate(workers):
+            metas = [kv_vllm.KvtierConnectorMetadata(
+                loads=[kv_vllm.LoadSpec("q", keys, 0, [2, 3])])]
+            assert until(lambda: step(w, metas.pop() if metas else
+                                      kv_vllm.KvtierConnectorMetadata())[1]
+                         ) == {"q"}
+            assert w.get_block_ids_with_load_errors() == set()
+            for c in caches.values():
+                assert (c[:, 2:4] == rank + 1.0).all(), rank
+            w.shutdown()
