@@ -300,8 +300,10 @@ class KvtierConnector(KVConnectorBase_V1):
         self._inflight_wait = float(extra.get("inflight_wait_s", 2.0))
         self._timeout_ms = int(extra.get("timeout_ms", 10000))
         mc = vllm_config.model_config
-        model = str(extra.get("model") or getattr(mc, "served_model_name",
-                                                  None) or mc.model)
+        served = getattr(mc, "served_model_name", None)
+        if isinstance(served, (list, tuple)):
+            served = served[0] if served else None
+        model = str(extra.get("model") or served or mc.model)
         self._salt = f"vllm|{tenant}|{self._ns}|{model}|" \
                      f"{extra.get('salt', '')}".encode()
         if role == KVConnectorRole.SCHEDULER and \
