@@ -1,0 +1,1 @@
+# STAND-IN for vLLM v0.12.0 vllm/v1/core/sched/__init__.py: reproduces only the package; not vLLM.

@@ -1,0 +1,356 @@
+"""kvtier.vllm.KvtierConnector driven by the vLLM v0.12.0 stand-ins
+(tests/python/shims/vllm: scheduler, KV cache manager with prefix caching,
+worker runner) against a real daemon: several requests with partial hits
+(local prefix cache + kvtier), cache_salt, preemption with stores in
+flight, an abort while loading, pages in flight (ask later), a failed load
+reported as failed blocks and recomputed, delay_free while saving, bad
+configurations. The "model" writes, per layer, K = h(prefix) + layer and
+V = -h(prefix) for each position and samples a token from the K it reads
+back, so a wrong restored block changes the output."""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+import kvtier
+import kvtier.vllm as kv_vllm
+import kvt_testutil
+import tinymodel
+import vllm_engine as ve
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+from vllm.v1.request import RequestStatus
+
+P = ve.P
+L = tinymodel.CONFIG["num_hidden_layers"]
+
+
+@pytest.fixture(autouse=True)
+def hash_seed(monkeypatch):
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+
+
+@pytest.fixture
+def sock(workdir):
+    with kvt_testutil.daemon(workdir, tinymodel.CONFIG, page_tokens=P) as s:
+        yield s
+
+
+def prefix_h(tokens):
+    out, h = [], 0
+    for t in tokens:
+        h = (h * 131 + t + 1) % 1000003
+        out.append(h)
+    return out
+
+
+def fake_forward(engine):
+    """K/V from the prefix; the sampled token sums K over every position
+    (restored ones included)."""
+    def forward(rid, tokens, block_ids, c, wait, save):
+        hs = prefix_h(tokens)
+        total = 0
+        for l in range(L):
+            if wait:
+                wait(l)
+            k, v = engine.layer(l)
+            for pos in range(c, len(tokens)):
+                b, t = block_ids[pos // P], pos % P
+                k[b, t] = hs[pos] + l
+                v[b, t] = -hs[pos]
+            if save:
+                save(l)
+            total += int(sum(int(k[block_ids[p // P], p % P, 0, 0])
+                             for p in range(len(tokens))))
+        return total % 256, None
+    return forward
+
+
+def reference(tokens):
+    hs = prefix_h(tokens)
+    return sum(h + l for l in range(L) for h in hs) % 256
+
+
+def tokens(seed, n):
+    return [int(t) for t in np.random.default_rng(seed).integers(0, 256, n)]
+
+
+def outputs(engine, reqs, max_tokens=1, salt=None):
+    got = {}
+    for rid, toks in reqs.items():
+        got[rid] = engine.add(rid, toks, max_tokens, cache_salt=salt)
+    engine.run(fake_forward(engine))
+    return {rid: r.output_token_ids for rid, r in got.items()}
+
+
+def store(sock, toks):
+    """A first engine serves @toks (its pages stored through kvtier)."""
+    e = ve.Engine({"socket": sock})
+    outputs(e, {"a": toks})
+    e.shutdown()
+
+
+def expect(reqs, max_tokens=1):
+    out = {}
+    for rid, toks in reqs.items():
+        t = list(toks)
+        o = []
+        for _ in range(max_tokens):
+            o.append(reference(t))
+            t.append(o[-1])
+        out[rid] = o
+    return out
+
+
+def all_free(engine):
+    kvm = engine.kvm
+    return not kvm.req_blocks and not engine.scheduler.delayed_free
+
+
+def test_requests_partial_hits_and_salt(sock):
+    a = tokens(1, 6 * P + 2)
+    e1 = ve.Engine({"socket": sock})
+    assert outputs(e1, {"a": a}, max_tokens=3) == expect({"a": a}, 3)
+    assert e1.stats["store_pages"] >= 7      # prompt pages and a decoded one
+    assert all_free(e1)
+    e1.shutdown()
+
+    e2 = ve.Engine({"socket": sock})
+    reqs = {"b": a[:4 * P] + tokens(2, 3 * P),   # 4 pages from kvtier
+            "c": tokens(3, 5 * P + 1),           # nothing
+            "d": list(a)}                        # 6 pages (not the last token)
+    assert outputs(e2, reqs) == expect(reqs)
+    assert e2.stats["loads"] == 2
+    assert e2.stats["load_pages"] == 4 + 6
+    assert e2.invalid == []
+    assert all_free(e2)
+    # the same tokens under another cache_salt share nothing
+    before = e2.stats["loads"]
+    assert outputs(e2, {"s": list(a)}, salt="tenant-x") == expect({"s": a})
+    assert e2.stats["loads"] == before
+    e2.shutdown()
+
+
+def test_local_hit_then_kvtier(sock):
+    a = tokens(11, 8 * P + 1)
+    store(sock, a)
+    e2 = ve.Engine({"socket": sock, "save": False})
+    # e0 keeps 3 of a's pages in vLLM's prefix cache while "b" arrives
+    e0 = e2.add("e0", a[:3 * P] + [7], 20)
+    while e0.status != RequestStatus.RUNNING:    # its own load first
+        e2.step(fake_forward(e2))
+    e2.add("b", a, 1)
+    e2.run(fake_forward(e2))
+    assert e2.scheduler.requests == {}
+    assert e2.invalid == []
+    # b took 3 pages from vLLM's prefix cache, pages 3..7 from kvtier
+    # (e0 itself loaded its 3 pages from kvtier first)
+    assert e2.stats["loads"] == 2 and e2.stats["load_pages"] == 3 + 5
+    e2.shutdown()
+
+
+def test_preempt_while_storing_then_resume(sock):
+    e = ve.Engine({"socket": sock})
+    a = tokens(21, 5 * P + 1)
+    req = e.add("a", a, 4)
+    f = fake_forward(e)
+    e.step(f)                       # prefill: stores submitted, not waited
+    assert e.worker_conn._store_jobs.get("a") is not None
+    e.scheduler.preempt("a")
+    so = e.scheduler.schedule()     # preempted: blocks back to the pool
+    assert so.preempted_req_ids == {"a"}
+    assert so.kv_connector_metadata.preempted == {"a"}
+    mro = e.runner.execute_model(so, f, lambda r: a)
+    # handle_preemptions stopped its stores before the blocks are reused
+    assert "a" not in e.worker_conn._store_jobs
+    e.scheduler.update_from_output(so, mro)
+    assert req.status == RequestStatus.PREEMPTED
+    e.run(f)                        # resumed (from kvtier what was stored)
+    assert req.output_token_ids == expect({"a": a}, 4)["a"]
+    assert all_free(e)
+    e.shutdown()
+
+
+def test_abort_while_loading(sock):
+    a = tokens(31, 6 * P + 1)
+    store(sock, a)
+    e = ve.Engine({"socket": sock})
+    e.add("b", a, 1)
+    so = e.scheduler.schedule()      # b waits for its load
+    assert e.scheduler.requests["b"].status == \
+        RequestStatus.WAITING_FOR_REMOTE_KVS
+    e.scheduler.finish_requests("b")          # aborted before the step ran
+    assert "b" in e.scheduler.delayed_free    # the load may still write
+    mro = e.runner.execute_model(so, fake_forward(e),
+                                 lambda r: a)
+    e.scheduler.update_from_output(so, mro)
+    e.run(fake_forward(e))
+    assert all_free(e)
+    assert not e.worker_conn._load_jobs and not e.worker_conn._finishing
+    e.shutdown()
+
+
+@pytest.mark.parametrize("mode", ["async", "layerwise"])
+def test_failed_load_is_recomputed(sock, monkeypatch, mode):
+    a = tokens(41, 7 * P + 1)
+    store(sock, a[:4 * P + 1])                  # 4 pages stored
+    e = ve.Engine({"socket": sock, "load_mode": mode})
+    cl = e.sched_conn._client
+    real = cl.lookup
+
+    def lying_lookup(keys, touch=True):         # evicted after the lookup
+        r = real(keys, touch)
+        return kvtier.LookupResult(min(r.pages + 2, len(keys)),
+                                   r.tier_pages, 0)
+    monkeypatch.setattr(cl, "lookup", lying_lookup)
+    assert outputs(e, {"b": a}) == expect({"b": a})
+    assert len(e.invalid) == 2, e.invalid       # pages 4 and 5's blocks
+    assert e.stats["load_failed_blocks"] == 2
+    assert all_free(e)
+    e.shutdown()
+    # what B stored is right: pages 4.. were stored only once recomputed
+    # (in layerwise mode, the step that ran past the failed blocks wrote
+    # wrong K/V into page 6: it must not have been stored)
+    c = ve.Engine({"socket": sock, "save": False})
+    assert outputs(c, {"c": a}) == expect({"c": a})
+    assert (c.stats["load_pages"], c.invalid) == (7, [])
+    c.shutdown()
+
+
+def test_pages_in_flight_ask_later(sock, monkeypatch):
+    e = ve.Engine({"socket": sock, "inflight_wait_s": 0.2})
+    cl = e.sched_conn._client
+    monkeypatch.setattr(cl, "lookup", lambda keys, touch=True:
+                        kvtier.LookupResult(0, {}, 2))
+    req = e.add("a", tokens(51, 3 * P + 1), 1)
+    e.step(fake_forward(e))
+    assert req.status == RequestStatus.WAITING    # (None, False): later
+    assert req.num_computed_tokens == 0
+    e.run(fake_forward(e))      # gives up waiting for the pages in time
+    assert req.output_token_ids == expect({"a": req.prompt_token_ids})["a"]
+    e.shutdown()
+
+
+def test_delay_free_while_saving(sock):
+    e = ve.Engine({"socket": sock})
+    a = tokens(61, 4 * P + 1)
+    e.add("a", a, 1)
+    done = e.step(fake_forward(e))
+    assert done == ["a"]
+    # finished, its store may still read the blocks: not freed yet
+    assert "a" in e.scheduler.delayed_free
+    assert e.kvm.req_blocks.get("a")
+    e.run(fake_forward(e))       # finished_sending once the store is done
+    assert all_free(e)
+    with kvtier.Client(kvtier.Geometry.from_config(tinymodel.CONFIG, P),
+                       socket=sock) as cl:
+        keys = kvtier.keys_from_hashes(
+            ve.Request("x", a, 1, None, e.hasher).block_hashes,
+            b"vllm|0|default|tiny-llama|")
+        assert cl.lookup(keys).pages == 4
+    e.shutdown()
+
+
+def test_bad_config(sock, workdir, monkeypatch):
+    for extra, msg in [({"socket": sock, "bogus": 1}, "unknown"),
+                       ({"socket": sock, "tenant": -1}, "tenant"),
+                       ({"socket": sock, "load_mode": "eager"}, "load_mode")]:
+        with pytest.raises(ValueError, match=msg):
+            ve.Engine(extra)
+    monkeypatch.delenv("PYTHONHASHSEED")
+    with pytest.raises(ValueError, match="PYTHONHASHSEED"):
+        ve.Engine({"socket": sock})
+    ve.Engine({"socket": sock, "require_hash_seed": False}).shutdown()
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    # vLLM's block size is not the daemon's page
+    with pytest.raises(kvtier.KvtierError, match="page-tokens"):
+        ve.Engine({"socket": sock}, block_size=8)
+    with pytest.raises(kvtier.KvtierError):
+        ve.Engine({"socket": os.path.join(workdir, "none.sock"),
+                   "timeout_ms": 500})
+    # KV caches the daemon cannot map, or of the wrong shape
+    cfg = ve.vllm_config({"socket": sock}, tinymodel.CONFIG)
+    w = kv_vllm.KvtierConnector(cfg, KVConnectorRole.WORKER)
+    shape = (2, 8, P, 2, 16)
+    with pytest.raises(ValueError, match="host_kv_buffer"):
+        w.register_kv_caches({f"l{i}": np.zeros(shape, np.float32)
+                              for i in range(L)})
+    buf = kv_vllm.host_kv_buffer(L * 4 * 2 * 8 * P * 2 * 8)
+    with pytest.raises(ValueError, match="expected"):
+        w.register_kv_caches({f"l{i}": np.ndarray(
+            (2, 8, P, 2, 8), np.float32, buf, i * 4 * 2 * 8 * P * 2 * 8)
+            for i in range(L)})
+    with pytest.raises(ValueError, match="layers"):
+        w.register_kv_caches({})
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:   # a device tensor: GPU registration not built
+        with pytest.raises(kvtier.KvtierError) as ei:
+            w.register_kv_caches({f"l{i}": torch.zeros(shape, device="meta")
+                                  for i in range(L)})
+        assert ei.value.name == "KVT_ENOTBUILT"
+    w.shutdown()
+
+
+def until(fn, timeout=10.0):
+    """fn() until it is truthy (1 ms apart), at most @timeout s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = fn()
+        if got or time.monotonic() > deadline:
+            return got
+        time.sleep(0.001)
+
+
+def test_tp_ranks_keep_their_own_pages(workdir):
+    """TP 2: each worker registers its own heads (1 of 2 KV heads) and
+    the daemon keeps the ranks' pages apart under the same vLLM hashes."""
+    import vllm.distributed as vd
+    with kvt_testutil.daemon(workdir, tinymodel.CONFIG, page_tokens=P,
+                             args=("--tp", "2")) as s:
+        cfg = ve.vllm_config({"socket": s}, tinymodel.CONFIG)
+        cfg.parallel_config.tensor_parallel_size = 2
+        keys = kvtier.keys_from_hashes([b"h0", b"h1"], b"x")
+        workers = []
+        for rank in (0, 1):
+            vd.set_tensor_model_parallel(rank, 2)
+            w = kv_vllm.KvtierConnector(cfg, KVConnectorRole.WORKER)
+            shape = (2, 4, P, 1, 16)
+            per = int(np.prod(shape)) * 4
+            buf = kv_vllm.host_kv_buffer(per * L)
+            caches = {f"l{i}": np.ndarray(shape, np.float32, buf, i * per)
+                      for i in range(L)}
+            w.register_kv_caches(caches)
+            for c in caches.values():
+                c[:, :2] = rank + 1.0                   # this rank's KV
+            workers.append((w, caches))
+        vd.set_tensor_model_parallel(0, 1)
+
+        def step(w, meta, finished=()):
+            w.bind_connector_metadata(meta)
+            w.start_load_kv(None)
+            w.wait_for_save()
+            out = w.get_finished(set(finished))
+            w.clear_connector_metadata()
+            return out
+        for w, _ in workers:
+            step(w, kv_vllm.KvtierConnectorMetadata(
+                saves=[kv_vllm.SaveSpec("r", keys, 0, [0, 1])]))
+            metas = [kv_vllm.KvtierConnectorMetadata(delayed={"r"})]
+            assert until(lambda: step(w, metas.pop() if metas else
+                                      kv_vllm.KvtierConnectorMetadata(),
+                                      {"r"})[0]) == {"r"}
+        for rank, (w, caches) in enumerate(workers):
+            metas = [kv_vllm.KvtierConnectorMetadata(
+                loads=[kv_vllm.LoadSpec("q", keys, 0, [2, 3])])]
+            assert until(lambda: step(w, metas.pop() if metas else
+                                      kv_vllm.KvtierConnectorMetadata())[1]
+                         ) == {"q"}
+            assert w.get_block_ids_with_load_errors() == set()
+            for c in caches.values():
+                assert (c[:, 2:4] == rank + 1.0).all(), rank
+            w.shutdown()

@@ -1,0 +1,190 @@
+"""A stand-in vLLM engine for the kvtier tests: the vLLM stand-ins under
+tests/python/shims/vllm (scheduler, KV cache manager, worker model runner)
+with kvtier.vllm.KvtierConnector created twice through the connector
+factory (role SCHEDULER and role WORKER), as vLLM does.
+
+As a program (one engine process of the numerical proof):
+
+  vllm_engine.py --socket S --tokens 1,2,3... --out F.npz
+                 [--no-save] [--load-mode async|layerwise] [--torch]
+      serve one request (prefill, one token) with tinymodel: restore what
+      the daemon has of the prompt through the connector, prefill the
+      rest, store the computed pages; writes the last prefill's logits,
+      the token it started at ("cached") and the failed blocks vLLM was
+      told of.
+
+There is no GPU: tinymodel reads and writes the registered host KV
+caches directly (vLLM's attention would run on the device).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "shims"))
+
+import numpy as np  # noqa: E402
+
+import tinymodel  # noqa: E402
+from vllm.config import (CacheConfig, HFConfig, KVTransferConfig,  # noqa: E402
+                         ModelConfig, VllmConfig)
+from vllm.distributed.kv_transfer.kv_connector.factory import \
+    KVConnectorFactory  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1.base import \
+    KVConnectorRole  # noqa: E402
+from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
+from vllm.v1.worker.kv_connector_model_runner_mixin import \
+    KVConnectorModelRunner  # noqa: E402
+
+P = 4  # vLLM's --block-size here; the daemon's --page-tokens
+
+
+def vllm_config(extra: Optional[Dict[str, Any]], model_config: dict,
+                block_size: int = P) -> VllmConfig:
+    """A VllmConfig with kvtier's connector (None: no connector)."""
+    ktc = None if extra is None else KVTransferConfig(
+        kv_connector="KvtierConnector", kv_connector_module_path="kvtier.vllm",
+        kv_role="kv_both", kv_connector_extra_config=dict(extra))
+    return VllmConfig(model_config=ModelConfig("tiny-llama",
+                                               HFConfig(model_config)),
+                      cache_config=CacheConfig(block_size=block_size),
+                      kv_transfer_config=ktc)
+
+
+class Engine:
+    """Scheduler + one worker, stepping as vLLM's EngineCore.step()."""
+
+    def __init__(self, extra: Optional[Dict[str, Any]], num_blocks: int = 64,
+                 model_config: Optional[dict] = None, use_torch: bool = False,
+                 block_size: int = P) -> None:
+        cfg = model_config or tinymodel.CONFIG
+        self.config = vllm_config(extra, cfg, block_size)
+        self.block_size = block_size
+        self.sched_conn = self.worker_conn = None
+        if extra is not None:
+            self.sched_conn = KVConnectorFactory.create_connector(
+                self.config, KVConnectorRole.SCHEDULER)
+            self.worker_conn = KVConnectorFactory.create_connector(
+                self.config, KVConnectorRole.WORKER)
+        self.kvm = KVCacheManager(num_blocks, block_size)
+        self.scheduler = Scheduler(self.kvm, self.sched_conn)
+        self.runner = KVConnectorModelRunner(self.worker_conn,
+                                             cfg["num_hidden_layers"])
+        import kvtier.vllm
+        dtype: Any = np.float32
+        if use_torch:
+            import torch
+            dtype = torch.float32
+        self.kv = self.runner.initialize_kv_cache(
+            num_blocks, block_size, cfg["num_key_value_heads"],
+            cfg["head_dim"], dtype, allocator=kvtier.vllm.host_kv_buffer,
+            use_torch=use_torch)
+        self.hasher = get_request_block_hasher(block_size)
+        self.invalid: List[int] = []
+        self.stats: Dict[str, int] = {}
+        self.outputs: Dict[str, Tuple[int, Any]] = {}   # rid -> (start, lg)
+        self._start: Dict[str, int] = {}
+
+    def add(self, rid: str, tokens: Sequence[int], max_tokens: int = 1,
+            cache_salt: Optional[str] = None) -> Request:
+        req = Request(rid, list(tokens), max_tokens, cache_salt, self.hasher)
+        self.scheduler.add_request(req)
+        return req
+
+    def layer(self, l: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Layer @l's K and V caches as NumPy views."""
+        t = self.kv[self.runner.layer_names[l]]
+        a = t.numpy() if hasattr(t, "numpy") else t
+        return a[0], a[1]
+
+    def step(self, forward: Callable[..., Tuple[int, Any]]) -> List[str]:
+        so = self.scheduler.schedule()
+        for nr in so.scheduled_new_reqs:
+            self._start[nr.req_id] = nr.num_computed_tokens
+        for rid, c in zip(so.scheduled_cached_reqs.req_ids,
+                          so.scheduled_cached_reqs.num_computed_tokens):
+            self._start[rid] = c
+
+        def tokens_of(rid: str) -> List[int]:
+            return self.scheduler.requests[rid].all_token_ids
+        mro = self.runner.execute_model(so, forward, tokens_of)
+        kvo = mro.kv_connector_output
+        if kvo is not None:
+            self.invalid += sorted(kvo.invalid_block_ids)
+            if kvo.kv_connector_stats is not None:
+                for k, v in kvo.kv_connector_stats.reduce().items():
+                    self.stats[k] = self.stats.get(k, 0) + v
+        for rid, lg in mro.logits.items():
+            self.outputs[rid] = (self._start[rid], lg)
+        return self.scheduler.update_from_output(so, mro)
+
+    def run(self, forward: Callable[..., Tuple[int, Any]],
+            timeout: float = 20.0) -> None:
+        """Step until every request is done and its blocks are free (a
+        step with nothing to schedule sleeps 1 ms, as an idle engine
+        would wait for its workers)."""
+        deadline = time.monotonic() + timeout
+        while self.scheduler.has_requests():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"engine: requests still unfinished after "
+                                   f"{timeout} s")
+            if not self.scheduler.running and not any(
+                    r.status != RequestStatus.WAITING_FOR_REMOTE_KVS
+                    for r in self.scheduler.waiting):
+                time.sleep(0.001)
+            self.step(forward)
+
+    def shutdown(self) -> None:
+        for c in (self.worker_conn, self.sched_conn):
+            if c is not None:
+                c.shutdown()
+
+
+def tiny_forward(engine: Engine, model: tinymodel.TinyModel
+                 ) -> Callable[..., Tuple[int, Any]]:
+    """tinymodel over the engine's KV caches (paged by the block table)."""
+    def forward(rid, tokens, block_ids, num_computed, wait, save):
+        layers = [engine.layer(l) for l in range(model.layers)]
+        kv = tinymodel.PagedKV([k for k, _ in layers], [v for _, v in layers])
+        lg = model.prefill(tokens, kv, block_ids, num_computed,
+                           before_layer=wait, after_layer=save)
+        return int(np.argmax(lg[-1])), lg
+    return forward
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--tokens", required=True)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--load-mode", default="async")
+    ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--torch", action="store_true")
+    a = ap.parse_args(argv)
+    tokens = [int(t) for t in a.tokens.split(",")]
+    extra = {"socket": a.socket, "load_mode": a.load_mode,
+             "save": not a.no_save}
+    eng = Engine(extra, num_blocks=len(tokens) // P + 4, use_torch=a.torch)
+    model = tinymodel.TinyModel(seed=a.seed)
+    eng.add("r0", tokens)
+    eng.run(tiny_forward(eng, model))
+    eng.shutdown()
+    start, lg = eng.outputs["r0"]
+    np.savez(a.out, logits=lg, cached=start,
+             invalid=np.array(eng.invalid, dtype=np.int64),
+             load_pages=eng.stats.get("load_pages", 0),
+             store_pages=eng.stats.get("store_pages", 0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
