@@ -122,6 +122,27 @@ def _u32_array(values: Sequence[int], what: str) -> "ctypes.Array[c_uint32]":
     return arr
 
 
+def shared_memfd(size: int, name: str = "kvtier-kv"
+                 ) -> "tuple[int, mmap.mmap]":
+    """@size bytes of zeroed memory the daemon can map: a memfd sealed
+    against shrinking and growing (the daemon checks), mapped shared here.
+    Returns (fd, mapping); the caller owns both (register_fd() it, then
+    close the fd when no more registrations need it)."""
+    if size <= 0:
+        raise ValueError(f"kvtier: shared memory of {size} bytes")
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, size)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK |
+                    fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        mm = mmap.mmap(fd, size, mmap.MAP_SHARED,
+                       mmap.PROT_READ | mmap.PROT_WRITE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, mm
+
+
 def version() -> str:
     """The C library's version string."""
     return lib.kvt_version().decode()
@@ -379,16 +400,13 @@ class Client(_Closable):
         the daemon. Layer l's block 0 (K) is at byte layer_offsets[l];
         strides as in register_fd(). For engines whose KV layout is not
         vLLM's (SGLang's host pool layouts)."""
-        fd = os.memfd_create("kvtier-kv", os.MFD_CLOEXEC |
-                             os.MFD_ALLOW_SEALING)
+        fd, mm = shared_memfd(size)
         try:
-            os.ftruncate(fd, size)
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK |
-                        fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-            mm = mmap.mmap(fd, size, mmap.MAP_SHARED,
-                           mmap.PROT_READ | mmap.PROT_WRITE)
             mem = self.register_fd(fd, layer_offsets, nblocks, block_stride,
                                    kv_stride, token_stride, _map=mm)
+        except BaseException:
+            mm.close()
+            raise
         finally:
             os.close(fd)
         return mem

@@ -196,7 +196,29 @@ class StagingPool:
         self.mem.free()
 
 
-class StagedLoad:
+class _Staged:
+    """What a staged load and store share: the daemon's job (None when no
+    staging block was free), and the Job-like calls over it."""
+    job: Optional[Job]
+
+    def wait(self, timeout: Optional[float] = None) -> List[int]:
+        raise NotImplementedError
+
+    def poll(self) -> bool:
+        """True once the daemon's part is done (then wait() only copies
+        and frees)."""
+        return self.job is None or self.job.poll()
+
+    @property
+    def failed(self) -> List[int]:
+        """The engine blocks that failed (waits for the job)."""
+        return self.wait()
+
+    def cancel(self) -> bool:
+        return self.job.cancel() if self.job is not None else False
+
+
+class StagedLoad(_Staged):
     """A load into engine blocks through staging (see StagingPool.load)."""
 
     def __init__(self, pool: StagingPool, job: Optional[Job],
@@ -239,12 +261,21 @@ class StagedLoad:
         self._failed = failed
         return list(failed)
 
-    def cancel(self) -> None:
-        if self.job is not None:
-            self.job.cancel()
+    def close(self) -> None:
+        """Abandon: stop the daemon's part and free the staging blocks,
+        copying nothing more into the engine's blocks (an aborted load)."""
+        if self._failed is None:
+            if self.job is not None:
+                self.job.cancel()
+                try:
+                    self.job.wait()
+                finally:
+                    self.job.close()
+            self.pool._give(self.sblocks)
+            self._failed = list(self.eng)
 
 
-class StagedStore:
+class StagedStore(_Staged):
     """A store out of engine blocks through staging (StagingPool.store)."""
 
     def __init__(self, pool: StagingPool, keys: List[bytes], first: int,
@@ -280,9 +311,6 @@ class StagedStore:
                 self._release()
                 raise
 
-    def poll(self) -> bool:
-        return self.job is None or self.job.poll()
-
     def wait(self, timeout: Optional[float] = None) -> List[int]:
         """The engine blocks whose pages were not stored (failed or
         dropped for want of staging blocks); frees the staging blocks."""
@@ -296,9 +324,8 @@ class StagedStore:
             self._done = bad
         return list(self._done)
 
-    def cancel(self) -> None:
-        if self.job is not None:
-            self.job.cancel()
+    def close(self) -> None:
+        self.wait()
 
     def _release(self) -> None:
         if self.sblocks:

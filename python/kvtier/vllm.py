@@ -45,10 +45,15 @@ HOW IT MAPS
     them; NumPy arrays cannot be re-homed and must already be views of
     host_kv_buffer() memory. The tensors have FlashAttention's shape
     (2, num_blocks, block_size, kv_heads, head_dim) per layer; their
-    strides become the registered layout. GPU tensors are refused with
-    KVT_ENOTBUILT: the daemon cannot register GPU memory yet (real vLLM on
-    a GPU would need it, or a host staging pool and copies, which this
-    connector does not do). start_load_kv() starts one load job per
+    strides become the registered layout. GPU tensors: the daemon cannot
+    register GPU memory yet, so pages move through a staging pool of
+    host blocks it can map (kvtier.staging; "staging": "auto", the
+    default; "staging_blocks" sets its size, else 2 GiB worth): a load
+    copies each layer to the GPU as soon as the daemon reports it ready,
+    a store copies the step's pages out after the forward pass
+    (wait_for_save) and hands them to the daemon. "staging": true stages
+    host caches too; false refuses GPU caches (KVT_ENOTBUILT). The GPU
+    copies have not run on a GPU yet. start_load_kv() starts one load job per
     request; async loads are reported by get_finished() when their job
     is done, their failed blocks by get_block_ids_with_load_errors() in
     the same step (vLLM recomputes them). With "load_mode": "layerwise"
@@ -60,14 +65,13 @@ HOW IT MAPS
     and handle_preemptions() cancels a preempted request's stores before
     vLLM reuses its blocks).
 
-Not done: GPU memory (above); hybrid (HMA) models with several KV cache
+Not done: registering GPU memory with the daemon (staged instead, above); hybrid (HMA) models with several KV cache
 groups (refused: one group only); MLA layouts; KV events (take_events).
 """
 from __future__ import annotations
 
 import ctypes
 import dataclasses
-import fcntl
 import logging
 import mmap
 import os
@@ -81,6 +85,11 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import \
 
 from . import KVT_ENOTBUILT, KVT_ENOTFOUND, Client, Geometry, Job, KvtierError
 from . import Memory, keys_from_hashes
+from .client import shared_memfd
+from .staging import StagingPool
+
+# host memory for staging GPU KV (when staging_blocks is not given): 2 GiB
+_STAGING_BYTES = 2 << 30
 
 __all__ = ["KvtierConnector", "KvtierConnectorMetadata", "KvtierStats",
            "LoadSpec", "SaveSpec", "host_kv_buffer"]
@@ -109,17 +118,7 @@ def host_kv_buffer(nbytes: int) -> memoryview:
     if nbytes <= 0:
         raise ValueError(f"kvtier.vllm: host_kv_buffer({nbytes}): size must "
                          f"be positive")
-    fd = os.memfd_create("kvtier-vllm-kv", os.MFD_CLOEXEC |
-                         os.MFD_ALLOW_SEALING)
-    try:
-        os.ftruncate(fd, nbytes)
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK |
-                    fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-        mm = mmap.mmap(fd, nbytes, mmap.MAP_SHARED,
-                       mmap.PROT_READ | mmap.PROT_WRITE)
-    except BaseException:
-        os.close(fd)
-        raise
+    fd, mm = shared_memfd(nbytes, "kvtier-vllm-kv")
     base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
     _BUFFERS.append(_HostBuffer(fd, mm, base, nbytes))
     return memoryview(mm)
@@ -146,7 +145,9 @@ def _describe(t: Any) -> Tuple[int, Tuple[int, ...], Tuple[int, ...], int]:
             raise KvtierError(KVT_ENOTBUILT, "kvtier.vllm: register KV caches",
                               f"KV caches on {t.device} cannot be shared with "
                               f"the daemon: GPU memory registration is not "
-                              f"implemented (host KV caches only)")
+                              f"implemented; leave \"staging\" at \"auto\" "
+                              f"(or true) to move pages through host "
+                              f"staging blocks")
         isz = t.element_size()
         return (t.data_ptr(), tuple(t.shape),
                 tuple(s * isz for s in t.stride()), isz)
@@ -213,7 +214,7 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
 
 _STAT_KEYS = ("loads", "load_pages", "load_failed_blocks", "stores",
               "store_pages", "store_failed_blocks", "store_errors",
-              "cancelled")
+              "store_dropped_pages", "cancelled")
 
 
 @dataclasses.dataclass
@@ -278,7 +279,8 @@ class KvtierConnector(KVConnectorBase_V1):
         extra = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
         known = {"socket", "tenant", "namespace", "model_config", "salt",
                  "model", "load_mode", "save", "inflight_wait_s",
-                 "require_hash_seed", "timeout_ms"}
+                 "require_hash_seed", "timeout_ms", "staging",
+                 "staging_blocks"}
         unknown = sorted(set(extra) - known)
         if unknown:
             raise ValueError(f"kvtier.vllm: unknown kv_connector_extra_config "
@@ -299,6 +301,14 @@ class KvtierConnector(KVConnectorBase_V1):
         self._save = bool(extra.get("save", True))
         self._inflight_wait = float(extra.get("inflight_wait_s", 2.0))
         self._timeout_ms = int(extra.get("timeout_ms", 10000))
+        self._staging_mode = extra.get("staging", "auto")
+        if self._staging_mode not in ("auto", True, False):
+            raise ValueError(f"kvtier.vllm: staging must be \"auto\", true "
+                             f"or false, not {self._staging_mode!r}")
+        self._staging_blocks = int(extra.get("staging_blocks", 0))
+        if self._staging_blocks < 0:
+            raise ValueError("kvtier.vllm: staging_blocks must be >= 0 "
+                             "(0: the default)")
         mc = vllm_config.model_config
         served = getattr(mc, "served_model_name", None)
         if isinstance(served, (list, tuple)):
@@ -343,6 +353,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._key_cache: Dict[str, Tuple[int, List[bytes]]] = {}
         # worker state
         self._mem: Optional[Memory] = None
+        self._staging: Optional[StagingPool] = None
         self._layer_index: Dict[str, int] = {}
         self._load_jobs: Dict[str, Job] = {}
         self._sync_jobs: List[Tuple[str, Job]] = []
@@ -528,6 +539,12 @@ class KvtierConnector(KVConnectorBase_V1):
         if len(kv_caches) != g.layers:
             raise ValueError(f"kvtier.vllm: {len(kv_caches)} KV cache layers "
                              f"for a model of {g.layers} layers")
+        on_gpu = any(_is_torch(t) and t.device.type != "cpu"
+                     for t in kv_caches.values())
+        if self._staging_mode is True or (on_gpu and
+                                          self._staging_mode == "auto"):
+            self._register_staging(kv_caches)
+            return
         if any(_is_torch(t) for t in kv_caches.values()):
             for t in kv_caches.values():
                 _describe(t)    # GPU: KVT_ENOTBUILT before anything moves
@@ -572,6 +589,33 @@ class KvtierConnector(KVConnectorBase_V1):
                                              token_stride)
         self._layer_index = {n: i for i, n in enumerate(kv_caches)}
 
+    def _register_staging(self, kv_caches: Dict[str, Any]) -> None:
+        """KV caches the daemon cannot map (GPU): move pages through a
+        staging pool of host blocks it can (kvtier.staging)."""
+        g = self._geom
+        nblocks = tuple(next(iter(kv_caches.values())).shape)[1]
+        n = self._staging_blocks or min(
+            nblocks, max(64, _STAGING_BYTES // g.page_bytes))
+        self._staging = StagingPool(self._client, list(kv_caches.values()),
+                                    n)
+        self._layer_index = {name: i for i, name in enumerate(kv_caches)}
+        log.info("kvtier.vllm: KV caches staged through %d host blocks (%s)",
+                 n, self._staging.pinned)
+
+    def _load(self, keys: List[bytes], blocks: List[int], first: int) -> Any:
+        if self._staging is not None:
+            return self._staging.load(keys, blocks, first)
+        return self._client.load(self._need_mem(), keys, blocks, first)
+
+    def _store(self, keys: List[bytes], blocks: List[int], first: int) -> Any:
+        if self._staging is not None:
+            st = self._staging.store(keys, blocks, first)
+            st.copy_all()  # the step's forward is done: every layer written
+            st.submit()
+            self._stats.data["store_dropped_pages"] += st.dropped
+            return st
+        return self._client.store(self._need_mem(), keys, blocks, first)
+
     def _need_mem(self) -> Memory:
         if self._mem is None:
             raise RuntimeError("kvtier.vllm: register_kv_caches() was not "
@@ -601,10 +645,11 @@ class KvtierConnector(KVConnectorBase_V1):
             if job is not None and rid not in self._aborted_loads:
                 job.cancel()
                 self._aborted_loads.add(rid)
-        mem = self._need_mem()
+        if self._staging is None:
+            self._need_mem()
         self._sync_jobs = []
         for ls in meta.loads:
-            job = self._client.load(mem, ls.keys, ls.blocks, ls.first)
+            job = self._load(ls.keys, ls.blocks, ls.first)
             self._stats.data["loads"] += 1
             self._stats.data["load_pages"] += len(ls.blocks)
             if ls.is_async:
@@ -636,7 +681,8 @@ class KvtierConnector(KVConnectorBase_V1):
         self._sync_jobs = []
         meta = self._get_connector_metadata()
         assert isinstance(meta, KvtierConnectorMetadata)
-        mem = self._need_mem()
+        if self._staging is None:
+            self._need_mem()
         for ss in meta.saves:
             jobs = self._store_jobs.setdefault(ss.req_id, [])
             if ss.req_id in tainted:
@@ -644,15 +690,14 @@ class KvtierConnector(KVConnectorBase_V1):
                 # it wrote is wrong and vLLM recomputes it; store nothing
                 continue
             try:
-                job = self._client.store(mem, ss.keys, ss.blocks[ss.first:],
-                                         ss.first)
+                job = self._store(ss.keys, ss.blocks[ss.first:], ss.first)
             except KvtierError as e:
                 if e.code != KVT_ENOTFOUND or ss.first == 0:
                     self._stats.data["store_errors"] += 1
                     log.warning("kvtier.vllm: store of %s: %s", ss.req_id, e)
                     continue
                 # a parent page left the cache: store the prefix whole
-                job = self._client.store(mem, ss.keys, ss.blocks, 0)
+                job = self._store(ss.keys, ss.blocks, 0)
             jobs.append(job)
             self._stats.data["stores"] += 1
             self._stats.data["store_pages"] += len(ss.keys) - ss.first

@@ -6,7 +6,9 @@ from this file); KVTIER_LIB the library (read by the kvtier package).
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
+import mmap
 import os
 import shutil
 import signal
@@ -98,3 +100,22 @@ def daemon(workdir: str, model_config: dict, page_tokens: int = 4,
             with open(log_path, encoding="utf-8") as f:
                 sys.stderr.write(f.read())
             raise RuntimeError(f"kvtierd exited with {rc} (log above)")
+
+
+def corrupt_page(ssd_dir, needle):
+    """Overwrite, in the daemon's ssd slot files, the bytes @needle (one
+    stored chunk of a page): what the daemon holds for that page is then
+    wrong. Returns how many places were overwritten."""
+    hits = 0
+    for path in glob.glob(os.path.join(ssd_dir, "kvtier-ssd-*.kvt")):
+        with open(path, "r+b") as f:
+            mm = mmap.mmap(f.fileno(), 0)
+            at = mm.find(needle)
+            while at >= 0:
+                mm[at:at + 64] = b"\x5a" * 64
+                hits += 1
+                at = mm.find(needle, at + 1)
+            mm.flush()
+            mm.close()
+            os.fsync(f.fileno())
+    return hits

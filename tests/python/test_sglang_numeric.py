@@ -12,9 +12,7 @@ there, and its logits are still exact.
 """
 from __future__ import annotations
 
-import glob
 import json
-import mmap
 import os
 import subprocess
 import sys
@@ -56,25 +54,6 @@ def run_b(sock, layout, tokens, workdir, ref, name):
     return cached
 
 
-def corrupt_page(ssd_dir, needle):
-    """Overwrite, in the daemon's ssd slot files, the bytes @needle (one
-    stored chunk of a page): what the daemon holds for that page is then
-    wrong. Returns how many places were overwritten."""
-    hits = 0
-    for path in glob.glob(os.path.join(ssd_dir, "kvtier-ssd-*.kvt")):
-        with open(path, "r+b") as f:
-            mm = mmap.mmap(f.fileno(), 0)
-            at = mm.find(needle)
-            while at >= 0:
-                mm[at:at + 64] = b"\x5a" * 64
-                hits += 1
-                at = mm.find(needle, at + 1)
-            mm.flush()
-            mm.close()
-            os.fsync(f.fileno())
-    return hits
-
-
 @pytest.mark.parametrize("layouts", [("page_first_direct", "layer_first")])
 def test_restored_prefix_gives_exact_logits(workdir, layouts):
     t0 = time.monotonic()
@@ -100,7 +79,7 @@ def test_restored_prefix_gives_exact_logits(workdir, layouts):
                                        model.d)
         model.prefill(prompt, kv, list(range(12)), 0)
         needle = kv.k(2)[5].tobytes()          # layer 2's K of page 5
-        assert corrupt_page(ssd, needle) == 1
+        assert kvt_testutil.corrupt_page(ssd, needle) == 1
         with kvtier.Client(kvtier.Geometry.from_config(
                 tinymodel.CONFIG, page_tokens=P), socket=sock) as cl:
             before = cl.stats()["cache"]["checksum_failures"]

@@ -7,7 +7,9 @@ the connector. Process B gets a longer prompt sharing that prefix: the
 scheduler side finds the prefix in the daemon, the worker side loads it
 into B's own blocks, B prefills only the new tokens, and its logits must
 equal a full recompute bit for bit (async and layerwise loads; NumPy and,
-where python3-torch is installed, re-homed torch KV caches). Then one
+where python3-torch is installed, re-homed torch KV caches; KV caches the
+daemon cannot map, moved through the connector's staging pool — the GPU
+path — loads, stores, and a pool too small for the prefix). Then one
 stored page is corrupted in the daemon's ssd slot file: B's load reports
 that block as failed (get_block_ids_with_load_errors), vLLM's scheduler
 recomputes from it, and the logits are still exact.
@@ -25,7 +27,6 @@ import numpy as np
 import kvtier
 import kvt_testutil
 import tinymodel
-from test_sglang_numeric import corrupt_page
 
 P = 4
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -100,6 +101,30 @@ def test_restored_prefix_gives_exact_logits(workdir):
         if HAVE_TORCH:   # torch KV caches, re-homed by register_kv_caches
             assert run_b(sock, longer, workdir, ref, "warm-torch",
                          "--no-save", "--torch") == (12 * P, [])
+        # KV caches the daemon cannot map (the GPU path), moved through the
+        # connector's staging pool: loads (async, layerwise, torch) ...
+        for mode in ("async", "layerwise"):
+            assert run_b(sock, longer, workdir, ref, "staged-" + mode,
+                         "--no-save", "--staging", "16", "--load-mode",
+                         mode) == (12 * P, [])
+        if HAVE_TORCH:
+            assert run_b(sock, longer, workdir, ref, "staged-torch",
+                         "--no-save", "--staging", "16", "--torch") == \
+                (12 * P, [])
+        # ... a pool too small for the prefix: the pages past it fail and
+        # vLLM recomputes them ...
+        cached, invalid = run_b(sock, longer, workdir, ref, "staged-small",
+                                "--no-save", "--staging", "8")
+        assert cached == 8 * P and len(invalid) == 4, (cached, invalid)
+        # ... and stores: A' stages another prompt out, B restores it
+        # from registered memory
+        other = [int(t) for t in rng.integers(0, 256, 6 * P)]
+        other_longer = other + [int(t) for t in rng.integers(0, 256, 5)]
+        z = engine(sock, other, os.path.join(workdir, "a-staged.npz"),
+                   "--staging", "16")
+        assert int(z["store_pages"]) == 6 and int(z["store_dropped"]) == 0
+        assert run_b(sock, other_longer, workdir, model.logits(other_longer),
+                     "from-staged", "--no-save") == (6 * P, [])
 
         # corrupt page 5 (layer 2's K) where the daemon keeps it; once per
         # load mode (the first failure drops the page: A stores it again)
@@ -112,7 +137,7 @@ def test_restored_prefix_gives_exact_logits(workdir):
             with kvtier.Client(geo, socket=sock) as cl:
                 assert cl.lookup(cl_keys(prompt)).pages == 12
                 before = cl.stats()["cache"]["checksum_failures"]
-            assert corrupt_page(ssd, kv.k(2)[5].tobytes()) == 1
+            assert kvt_testutil.corrupt_page(ssd, kv.k(2)[5].tobytes()) == 1
             cached, invalid = run_b(sock, longer, workdir, ref,
                                     "corrupt-" + mode, "--no-save",
                                     "--load-mode", mode)

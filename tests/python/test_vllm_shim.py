@@ -288,12 +288,25 @@ def test_bad_config(sock, workdir, monkeypatch):
         import torch
     except ImportError:
         torch = None
-    if torch is not None:   # a device tensor: GPU registration not built
+    if torch is not None:
+        # device tensors go through the staging pool ("staging": "auto") ...
+        dev = {f"l{i}": torch.zeros(shape, device="meta") for i in range(L)}
+        w.register_kv_caches(dev)
+        assert w._staging is not None and w._mem is None
+        # ... or, with staging off, are refused: GPU registration not built
+        cfg = ve.vllm_config({"socket": sock, "staging": False},
+                             tinymodel.CONFIG)
+        w2 = kv_vllm.KvtierConnector(cfg, KVConnectorRole.WORKER)
         with pytest.raises(kvtier.KvtierError) as ei:
-            w.register_kv_caches({f"l{i}": torch.zeros(shape, device="meta")
-                                  for i in range(L)})
-        assert ei.value.name == "KVT_ENOTBUILT"
+            w2.register_kv_caches(dev)
+        assert ei.value.name == "KVT_ENOTBUILT" and "staging" in str(ei.value)
+        w2.shutdown()
     w.shutdown()
+    for bad in ({"staging": "maybe"}, {"staging_blocks": -1}):
+        with pytest.raises(ValueError, match="staging"):
+            kv_vllm.KvtierConnector(ve.vllm_config(dict(bad, socket=sock),
+                                                   tinymodel.CONFIG),
+                                    KVConnectorRole.WORKER)
 
 
 def until(fn, timeout=10.0):

@@ -64,7 +64,7 @@ class Engine:
 
     def __init__(self, extra: Optional[Dict[str, Any]], num_blocks: int = 64,
                  model_config: Optional[dict] = None, use_torch: bool = False,
-                 block_size: int = P) -> None:
+                 block_size: int = P, staged: bool = False) -> None:
         cfg = model_config or tinymodel.CONFIG
         self.config = vllm_config(extra, cfg, block_size)
         self.block_size = block_size
@@ -85,7 +85,8 @@ class Engine:
             dtype = torch.float32
         self.kv = self.runner.initialize_kv_cache(
             num_blocks, block_size, cfg["num_key_value_heads"],
-            cfg["head_dim"], dtype, allocator=kvtier.vllm.host_kv_buffer,
+            cfg["head_dim"], dtype,
+            allocator=None if staged else kvtier.vllm.host_kv_buffer,
             use_torch=use_torch)
         self.hasher = get_request_block_hasher(block_size)
         self.invalid: List[int] = []
@@ -169,11 +170,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--load-mode", default="async")
     ap.add_argument("--no-save", action="store_true")
     ap.add_argument("--torch", action="store_true")
+    ap.add_argument("--staging", type=int, default=0, metavar="BLOCKS",
+                    help="KV caches in memory the daemon cannot map, moved "
+                    "through the connector's staging pool of BLOCKS blocks "
+                    "(the GPU path)")
     a = ap.parse_args(argv)
     tokens = [int(t) for t in a.tokens.split(",")]
     extra = {"socket": a.socket, "load_mode": a.load_mode,
              "save": not a.no_save}
-    eng = Engine(extra, num_blocks=len(tokens) // P + 4, use_torch=a.torch)
+    if a.staging:
+        extra.update(staging=True, staging_blocks=a.staging)
+    eng = Engine(extra, num_blocks=len(tokens) // P + 4, use_torch=a.torch,
+                 staged=a.staging > 0)
     model = tinymodel.TinyModel(seed=a.seed)
     eng.add("r0", tokens)
     eng.run(tiny_forward(eng, model))
@@ -182,7 +190,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     np.savez(a.out, logits=lg, cached=start,
              invalid=np.array(eng.invalid, dtype=np.int64),
              load_pages=eng.stats.get("load_pages", 0),
-             store_pages=eng.stats.get("store_pages", 0))
+             store_pages=eng.stats.get("store_pages", 0),
+             store_dropped=eng.stats.get("store_dropped_pages", 0))
     return 0
 
 
