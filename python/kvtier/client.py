@@ -53,7 +53,9 @@ KVT_ENODEV, KVT_ECORRUPT, KVT_EGEOM, KVT_ENOTBUILT = -31904, -31905, -31906, -31
 KVT_ENOTFOUND, KVT_EBUSY, KVT_EPROTO = -31908, -31909, -31910
 # a job's codes for "this block could not be supplied" (failed blocks)
 _BLOCK_FAILURES = (KVT_ENOTFOUND, KVT_EBUSY, KVT_ECORRUPT, -errno.EIO,
-                   -errno.ECANCELED)
+                   -errno.ECANCELED, -errno.ECONNRESET, -errno.EPIPE)
+# the daemon went away: every block of the client's jobs failed
+_GONE = (-errno.ECONNRESET, -errno.EPIPE)
 
 
 _T = TypeVar("_T")
@@ -583,7 +585,9 @@ class Job(_Closable):
 
     Progress comes through memory the daemon writes, so wait_layer() and
     poll() cost no round trip. Failed blocks are not exceptions: wait()
-    returns them, for the engine to recompute.
+    returns them, for the engine to recompute. A daemon that went away
+    fails every block of the job (result -ECONNRESET); the client's next
+    request raises ConnectionLost.
     """
 
     def __init__(self, client: Client, h: int, blocks: List[int],
@@ -617,7 +621,8 @@ class Job(_Closable):
 
     def wait(self, timeout: Optional[float] = None) -> List[int]:
         """Block until the job is done. Returns the block ids whose copy
-        failed ([] when every block succeeded), in request order."""
+        failed ([] when every block succeeded), in request order; every
+        block when the daemon went away. TimeoutError after @timeout."""
         rc = lib.kvt_client_job_wait(self._handle(), _timeout_ns(timeout))
         return self._done(rc)
 
@@ -630,9 +635,11 @@ class Job(_Closable):
         return True
 
     def _done(self, rc: int) -> List[int]:
-        if rc in (-errno.ECONNRESET, -errno.EPIPE, -errno.ETIMEDOUT):
+        if rc == -errno.ETIMEDOUT:
             _raise(rc, "wait for job")
         self.result = rc
+        if rc in _GONE and self._failed is None:
+            self._failed = list(self.blocks)  # no daemon to ask: all failed
         return self.failed
 
     @property

@@ -90,6 +90,7 @@ class StagingPool:
         if nblocks <= 0:
             raise ValueError("kvtier.staging: need at least one block")
         self.client = client
+        self.nblocks = nblocks
         self.kv = list(kv_caches)
         self.torch = _is_torch(self.kv[0])
         self.mem = client.alloc(nblocks)

@@ -65,6 +65,11 @@ HOW IT MAPS
     and handle_preemptions() cancels a preempted request's stores before
     vLLM reuses its blocks).
 
+A daemon that goes away is not an error for vLLM: lookups answer no hit,
+loads fail every block (recomputed), stores are counted as errors; both
+sides reconnect at most every 5 s, the worker registering its caches
+again.
+
 Not done: registering GPU memory with the daemon (staged instead, above); hybrid (HMA) models with several KV cache
 groups (refused: one group only); MLA layouts; KV events (take_events).
 """
@@ -83,13 +88,40 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import \
     KVConnectorStats
 
-from . import KVT_ENOTBUILT, KVT_ENOTFOUND, Client, Geometry, Job, KvtierError
+from . import (KVT_ENOTBUILT, KVT_ENOTFOUND, Client, ConnectionLost,
+               Geometry, Job, KvtierError)
 from . import Memory, keys_from_hashes
 from .client import shared_memfd
 from .staging import StagingPool
 
 # host memory for staging GPU KV (when staging_blocks is not given): 2 GiB
 _STAGING_BYTES = 2 << 30
+# a scheduler side that lost its daemon tries again this often (seconds)
+_RECONNECT_S = 5.0
+
+
+class _FailedLoad:
+    """A load the daemon did not take (it went away): every block failed,
+    reported as a finished job so vLLM's bookkeeping runs as usual."""
+
+    def __init__(self, blocks: List[int]) -> None:
+        self.blocks = list(blocks)
+        self.failed = list(blocks)
+
+    def wait_layer(self, layer: int, timeout: Optional[float] = None) -> bool:
+        return False
+
+    def wait(self, timeout: Optional[float] = None) -> List[int]:
+        return list(self.blocks)
+
+    def poll(self) -> bool:
+        return True
+
+    def cancel(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
 
 __all__ = ["KvtierConnector", "KvtierConnectorMetadata", "KvtierStats",
            "LoadSpec", "SaveSpec", "host_kv_buffer"]
@@ -353,6 +385,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._key_cache: Dict[str, Tuple[int, List[bytes]]] = {}
         # worker state
         self._mem: Optional[Memory] = None
+        self._register: Tuple[Any, ...] = ()
         self._staging: Optional[StagingPool] = None
         self._layer_index: Dict[str, int] = {}
         self._load_jobs: Dict[str, Job] = {}
@@ -362,6 +395,8 @@ class KvtierConnector(KVConnectorBase_V1):
         self._aborted_loads: Set[str] = set()
         self._load_errors: Set[int] = set()
         self._stats = KvtierStats(data={})
+        self._down_since: Optional[float] = None
+        self._retired: List[Tuple[Client, Optional[StagingPool]]] = []
 
     def _connect(self) -> Client:
         try:
@@ -406,7 +441,9 @@ class KvtierConnector(KVConnectorBase_V1):
         if limit <= start:
             return 0, False
         keys = self._keys(request)[:limit]
-        r = self._client.lookup(keys, touch=False)
+        r = self._lookup(keys)
+        if r is None:
+            return 0, False
         if r.inflight and r.pages < limit:
             t0 = self._waiting_since.setdefault(rid, time.monotonic())
             if time.monotonic() - t0 < self._inflight_wait:
@@ -416,6 +453,31 @@ class KvtierConnector(KVConnectorBase_V1):
             return 0, False
         self._pending_load[rid] = (keys[:r.pages], start)
         return (r.pages - start) * P, self._load_mode == "async"
+
+    def _lookup(self, keys: List[bytes]) -> Any:
+        """The daemon's answer, or None (no hit) when it is unreachable:
+        serving goes on without the cache, reconnecting at most once per
+        _RECONNECT_S (a new daemon has an empty cache or its persistent
+        ssd)."""
+        if self._down_since is not None:
+            if time.monotonic() - self._down_since < _RECONNECT_S:
+                return None
+            try:
+                self._client.close()
+                self._client = self._connect()
+                log.warning("kvtier.vllm: reconnected to the daemon")
+                self._down_since = None
+            except KvtierError as e:
+                self._down_since = time.monotonic()
+                log.debug("kvtier.vllm: reconnect failed: %s", e)
+                return None
+        try:
+            return self._client.lookup(keys, touch=False)
+        except KvtierError as e:
+            self._down_since = time.monotonic()
+            log.error("kvtier.vllm: lookup failed, serving without the "
+                      "cache (reconnect in %.0f s): %s", _RECONNECT_S, e)
+            return None
 
     def update_state_after_alloc(self, request: Any, blocks: Any,
                                  num_external_tokens: int) -> None:
@@ -584,9 +646,9 @@ class KvtierConnector(KVConnectorBase_V1):
                 "map: NumPy arrays must be views of kvtier.vllm."
                 "host_kv_buffer() (torch CPU tensors are re-homed)")
         offs = [d[0] - buf.base for d in descs]
-        self._mem = self._client.register_fd(buf.fd, offs, nblocks,
-                                             block_stride, kv_stride,
-                                             token_stride)
+        self._register = (buf.fd, offs, nblocks, block_stride, kv_stride,
+                          token_stride)
+        self._mem = self._client.register_fd(*self._register)
         self._layer_index = {n: i for i, n in enumerate(kv_caches)}
 
     def _register_staging(self, kv_caches: Dict[str, Any]) -> None:
@@ -645,11 +707,18 @@ class KvtierConnector(KVConnectorBase_V1):
             if job is not None and rid not in self._aborted_loads:
                 job.cancel()
                 self._aborted_loads.add(rid)
+        self._worker_reconnect()
         if self._staging is None:
             self._need_mem()
         self._sync_jobs = []
         for ls in meta.loads:
-            job = self._load(ls.keys, ls.blocks, ls.first)
+            try:
+                job = self._load(ls.keys, ls.blocks, ls.first)
+            except KvtierError as e:
+                # the daemon refused or went away: vLLM recomputes them
+                log.error("kvtier.vllm: load of %s failed: %s", ls.req_id, e)
+                self._note_down(e)
+                job = _FailedLoad(ls.blocks)
             self._stats.data["loads"] += 1
             self._stats.data["load_pages"] += len(ls.blocks)
             if ls.is_async:
@@ -692,6 +761,7 @@ class KvtierConnector(KVConnectorBase_V1):
             try:
                 job = self._store(ss.keys, ss.blocks[ss.first:], ss.first)
             except KvtierError as e:
+                self._note_down(e)
                 if e.code != KVT_ENOTFOUND or ss.first == 0:
                     self._stats.data["store_errors"] += 1
                     log.warning("kvtier.vllm: store of %s: %s", ss.req_id, e)
@@ -743,7 +813,60 @@ class KvtierConnector(KVConnectorBase_V1):
                 self._finishing.discard(rid)
                 self._store_jobs.pop(rid, None)
                 sending.add(rid)
+        if self._retired and not self._load_jobs and \
+                not any(self._store_jobs.values()):
+            self._close_retired()
         return (sending or None), (recving or None)
+
+    def _close_retired(self) -> None:
+        """Close connections replaced by a reconnect, once none of their
+        jobs is left (their staging memory is freed with them)."""
+        for cl, pool in self._retired:
+            try:
+                if pool is not None:
+                    pool.close()
+            except KvtierError:
+                pass  # the old daemon is gone: nothing to unregister
+            cl.close()
+        self._retired = []
+
+    def _note_down(self, e: KvtierError) -> None:
+        if isinstance(e, ConnectionLost) and self._down_since is None:
+            self._down_since = time.monotonic()
+
+    def _worker_reconnect(self) -> None:
+        """The daemon went away: connect again (at most every
+        _RECONNECT_S) and register the KV caches (or a new staging pool)
+        with the new one. Called at the start of a step."""
+        if self._down_since is None:
+            return
+        if time.monotonic() - self._down_since < _RECONNECT_S or (
+                self._mem is None and self._staging is None):
+            return
+        cl: Optional[Client] = None
+        try:
+            cl = self._connect()
+            if self._staging is not None:
+                staging = StagingPool(cl, self._staging.kv,
+                                      self._staging.nblocks)
+            else:
+                mem = cl.register_fd(*self._register)
+        except KvtierError as e:
+            if cl is not None:
+                cl.close()
+            self._down_since = time.monotonic()
+            log.debug("kvtier.vllm: reconnect failed: %s", e)
+            return
+        # jobs of the old connection finish reporting through it: it is
+        # closed (and its staging memory freed) once they have
+        self._retired.append((self._client, self._staging))
+        self._client = cl
+        if self._staging is not None:
+            self._staging = staging
+        else:
+            self._mem = mem
+        self._down_since = None
+        log.warning("kvtier.vllm: worker reconnected to the daemon")
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         """Blocks whose load failed since the last call (vLLM recomputes
@@ -775,4 +898,5 @@ class KvtierConnector(KVConnectorBase_V1):
             job.cancel()
         self._store_jobs.clear()
         self._load_jobs.clear()
+        self._close_retired()
         self._client.close()

@@ -234,14 +234,22 @@ def test_fileno_poll_cancel_stats(tiny_daemon):
 
 
 def test_daemon_gone_is_connection_lost(workdir):
+    """The daemon killed under a client: its next request raises
+    ConnectionLost; a job is not an exception — it ends with every block
+    failed (or done, if it finished before the kill)."""
     g = geo()
     with kvt_testutil.daemon(workdir, tinymodel.CONFIG, page_tokens=P) as d:
         cl = kvtier.Client(g, socket=d)
-        m = cl.alloc(2)
-        keys = cl.hash_tokens(list(range(2 * P)))
-        job = cl.load(m, keys, [0, 1])
-        job.wait()
+        n = 4096
+        m = cl.alloc(n)
+        keys = cl.hash_tokens(list(range(n * P)))
+        assert cl.store(m, keys, list(range(n))).wait() == []
+        job = cl.load(m, keys, list(range(n)))
         d.kill()
+        failed = job.wait(timeout=10)
+        assert (failed, job.result) == ([], 0) or (
+            failed == list(range(n)) and
+            job.result in (-errno.ECONNRESET, -errno.EPIPE)), job.result
         with pytest.raises(kvtier.ConnectionLost) as e:
             cl.lookup(keys)
         assert e.value.code in (-errno.ECONNRESET, -errno.EPIPE)

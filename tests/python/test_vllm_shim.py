@@ -367,3 +367,35 @@ def test_tp_ranks_keep_their_own_pages(workdir):
             for c in caches.values():
                 assert (c[:, 2:4] == rank + 1.0).all(), rank
             w.shutdown()
+
+
+def test_daemon_restart(workdir, monkeypatch):
+    """The daemon dies under a serving engine: requests are still served
+    (recomputed; stores fail and are counted), nothing raises into vLLM;
+    a daemon started again on the socket is used again by both sides
+    (reconnect and re-registration)."""
+    import kvtier.vllm as kv_vllm
+    monkeypatch.setattr(kv_vllm, "_RECONNECT_S", 0.05)
+    path = os.path.join(kvt_testutil.tmpdir("kvr"), "d.sock")
+    a, b, c = tokens(31, 6 * P + 1), tokens(32, 5 * P + 2), tokens(33, 4 * P + 3)
+    with kvt_testutil.daemon(workdir, tinymodel.CONFIG, page_tokens=P,
+                             socket=path) as d:
+        e = ve.Engine({"socket": path})
+        assert outputs(e, {"a": a}) == expect({"a": a})
+        d.kill()
+        assert outputs(e, {"b": b, "a2": a}) == expect({"b": b, "a2": a})
+        assert all_free(e)
+    with kvt_testutil.daemon(workdir, tinymodel.CONFIG, page_tokens=P,
+                             socket=path):
+        time.sleep(0.1)
+        assert outputs(e, {"c": c}) == expect({"c": c})   # reconnects
+        assert all_free(e)
+        e.shutdown()
+        # e stored c's pages in the new daemon: another engine restores them
+        geo = kvtier.Geometry.from_config(tinymodel.CONFIG, page_tokens=P)
+        with kvtier.Client(geo, socket=path) as cl:
+            assert cl.stats()["cache"]["store_pages"] == 4
+        e2 = ve.Engine({"socket": path})
+        assert outputs(e2, {"c2": c}) == expect({"c2": c})
+        assert e2.stats["load_pages"] == 4
+        e2.shutdown()
