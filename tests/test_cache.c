@@ -61,6 +61,48 @@ static void lookup_n(kvt_cache *c, uint32_t tenant, const kvt_page_key *k,
 	CHECK_OK(kvt_cache_lookup(c, tenant, k, n, 0, r));
 }
 
+/* ---- KVT_LOOKUP_EACH: keys that are one-page prefixes of their own ----- */
+
+static void test_lookup_each(void)
+{
+	kvt_page_key a[6];
+	uint32_t b[6] = { 5, 1, 9, 2, 40, 33 };
+	kvt_cache_lookup_result r;
+	kvt_cache *c;
+	eng e;
+
+	if (!(c = setup(&e, ENG_KV_OUTER, 0, 0)))
+		return;
+	CHECK_OK(session_keys(c, 0, 700, 6, a));
+	eng_fill(&e, a, 6, 0, b);
+	/* pages 0, 1, 2 and 4 stored each as a prefix of one page */
+	for (int i = 0; i < 6; i++)
+		if (i != 3 && i != 5)
+			CHECK_OK(cache_store_wait(c, 0, a + i, 1, 0, b + i,
+						  NULL));
+	memset(&r, 0xff, sizeof(r));
+	CHECK_OK(kvt_cache_lookup(c, 0, a, 6, KVT_LOOKUP_EACH |
+				  KVT_LOOKUP_TOUCH, &r));
+	CHECK_EQ(r.pages, 3); /* the leading run; page 4 is after a hole */
+	CHECK_EQ(r.tier_pages[KVT_TIER_FABRIC] + r.tier_pages[KVT_TIER_DRAM] +
+		 r.tier_pages[KVT_TIER_SSD], 3);
+	CHECK_EQ(r.inflight, 0);
+	/* as a chain only page 0 is there (1 is not a child of 0) */
+	lookup_n(c, 0, a, 6, &r);
+	CHECK_EQ(r.pages, 1);
+	CHECK_OK(kvt_cache_lookup(c, 0, a + 4, 2, KVT_LOOKUP_EACH, &r));
+	CHECK_EQ(r.pages, 1);
+	CHECK_OK(kvt_cache_lookup(c, 0, a + 3, 3, KVT_LOOKUP_EACH, &r));
+	CHECK_EQ(r.pages, 0);
+	CHECK_OK(kvt_cache_lookup(c, 0, a, 0, KVT_LOOKUP_EACH, &r));
+	CHECK_EQ(r.pages, 0);
+	CHECK_ERR(kvt_cache_lookup(c, 7, a, 2, KVT_LOOKUP_EACH, &r),
+		  KVT_ENOTFOUND);
+	CHECK_ERR(kvt_cache_lookup(c, 0, a, 2, 1u << 7, &r), -EINVAL);
+	kvt_cache_close(c);
+	eng_free(&e);
+}
+
 /* ---- configuration and registration --------------------------------- */
 
 static void test_config(const char *dir)
@@ -912,6 +954,8 @@ int main(void)
 	test_round_trip(ENG_KV_OUTER, 0, KVT_WRITE_THROUGH);
 	test_phase = "absent";
 	test_absent();
+	test_phase = "lookup each";
+	test_lookup_each();
 	test_phase = "cancel";
 	test_cancel();
 	test_phase = "bad args";

@@ -276,6 +276,8 @@ typedef struct kvt_cache_lookup_result {
 /** kvt_cache_lookup() flags */
 enum {
 	KVT_LOOKUP_TOUCH = 1u << 0, /* count a hit (recency, LFU counts) */
+	KVT_LOOKUP_EACH = 1u << 1,  /* every key is a one-page prefix of its
+				       own (below) */
 };
 
 /**
@@ -284,6 +286,12 @@ enum {
  * page may be evicted before a later load (the load then reports that
  * block failed, and the engine computes it). 0, KVT_ENOTFOUND (tenant),
  * -EINVAL, -E2BIG.
+ *
+ * KVT_LOOKUP_EACH: each key names a prefix of one page (keys an engine
+ * chains itself, stored one page per prefix: SGLang's page hashes), so
+ * the answer is the leading run of keys each of which is cached, then the
+ * run after it being stored — what n one-key lookups would say, in one
+ * call. The remote tier is not consulted for such lookups.
  */
 KVT_API int kvt_cache_lookup(kvt_cache *c, uint32_t tenant,
 			     const kvt_page_key *keys, size_t nkeys,

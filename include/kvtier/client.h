@@ -160,7 +160,8 @@ KVT_API void kvt_client_mem_free(kvt_client_mem *m);
 KVT_API int kvt_client_hash_tokens(kvt_client *cl, const uint32_t *tokens,
 				   size_t ntokens, kvt_page_key *keys);
 
-/** kvt_cache_lookup() through the daemon (KVT_LOOKUP_TOUCH in @flags). */
+/** kvt_cache_lookup() through the daemon (KVT_LOOKUP_TOUCH, KVT_LOOKUP_EACH
+ *  in @flags). */
 KVT_API int kvt_client_lookup(kvt_client *cl, const kvt_page_key *keys,
 			      size_t nkeys, unsigned flags,
 			      kvt_cache_lookup_result *r);

@@ -54,6 +54,8 @@ KVT_ENOTFOUND, KVT_EBUSY, KVT_EPROTO = -31908, -31909, -31910
 # a job's codes for "this block could not be supplied" (failed blocks)
 _BLOCK_FAILURES = (KVT_ENOTFOUND, KVT_EBUSY, KVT_ECORRUPT, -errno.EIO,
                    -errno.ECANCELED, -errno.ECONNRESET, -errno.EPIPE)
+# kvt_cache_lookup() flags (include/kvtier/cache.h)
+_LOOKUP_TOUCH, _LOOKUP_EACH = 1 << 0, 1 << 1
 # the daemon went away: every block of the client's jobs failed
 _GONE = (-errno.ECONNRESET, -errno.EPIPE)
 
@@ -361,15 +363,21 @@ class Client(_Closable):
                "hash tokens")
         return _keys.from_c(out, npages)
 
-    def lookup(self, keys: Sequence[bytes], touch: bool = True) -> LookupResult:
+    def lookup(self, keys: Sequence[bytes], touch: bool = True,
+               each: bool = False) -> LookupResult:
         """How many leading pages of the prefix @keys the cache can supply
-        (touch: count it as a hit for recency)."""
+        (touch: count it as a hit for recency). each: every key is a
+        one-page prefix of its own (pages stored one per call, as SGLang's
+        self-chained page hashes are): the leading run of keys that are
+        each cached, in one request."""
         r = _lib.LookupResult()
         if not keys:
             return LookupResult(0, {t: 0 for t in TIER_NAMES}, 0)
         ck = _keys.to_c(keys)
-        _check(lib.kvt_client_lookup(self._handle(), ck, len(keys),
-                                     1 if touch else 0, byref(r)), "lookup")
+        flags = (_LOOKUP_TOUCH if touch else 0) | (_LOOKUP_EACH if each
+                                                   else 0)
+        _check(lib.kvt_client_lookup(self._handle(), ck, len(keys), flags,
+                                     byref(r)), "lookup")
         return LookupResult(r.pages, dict(zip(TIER_NAMES, r.tier_pages)),
                             r.inflight)
 

@@ -45,9 +45,9 @@ HOW IT MAPS
     last host node's own pages, and an empty list is never extended past
     the first 128-page batch. So every SGLang page is stored as a prefix of
     ONE page (its chained key needs no parent): correct whatever SGLang
-    passes and shared across processes, at one daemon request per page
-    (batch_exists looks keys up one by one until the first miss; get and
-    set start one job per page, all in flight at once, then wait). The
+    passes and shared across processes. batch_exists is one request
+    (a KVT_LOOKUP_EACH lookup: the leading run of keys each cached); get
+    and set start one job per page, all in flight at once, then wait. The
     daemon's tree is flat for SGLang pages: eviction is per-page LRU/LFU
     rather than leaves-first; SGLang's leading-run matching makes a page
     after a missing one useless, as it would be anyway.
@@ -418,16 +418,13 @@ class KvtierStorage(HiCacheStorage):
         """The number of leading @keys the daemon can load now."""
         if self.client is None:
             return 0
-        n = 0
         try:
-            for k in self.kvtier_keys(keys):
-                if self.client.lookup([k]).pages != 1:
-                    break
-                n += 1
+            return self.client.lookup(self.kvtier_keys(keys),
+                                      each=True).pages
         except KvtierError as e:
-            logger.warning("kvtier.sglang: lookup failed after %d of %d "
-                           "pages: %s", n, len(keys), e)
-        return n
+            logger.warning("kvtier.sglang: lookup of %d pages failed: %s",
+                           len(keys), e)
+            return 0
 
     def exists(self, key: str) -> bool:
         return self.batch_exists([key]) == 1

@@ -1590,6 +1590,50 @@ static int best_copy(kvt_cache *c, const kvt_page_info *pi, int *pend)
 	return -1;
 }
 
+/* KVT_LOOKUP_EACH: keys[i] is a one-page prefix of its own; the leading
+ * run of cached ones, then the run being stored (one inspect per key,
+ * under one hold of the locks). */
+static int lookup_each(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
+		       size_t nkeys, unsigned flags, kvt_cache_lookup_result *r)
+{
+	kvt_page_info info;
+	int err = 0, hits = 1;
+
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < nkeys && !err; i++) {
+		kvt_prefix px = { .tenant = tenant, .keys = keys + i, .nkeys = 1 };
+		size_t found = 0;
+		int pend = 0, t = -1;
+
+		err = kvt_index_inspect(c->idx, &px, &info, 1, &found);
+		if (err)
+			break;
+		if (found) {
+			pthread_mutex_lock(&c->smu);
+			t = best_copy(c, &info, &pend);
+			pthread_mutex_unlock(&c->smu);
+		}
+		if (hits && t >= 0) {
+			r->pages++;
+			r->tier_pages[t]++;
+			if (flags & KVT_LOOKUP_TOUCH) {
+				kvt_match m;
+
+				err = kvt_index_match(c->idx, &px,
+						      KVT_MATCH_TOUCH,
+						      kvt_now_ns(), &m, NULL, 0);
+			}
+			continue;
+		}
+		hits = 0;
+		if (t >= 0 || !pend)
+			break;
+		r->inflight++;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return err;
+}
+
 int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 		     size_t nkeys, unsigned flags, kvt_cache_lookup_result *r)
 {
@@ -1598,9 +1642,12 @@ int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	int err;
 
 	kvti_errclear();
-	if (!r || (nkeys && !keys) || (flags & ~KVT_LOOKUP_TOUCH))
+	if (!r || (nkeys && !keys) ||
+	    (flags & ~(KVT_LOOKUP_TOUCH | KVT_LOOKUP_EACH)))
 		return kvti_fail(-EINVAL, "cache lookup: bad arguments");
 	memset(r, 0, sizeof(*r));
+	if (flags & KVT_LOOKUP_EACH)
+		return lookup_each(c, tenant, keys, nkeys, flags, r);
 	pthread_mutex_lock(&c->mu);
 	err = inspect(c, tenant, keys, nkeys, &info, &found);
 	if (!err) {

@@ -913,7 +913,8 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, int fd)
 			return reply_status(c, h, -ENOMEM);
 		err = kvt_cache_lookup(d->c, c->itenant, keys,
 				       q.u.lookup.nkeys,
-				       q.u.lookup.flags & KVT_LOOKUP_TOUCH, &r);
+				       q.u.lookup.flags & (KVT_LOOKUP_TOUCH |
+							   KVT_LOOKUP_EACH), &r);
 		/* a remote run after the local one: bring it in while the
 		 * request waits to be scheduled (its LOAD cuts it off) */
 		if (!err && r.tier_pages[KVT_TIER_REMOTE] && !r.inflight)

@@ -293,3 +293,19 @@ def test_jobs_not_closed_are_collected(tiny_daemon):
             assert cl.load(m, keys, [0, 1]).wait() == []
         gc.collect()
         assert len(cl._jobs) == 0
+
+
+def test_lookup_each(tiny_daemon):
+    """each=True: every key a one-page prefix of its own (SGLang's pages):
+    the leading run of keys each cached, in one request."""
+    g = geo()
+    with kvtier.Client(g, socket=tiny_daemon) as cl:
+        m = cl.alloc(8)
+        keys = kvtier.keys_from_hashes([f"page{i}" for i in range(6)])
+        for i in (0, 1, 2, 4):
+            assert cl.store(m, [keys[i]], [i]).wait() == []
+        r = cl.lookup(keys, each=True)
+        assert (r.pages, r.tier_pages["dram"], r.inflight) == (3, 3, 0)
+        assert cl.lookup(keys).pages == 1     # as a chain: page 0 only
+        assert cl.lookup(keys[4:], each=True).pages == 1
+        assert cl.lookup(keys[3:], each=True, touch=False).pages == 0
