@@ -99,6 +99,54 @@ static void test_lookup_each(void)
 	CHECK_ERR(kvt_cache_lookup(c, 7, a, 2, KVT_LOOKUP_EACH, &r),
 		  KVT_ENOTFOUND);
 	CHECK_ERR(kvt_cache_lookup(c, 0, a, 2, 1u << 7, &r), -EINVAL);
+
+	/* KVT_CACHE_IO_EACH jobs: many one-page prefixes in one job */
+	kvt_cache_io io = KVT_CACHE_IO_INIT;
+	kvt_page_key x[6];
+	uint32_t xb[6] = { 20, 21, 22, 23, 24, 25 }, yb[6], failed[6];
+	kvt_cache_job_stat st;
+	kvt_cache_job *j;
+	long nf = -1;
+
+	io.flags = KVT_CACHE_IO_EACH;
+	CHECK_OK(session_keys(c, 0, 701, 6, x));
+	eng_fill(&e, x, 6, 0, xb);
+	/* x[1] and x[4] stored: page 0 fills them, the rest in one job */
+	CHECK_OK(kvt_cache_store_ex(c, 0, x + 1, 1, 0, xb + 1, &io, &j));
+	CHECK_OK(kvt_cache_job_wait(j, -1));
+	kvt_cache_job_free(j);
+	CHECK_OK(kvt_cache_store_ex(c, 0, x, 6, 0, xb, &io, &j));
+	CHECK_OK(kvt_cache_job_wait(j, -1));
+	kvt_cache_job_stat_get(j, &st);
+	CHECK_EQ(st.copied, 5);
+	CHECK_EQ(st.skipped, 1);
+	CHECK_EQ(st.failed, 0);
+	kvt_cache_job_free(j);
+	CHECK_OK(kvt_cache_lookup(c, 0, x, 6, KVT_LOOKUP_EACH, &r));
+	CHECK_EQ(r.pages, 6);
+	lookup_n(c, 0, x, 6, &r); /* not a chain */
+	CHECK_EQ(r.pages, 1);
+	/* load them with two absent keys between: those two fail alone */
+	kvt_page_key y[6] = { x[5], a[3], x[0], x[2], a[5], x[4] };
+	for (int i = 0; i < 6; i++) {
+		yb[i] = 40 + i;
+		eng_poison(&e, yb[i]);
+	}
+	CHECK_OK(kvt_cache_load_ex(c, 0, y, 6, 0, yb, &io, &j));
+	CHECK_ERR(job_finish(j, failed, 6, &nf), KVT_ENOTFOUND);
+	CHECK_EQ(nf, 2);
+	CHECK_EQ(failed[0], 41);
+	CHECK_EQ(failed[1], 44);
+	CHECK(eng_block_is(&e, 40, x[5]));
+	CHECK(eng_block_is(&e, 42, x[0]));
+	CHECK(eng_block_is(&e, 43, x[2]));
+	CHECK(eng_block_is(&e, 45, x[4]));
+	CHECK(eng_block_poisoned(&e, 41));
+	CHECK(eng_block_poisoned(&e, 44));
+	/* first must be 0; unknown flags refused */
+	CHECK_ERR(kvt_cache_load_ex(c, 0, y, 6, 1, yb, &io, &j), -EINVAL);
+	io.flags = 1u << 5;
+	CHECK_ERR(kvt_cache_load_ex(c, 0, y, 6, 0, yb, &io, &j), -EINVAL);
 	kvt_cache_close(c);
 	eng_free(&e);
 }

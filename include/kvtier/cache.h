@@ -373,13 +373,26 @@ typedef void kvt_cache_progress_fn(void *arg, const kvt_cache_progress *p);
  * @size:     sizeof(kvt_cache_io) as the caller knows it (the version).
  * @mem:      engine memory from kvt_cache_attach(); NULL: the registered.
  * @progress, @arg: an optional progress callback.
+ * @flags:    KVT_CACHE_IO_EACH (below), or 0.
  */
 typedef struct kvt_cache_io {
 	uint32_t size;
 	kvt_cache_mem *mem;
 	kvt_cache_progress_fn *progress;
 	void *arg;
+	uint32_t flags;   /* KVT_CACHE_IO_* */
 } kvt_cache_io;
+
+/** kvt_cache_io.flags */
+enum {
+	/* every key is a one-page prefix of its own (keys an engine chains
+	 * itself, as SGLang's page hashes; see KVT_LOOKUP_EACH): page i
+	 * is keys[i], into / out of blocks[i]; @first must be 0. Each page
+	 * is leased (load) or inserted (store) on its own: a page that is
+	 * absent, busy, or finds no room fails alone (its block on the
+	 * failed list); one request, one job for many such pages. */
+	KVT_CACHE_IO_EACH = 1u << 0,
+};
 
 #define KVT_CACHE_IO_INIT { .size = sizeof(kvt_cache_io) }
 

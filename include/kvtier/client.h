@@ -184,6 +184,19 @@ KVT_API int kvt_client_store(kvt_client *cl, kvt_client_mem *m,
 			     size_t first, const uint32_t *blocks,
 			     kvt_client_job **out);
 
+/** kvt_client_load() / _store() with @flags: KVT_CACHE_IO_EACH (every key
+ *  a one-page prefix of its own, page i into / out of blocks[i], @first
+ *  0: one request and one job for pages an engine keys itself, as
+ *  SGLang's; cache.h), or 0. -EINVAL for other flags. */
+KVT_API int kvt_client_load_ex(kvt_client *cl, kvt_client_mem *m,
+			       const kvt_page_key *keys, size_t nkeys,
+			       size_t first, const uint32_t *blocks,
+			       unsigned flags, kvt_client_job **out);
+KVT_API int kvt_client_store_ex(kvt_client *cl, kvt_client_mem *m,
+				const kvt_page_key *keys, size_t nkeys,
+				size_t first, const uint32_t *blocks,
+				unsigned flags, kvt_client_job **out);
+
 #define KVT_CLIENT_MAX_JOBS 1024
 
 /** As kvt_cache_job_wait_layer(), _wait(), _poll(), _cancel(),

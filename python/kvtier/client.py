@@ -56,6 +56,8 @@ _BLOCK_FAILURES = (KVT_ENOTFOUND, KVT_EBUSY, KVT_ECORRUPT, -errno.EIO,
                    -errno.ECANCELED, -errno.ECONNRESET, -errno.EPIPE)
 # kvt_cache_lookup() flags (include/kvtier/cache.h)
 _LOOKUP_TOUCH, _LOOKUP_EACH = 1 << 0, 1 << 1
+# kvt_cache_io.flags
+_IO_EACH = 1 << 0
 # the daemon went away: every block of the client's jobs failed
 _GONE = (-errno.ECONNRESET, -errno.EPIPE)
 
@@ -452,14 +454,16 @@ class Client(_Closable):
 
     # -- jobs -------------------------------------------------------------------
 
-    def _job(self, fn: Any, what: str, mem: "Memory", keys: Sequence[bytes],
-             blocks: Sequence[int], first: int) -> "Job":
+    def _job(self, store: bool, mem: "Memory", keys: Sequence[bytes],
+             blocks: Sequence[int], first: int, each: bool) -> "Job":
+        what = "store" if store else "load"
         if mem._client is not self or mem._h is None:
             raise ValueError(f"kvtier: {what}: memory not registered by "
                              f"this client (or freed)")
-        if not 0 <= first <= len(keys):
+        if not 0 <= first <= len(keys) or (each and first):
             raise ValueError(f"kvtier: {what}: first={first} outside the "
-                             f"{len(keys)} keys")
+                             f"{len(keys)} keys" + (" (each: must be 0)"
+                                                    if each else ""))
         if len(blocks) != len(keys) - first:
             raise ValueError(f"kvtier: {what}: {len(blocks)} blocks for "
                              f"pages {first}..{len(keys) - 1}")
@@ -470,30 +474,35 @@ class Client(_Closable):
         ck = _keys.to_c(keys)
         cb = _u32_array(blocks, "blocks")
         j = c_void_p()
-        _check(fn(self._handle(), mem._h, ck, len(keys), first, cb, byref(j)),
-               what)
+        fn = lib.kvt_client_store_ex if store else lib.kvt_client_load_ex
+        _check(fn(self._handle(), mem._h, ck, len(keys), first, cb,
+                  _IO_EACH if each else 0, byref(j)), what)
         job = Job(self, j.value, [int(b) for b in blocks],
                   self.geometry.layers)
         self._adopt(job)
         return job
 
     def load(self, mem: "Memory", keys: Sequence[bytes],
-             blocks: Sequence[int], first: int = 0) -> "Job":
+             blocks: Sequence[int], first: int = 0,
+             each: bool = False) -> "Job":
         """Copy pages first..len(keys)-1 of the prefix @keys into @blocks
         of @mem, asynchronously. Never waits on the cache: a page not
-        cached (or not loadable yet) puts its block on the failed list."""
-        return self._job(lib.kvt_client_load, "load", mem, keys, blocks,
-                         first)
+        cached (or not loadable yet) puts its block on the failed list.
+        each: every key is a one-page prefix of its own (page i into
+        blocks[i]; first 0): one request for many such pages."""
+        return self._job(False, mem, keys, blocks, first, each)
 
     def store(self, mem: "Memory", keys: Sequence[bytes],
-              blocks: Sequence[int], first: int = 0) -> "Job":
+              blocks: Sequence[int], first: int = 0,
+              each: bool = False) -> "Job":
         """Copy pages first..len(keys)-1 of the prefix @keys out of @blocks
         of @mem into the cache, asynchronously. The blocks must not change
         until the job is done; pages before @first must already be cached
         (or being stored); pages already cached are skipped. Nothing
-        becomes visible unless every page landed and was verified."""
-        return self._job(lib.kvt_client_store, "store", mem, keys, blocks,
-                         first)
+        becomes visible unless every page landed and was verified.
+        each: every key a one-page prefix of its own (first 0); a page
+        that finds no room fails alone."""
+        return self._job(True, mem, keys, blocks, first, each)
 
     # -- the daemon -----------------------------------------------------------
 

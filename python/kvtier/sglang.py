@@ -45,9 +45,10 @@ HOW IT MAPS
     last host node's own pages, and an empty list is never extended past
     the first 128-page batch. So every SGLang page is stored as a prefix of
     ONE page (its chained key needs no parent): correct whatever SGLang
-    passes and shared across processes. batch_exists is one request
-    (a KVT_LOOKUP_EACH lookup: the leading run of keys each cached); get
-    and set start one job per page, all in flight at once, then wait. The
+    passes and shared across processes. Each call is still one request
+    and one job: batch_exists a KVT_LOOKUP_EACH lookup (the leading run of
+    keys each cached), get and set a KVT_CACHE_IO_EACH job (every key a
+    one-page prefix; a page that fails, fails alone). The
     daemon's tree is flat for SGLang pages: eviction is per-page LRU/LFU
     rather than leaves-first; SGLang's leading-run matching makes a page
     after a missing one useless, as it would be anyway.
@@ -76,7 +77,7 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage,
                                                   HiCacheStorageExtraInfo)
 
 from . import client as _client
-from .client import Client, ConnectionLost, Geometry, KvtierError, Memory
+from .client import Client, Geometry, KvtierError, Memory
 from .keys import keys_from_hashes
 
 logger = logging.getLogger(__name__)
@@ -430,38 +431,30 @@ class KvtierStorage(HiCacheStorage):
         return self.batch_exists([key]) == 1
 
     def _run(self, what: str, keys: List[str], host_indices: Any) -> List[bool]:
+        """One daemon job for the batch: every page a one-page prefix
+        (KVT_CACHE_IO_EACH); a page that fails, fails alone."""
         blocks = self._blocks(keys, host_indices)
         cl, mem = self.client, self.mem
         assert cl is not None and mem is not None
+        if not keys:
+            return []
         fn = cl.load if what == "load" else cl.store
         ok = [False] * len(keys)
-        jobs: List[Tuple[int, _client.Job]] = []
         t0 = time.monotonic()
         try:
-            for i, (k, b) in enumerate(zip(self.kvtier_keys(keys), blocks)):
+            with fn(mem, self.kvtier_keys(keys), blocks, each=True) as job:
                 try:
-                    jobs.append((i, fn(mem, [k], [b])))
-                except KvtierError as e:
-                    if isinstance(e, ConnectionLost):
-                        raise
-                    logger.warning("kvtier.sglang: %s of page %d refused: %s",
-                                   what, i, e)
-            deadline = t0 + self.io_timeout_s
-            for i, job in jobs:
-                try:
-                    left = max(0.0, deadline - time.monotonic())
-                    ok[i] = job.wait(timeout=left) == []
+                    failed = set(job.wait(timeout=self.io_timeout_s))
                 except TimeoutError:
                     job.cancel()
-                    logger.warning("kvtier.sglang: %s of page %d not done in "
-                                   "%.1f s", what, i, self.io_timeout_s)
-        except KvtierError as e:  # the daemon went away: nothing succeeded
+                    failed = set(job.wait())
+                    logger.warning("kvtier.sglang: %s of %d pages not done "
+                                   "in %.1f s", what, len(keys),
+                                   self.io_timeout_s)
+                ok = [b not in failed for b in blocks]
+        except KvtierError as e:  # refused, or the daemon went away
             logger.error("kvtier.sglang: %s of %d pages failed: %s", what,
                          len(keys), e)
-            ok = [False] * len(keys)
-        finally:
-            for _, job in jobs:
-                job.close()
         dt = time.monotonic() - t0
         done = sum(ok)
         if done:

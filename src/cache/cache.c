@@ -116,6 +116,8 @@ struct kvt_cache_job {
 	kvt_page_key *keys;
 	size_t nkeys;        /* the prefix (pinned while the job runs) */
 	int pinned;
+	uint8_t *pin_each;   /* KVT_CACHE_IO_EACH: page i's own prefix pinned
+				(NULL otherwise) */
 	size_t first, n;     /* requested pages [first, first + n) */
 	size_t absent;       /* load: pages failed at setup (not cached) */
 	uint32_t *blocks;    /* n */
@@ -211,6 +213,27 @@ static kvt_prefix prefix(const kvt_cache_job *j, size_t n)
 {
 	kvt_prefix px = { .tenant = j->tenant, .keys = j->keys, .nkeys = n };
 	return px;
+}
+
+/* Unpin what the job pinned: its prefix, or (KVT_CACHE_IO_EACH) each
+ * page's own one-page prefix (c->mu held). */
+static void job_unpin(kvt_cache *c, kvt_cache_job *j)
+{
+	if (j->pin_each) {
+		for (size_t i = 0; i < j->nkeys; i++) {
+			kvt_prefix px = { .tenant = j->tenant,
+					  .keys = j->keys + i, .nkeys = 1 };
+
+			if (j->pin_each[i])
+				kvt_index_unpin(c->idx, &px);
+			j->pin_each[i] = 0;
+		}
+	} else if (j->pinned) {
+		kvt_prefix px = prefix(j, j->nkeys);
+
+		kvt_index_unpin(c->idx, &px);
+	}
+	j->pinned = 0;
 }
 
 
@@ -923,15 +946,13 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	else
 		store_finish(c, j, cancel);
 	if (j->pinned) {
-		kvt_prefix px = prefix(j, j->nkeys);
 		double w0;
 
 		pthread_mutex_lock(&c->mu);
 		w0 = c->fg_wait_s;
-		kvt_index_unpin(c->idx, &px); /* write policy copies run here */
+		job_unpin(c, j); /* write policy copies run here */
 		j->st.wait_s += c->fg_wait_s - w0;
 		pthread_mutex_unlock(&c->mu);
-		j->pinned = 0;
 	}
 	if (j->kind == JOB_STORE)
 		bg_kick(c);
@@ -1717,6 +1738,13 @@ static int job_new(kvt_cache *c, int kind, uint32_t tenant,
 					 sizeof(o));
 		memcpy(&o, io, io->size);
 	}
+	if (o.flags & ~KVT_CACHE_IO_EACH)
+		return kvti_fail(-EINVAL, "cache: kvt_cache_io.flags 0x%x",
+				 o.flags);
+	if ((o.flags & KVT_CACHE_IO_EACH) && first)
+		return kvti_fail(-EINVAL, "cache: KVT_CACHE_IO_EACH with first "
+				 "%zu (each key is a prefix of its own: first "
+				 "must be 0)", first);
 	m = o.mem ? o.mem : c->reg;
 	if (!m)
 		return kvti_fail(KVT_EBUSY, "cache: no engine memory registered "
@@ -1762,8 +1790,11 @@ static int job_new(kvt_cache *c, int kind, uint32_t tenant,
 	j->blocks = kvt_malloc((n ? n : 1) * sizeof(*blocks));
 	j->failed = kvt_calloc(n ? n : 1, 1);
 	sorted = kvt_malloc((n ? n : 1) * sizeof(*sorted));
+	if (o.flags & KVT_CACHE_IO_EACH)
+		j->pin_each = kvt_calloc(nkeys ? nkeys : 1, 1);
 	j->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (!j->keys || !j->blocks || !j->failed || !sorted || j->efd < 0) {
+	if (!j->keys || !j->blocks || !j->failed || !sorted || j->efd < 0 ||
+	    ((o.flags & KVT_CACHE_IO_EACH) && !j->pin_each)) {
 		int err = j->efd < 0 ? kvti_fail(-errno, "eventfd: %s",
 						 strerror(errno)) : -ENOMEM;
 		j->done = 1; /* never started: nothing to wait for */
@@ -1870,6 +1901,32 @@ static int job_start(kvt_cache *c, kvt_cache_job *j)
 	return err;
 }
 
+/* KVT_CACHE_IO_EACH load (c->mu held): each page's record, and a lease
+ * on each one-page prefix that has a copy (pin_each[i]); a page absent
+ * or not pinnable gets a zeroed record (no copy: its block fails). */
+static int inspect_each(kvt_cache *c, kvt_cache_job *j, kvt_page_info **info)
+{
+	*info = kvt_calloc(j->nkeys ? j->nkeys : 1, sizeof(**info));
+	if (!*info)
+		return -ENOMEM;
+	for (size_t i = 0; i < j->nkeys; i++) {
+		kvt_prefix px = { .tenant = j->tenant, .keys = j->keys + i,
+				  .nkeys = 1 };
+		kvt_page_info pi;
+		size_t found = 0;
+		int err = kvt_index_inspect(c->idx, &px, &pi, 1, &found);
+
+		if (err)
+			return err; /* the tenant: nothing pinned yet matters */
+		if (!found || !pi.resident || kvt_index_pin(c->idx, &px))
+			continue;
+		(*info)[i] = pi;
+		j->pin_each[i] = 1;
+		j->pinned = 1;
+	}
+	return 0;
+}
+
 int kvt_cache_load(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 		   size_t nkeys, size_t first, const uint32_t *blocks,
 		   kvt_cache_job **out)
@@ -1904,17 +1961,21 @@ int kvt_cache_load_ex(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	j->nsub = KVT_TIER_COUNT;
 
 	pthread_mutex_lock(&c->mu);
-	err = inspect(c, tenant, keys, nkeys, &info, &found);
-	/* lease the leading pages that have a copy (pin needs every page of
-	 * the prefix to have one) */
 	npin = 0;
-	while (!err && npin < found && info[npin].resident)
-		npin++;
-	if (!err && npin) {
-		kvt_prefix px = prefix(j, npin);
-		err = kvt_index_pin(c->idx, &px);
-		j->nkeys = npin;
-		j->pinned = !err;
+	if (j->pin_each) {
+		err = inspect_each(c, j, &info);
+	} else {
+		err = inspect(c, tenant, keys, nkeys, &info, &found);
+		/* lease the leading pages that have a copy (pin needs every
+		 * page of the prefix to have one) */
+		while (!err && npin < found && info[npin].resident)
+			npin++;
+		if (!err && npin) {
+			kvt_prefix px = prefix(j, npin);
+			err = kvt_index_pin(c->idx, &px);
+			j->nkeys = npin;
+			j->pinned = !err;
+		}
 	}
 	pthread_mutex_unlock(&c->mu);
 	if (err)
@@ -1926,7 +1987,7 @@ int kvt_cache_load_ex(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 		size_t p = first + i;
 		int pend = 0, t = -1;
 
-		if (p < npin)
+		if (j->pin_each ? j->pin_each[p] : p < npin)
 			t = best_copy(c, &info[p], &pend);
 		if (t < 0) {
 			/* never waited for: a load starts at once */
@@ -1964,11 +2025,9 @@ int kvt_cache_load_ex(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 fail:
 	kvt_free(info);
 	if (j->pinned) {
-		kvt_prefix px = prefix(j, j->nkeys);
 		pthread_mutex_lock(&c->mu);
-		kvt_index_unpin(c->idx, &px);
+		job_unpin(c, j);
 		pthread_mutex_unlock(&c->mu);
-		j->pinned = 0;
 	}
 	j->done = 1;
 	kvt_cache_job_free(j);
@@ -2026,8 +2085,30 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 		goto start;
 
 	pthread_mutex_lock(&c->mu);
-	err = inspect(c, tenant, keys, nkeys, &info, &found);
-	if (!err) {
+	if (j->pin_each) {
+		/* each page its own prefix; one that finds no room fails
+		 * alone (the call fails only for the tenant) */
+		w0 = c->fg_wait_s;
+		for (size_t i = 0; !err && i < nkeys; i++) {
+			kvt_prefix px = { .tenant = tenant, .keys = keys + i,
+					  .nkeys = 1 };
+			int e = kvt_index_insert(c->idx, &px,
+						 (kvt_tier_kind)c->top,
+						 KVT_INSERT_PIN, kvt_now_ns(),
+						 &res, locs + i, 1);
+
+			if (e == KVT_ENOTFOUND && !i)
+				err = e; /* no such tenant */
+			else if (e)
+				job_fail_page(j, i, e);
+			else
+				j->pin_each[i] = j->pinned = 1;
+		}
+		j->st.wait_s += c->fg_wait_s - w0;
+	} else {
+		err = inspect(c, tenant, keys, nkeys, &info, &found);
+	}
+	if (!err && !j->pin_each) {
 		size_t i = 0;
 		while (i < first && i < found && info[i].resident)
 			i++;
@@ -2039,7 +2120,7 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 	for (int t = 0; !err && first && t < KVT_TIER_COUNT; t++)
 		if (c->tiers[t] && t != c->top)
 			err = sub_alloc(c, &j->sub[1 + t], first);
-	if (!err) {
+	if (!err && !j->pin_each) {
 		kvt_prefix px = prefix(j, nkeys);
 
 		w0 = c->fg_wait_s;
@@ -2057,6 +2138,8 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 	t0 = kvt_now_ns();
 	pthread_mutex_lock(&c->smu);
 	for (size_t p = 0; p < nkeys; p++) {
+		if (j->pin_each && !j->pin_each[p])
+			continue; /* failed above: no slot */
 		struct meta *m = &c->m[c->top];
 		uint32_t slot = locs[p].slot;
 		uint8_t st = m->state[slot];
@@ -2089,9 +2172,11 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 		sp->n++;
 		slot_pend(c, c->top, slot, 0);
 		if (c->persist)
-			kvtp_ident_set(c->persist, c->top, slot, tenant, keys, p);
+			kvtp_ident_set(c->persist, c->top, slot, tenant,
+				       j->pin_each ? keys + p : keys,
+				       j->pin_each ? 0 : p);
 	}
-	j->st.skipped = j->n - eng->n;
+	j->st.skipped = j->n - eng->n - j->st.failed;
 	pthread_mutex_unlock(&c->smu);
 	j->st.wait_s += secs(t0);
 	pthread_mutex_unlock(&c->mu);
@@ -2105,11 +2190,9 @@ fail:
 	kvt_free(locs);
 	kvt_free(info);
 	if (j->pinned) {
-		kvt_prefix px = prefix(j, j->nkeys);
 		pthread_mutex_lock(&c->mu);
-		kvt_index_unpin(c->idx, &px);
+		job_unpin(c, j);
 		pthread_mutex_unlock(&c->mu);
-		j->pinned = 0;
 	}
 	j->done = 1;
 	kvt_cache_job_free(j);
@@ -2304,6 +2387,7 @@ void kvt_cache_job_free(kvt_cache_job *j)
 	pthread_mutex_destroy(&j->mu);
 	pthread_cond_destroy(&j->cv);
 	kvt_free(j->keys);
+	kvt_free(j->pin_each);
 	kvt_free(j->blocks);
 	kvt_free(j->failed);
 	kvt_free(j);

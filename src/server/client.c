@@ -564,8 +564,9 @@ int kvt_client_lookup(kvt_client *cl, const kvt_page_key *keys, size_t nkeys,
 /* ---- jobs ------------------------------------------------------------------------ */
 
 static int job_start(kvt_client *cl, kvt_client_mem *m, int store,
-		     const kvt_page_key *keys, size_t nkeys, size_t first,
-		     const uint32_t *blocks, kvt_client_job **out)
+		     unsigned flags, const kvt_page_key *keys, size_t nkeys,
+		     size_t first, const uint32_t *blocks,
+		     kvt_client_job **out)
 {
 	kvt_client_job *j;
 	kvtd_rd rd;
@@ -574,7 +575,9 @@ static int job_start(kvt_client *cl, kvt_client_mem *m, int store,
 
 	kvti_errclear();
 	if (!cl || !m || m->cl != cl || !out || (nkeys && !keys) ||
-	    first > nkeys || (nkeys > first && !blocks) || nkeys > UINT32_MAX)
+	    first > nkeys || (nkeys > first && !blocks) || nkeys > UINT32_MAX ||
+	    (flags & ~KVT_CACHE_IO_EACH) ||
+	    ((flags & KVT_CACHE_IO_EACH) && first))
 		return kvti_fail(-EINVAL, "client %s: bad arguments",
 				 store ? "store" : "load");
 	if (!(j = kvt_calloc(1, sizeof(*j))))
@@ -589,7 +592,10 @@ static int job_start(kvt_client *cl, kvt_client_mem *m, int store,
 		return kvti_fail(KVT_EBUSY, "client: %u jobs not freed",
 				 cl->max_jobs);
 	}
-	begin(cl, store ? KVTD_MSG_STORE : KVTD_MSG_LOAD);
+	if (flags & KVT_CACHE_IO_EACH)
+		begin(cl, store ? KVTD_MSG_STORE_EACH : KVTD_MSG_LOAD_EACH);
+	else
+		begin(cl, store ? KVTD_MSG_STORE : KVTD_MSG_LOAD);
 	kvtd_put_u32(&cl->out, m->id);
 	kvtd_put_u32(&cl->out, s);
 	kvtd_put_u32(&cl->out, (uint32_t)nkeys);
@@ -620,14 +626,30 @@ int kvt_client_load(kvt_client *cl, kvt_client_mem *m,
 		    const kvt_page_key *keys, size_t nkeys, size_t first,
 		    const uint32_t *blocks, kvt_client_job **out)
 {
-	return job_start(cl, m, 0, keys, nkeys, first, blocks, out);
+	return job_start(cl, m, 0, 0, keys, nkeys, first, blocks, out);
 }
 
 int kvt_client_store(kvt_client *cl, kvt_client_mem *m,
 		     const kvt_page_key *keys, size_t nkeys, size_t first,
 		     const uint32_t *blocks, kvt_client_job **out)
 {
-	return job_start(cl, m, 1, keys, nkeys, first, blocks, out);
+	return job_start(cl, m, 1, 0, keys, nkeys, first, blocks, out);
+}
+
+int kvt_client_load_ex(kvt_client *cl, kvt_client_mem *m,
+		       const kvt_page_key *keys, size_t nkeys, size_t first,
+		       const uint32_t *blocks, unsigned flags,
+		       kvt_client_job **out)
+{
+	return job_start(cl, m, 0, flags, keys, nkeys, first, blocks, out);
+}
+
+int kvt_client_store_ex(kvt_client *cl, kvt_client_mem *m,
+			const kvt_page_key *keys, size_t nkeys, size_t first,
+			const uint32_t *blocks, unsigned flags,
+			kvt_client_job **out)
+{
+	return job_start(cl, m, 1, flags, keys, nkeys, first, blocks, out);
 }
 
 static const _Atomic uint32_t *word_of(kvt_client_job *j)

@@ -682,7 +682,8 @@ static void fetch_start(struct conn *c, const kvt_page_key *keys,
 		c->fetch = NULL; /* a miss: the engine computes them */
 }
 
-static int do_job(struct conn *c, const kvtd_req *q, int store)
+/* LOAD / STORE (each: LOAD_EACH / STORE_EACH, KVT_CACHE_IO_EACH) */
+static int do_job(struct conn *c, const kvtd_req *q, int store, int each)
 {
 	kvtd *d = c->d;
 	uint32_t s = q->u.job.slot, n = q->u.job.nkeys - q->u.job.first;
@@ -730,6 +731,7 @@ static int do_job(struct conn *c, const kvtd_req *q, int store)
 	io.mem = cm->m;
 	io.progress = on_progress;
 	io.arg = j;
+	io.flags = each ? KVT_CACHE_IO_EACH : 0;
 	err = store ? kvt_cache_store_ex(d->c, c->itenant, keys,
 					 q->u.job.nkeys, q->u.job.first,
 					 blocks, &io, &j->cj)
@@ -944,8 +946,11 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, int fd)
 	}
 	case KVTD_MSG_LOAD:
 	case KVTD_MSG_STORE:
+	case KVTD_MSG_LOAD_EACH:
+	case KVTD_MSG_STORE_EACH:
 		return reply_status(c, h, do_job(c, &q,
-					       q.h.op == KVTD_MSG_STORE));
+			q.h.op == KVTD_MSG_STORE || q.h.op == KVTD_MSG_STORE_EACH,
+			q.h.op >= KVTD_MSG_LOAD_EACH));
 	case KVTD_MSG_CANCEL: {
 		struct job *j = q.u.id < MAX_JOBS ? c->jobs[q.u.id] : NULL;
 

@@ -17,7 +17,8 @@ static const char *op_names[] = {
 	[KVTD_MSG_LOOKUP] = "LOOKUP", [KVTD_MSG_LOAD] = "LOAD",
 	[KVTD_MSG_STORE] = "STORE", [KVTD_MSG_CANCEL] = "CANCEL",
 	[KVTD_MSG_RELEASE] = "RELEASE", [KVTD_MSG_STATS] = "STATS",
-	[KVTD_MSG_QUIESCE] = "QUIESCE",
+	[KVTD_MSG_QUIESCE] = "QUIESCE", [KVTD_MSG_LOAD_EACH] = "LOAD_EACH",
+	[KVTD_MSG_STORE_EACH] = "STORE_EACH",
 };
 
 const char *kvtd_msg_name(uint16_t op)
@@ -185,6 +186,8 @@ int kvtd_req_decode(const uint8_t *buf, size_t len, kvtd_req *q)
 		break;
 	case KVTD_MSG_LOAD:
 	case KVTD_MSG_STORE:
+	case KVTD_MSG_LOAD_EACH:
+	case KVTD_MSG_STORE_EACH:
 		q->u.job.mem_id = kvtd_get_u32(&r);
 		q->u.job.slot = kvtd_get_u32(&r);
 		q->u.job.nkeys = kvtd_get_u32(&r);

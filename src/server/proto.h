@@ -51,6 +51,8 @@
  *   LOAD,      u32 mem_id, u32 slot, u32 nkeys, u32 first,
  *   STORE      nkeys * (u64 lo, u64 hi), u32 blocks[nkeys - first]
  *     reply    (none): accepted; progress goes to job slot @slot
+ *   LOAD_EACH, as LOAD / STORE, every key a one-page prefix of its own
+ *   STORE_EACH (KVT_CACHE_IO_EACH); first must be 0
  *   CANCEL     u32 slot                                reply: (none)
  *   RELEASE    u32 slot (a job that is done; frees the slot)
  *     reply    i32 result, u64 pages, copied, skipped, failed, verified,
@@ -109,7 +111,9 @@ enum kvtd_msg {
 	KVTD_MSG_RELEASE = 9,
 	KVTD_MSG_STATS = 10,
 	KVTD_MSG_QUIESCE = 11,
-	KVTD_MSG_MAX = 11,
+	KVTD_MSG_LOAD_EACH = 12,
+	KVTD_MSG_STORE_EACH = 13,
+	KVTD_MSG_MAX = 13,
 };
 
 typedef struct kvtd_hdr {

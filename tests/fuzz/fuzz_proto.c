@@ -53,6 +53,8 @@ static void encode(kvtd_buf *b, const kvtd_req *q)
 		break;
 	case KVTD_MSG_LOAD:
 	case KVTD_MSG_STORE:
+	case KVTD_MSG_LOAD_EACH:
+	case KVTD_MSG_STORE_EACH:
 		kvtd_put_u32(b, q->u.job.mem_id);
 		kvtd_put_u32(b, q->u.job.slot);
 		kvtd_put_u32(b, q->u.job.nkeys);

@@ -309,3 +309,24 @@ def test_lookup_each(tiny_daemon):
         assert cl.lookup(keys).pages == 1     # as a chain: page 0 only
         assert cl.lookup(keys[4:], each=True).pages == 1
         assert cl.lookup(keys[3:], each=True, touch=False).pages == 0
+
+
+def test_each_jobs(tiny_daemon):
+    """each=True jobs: many one-page prefixes in one request; a page that
+    is absent fails alone."""
+    g = geo()
+    with kvtier.Client(g, socket=tiny_daemon) as cl:
+        m = cl.alloc(16)
+        kv = PagedKV.from_memory(m, g)
+        keys = kvtier.keys_from_hashes([f"p{i}" for i in range(5)], b"t")
+        fill(kv, 4, range(5), seed=5)
+        with cl.store(m, keys, list(range(5)), each=True) as j:
+            assert j.wait() == [] and j.stat().copied == 5
+        assert cl.lookup(keys, each=True).pages == 5
+        other = kvtier.keys_from_hashes(["absent"], b"t")
+        ks = [keys[3], other[0], keys[0]]
+        with cl.load(m, ks, [10, 11, 12], each=True) as j:
+            assert j.wait() == [11]
+        assert same(kv, [3, 0], kv, [10, 12], 4)
+        with pytest.raises(ValueError, match="must be 0"):
+            cl.load(m, keys, [1], first=4, each=True)
