@@ -390,7 +390,9 @@ enum {
 	 * is keys[i], into / out of blocks[i]; @first must be 0. Each page
 	 * is leased (load) or inserted (store) on its own: a page that is
 	 * absent, busy, or finds no room fails alone (its block on the
-	 * failed list); one request, one job for many such pages. */
+	 * failed list); one request, one job for many such pages. Not
+	 * written through to the remote tier (remote values are chained
+	 * prefixes). */
 	KVT_CACHE_IO_EACH = 1u << 0,
 };
 

@@ -249,6 +249,11 @@ int kvti_cache_remote_store(struct kvti_cremote *cr, uint32_t tenant,
 					  blocks, io, out);
 	if (io)
 		memcpy(&o, io, io->size);
+	/* one-page prefixes of their own are not written through: remote
+	 * values are named by chained prefixes (and looked up as such) */
+	if (o.flags & KVT_CACHE_IO_EACH)
+		return kvt_cache_store_ex(cr->c, tenant, keys, nkeys, first,
+					  blocks, io, out);
 	f = kvt_calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
