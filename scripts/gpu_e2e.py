@@ -254,7 +254,8 @@ def run_size(model: Model, geo, sock, N, M, repeats, dev, dtype, vocab, tol):
     _, kv = model.prefill(ids[:N])
     writer = kvtier.Client(geo, socket=sock)
     wmem = writer.alloc(nb)
-    res["host_memory"] = pin_memory(wmem) if dev.type == "cuda" else "cpu"
+    res["store_host_memory"] = pin_memory(wmem) if dev.type == "cuda" \
+        else "cpu"
     hv = host_views(wmem, geo, dtype, nb)
     sync(dev)
     t0 = time.perf_counter()
@@ -281,9 +282,9 @@ def run_size(model: Model, geo, sock, N, M, repeats, dev, dtype, vocab, tol):
     # the new turn through kvtier, in a fresh engine process's cache
     reader = kvtier.Client(geo, socket=sock)
     rmem = reader.alloc(nb)
-    if dev.type == "cuda":
-        pin_memory(rmem)
-    nbk = (dev.type == "cuda" and res["host_memory"] == "pinned")
+    # the restore path's memory: asynchronous copies only when page-locked
+    res["host_memory"] = pin_memory(rmem) if dev.type == "cuda" else "cpu"
+    nbk = res["host_memory"] == "pinned"
     rv = host_views(rmem, geo, dtype, nb)
     restore, parts, full = [], [], []
     exact_kv = exact_ref = None

@@ -215,14 +215,20 @@ static kvt_prefix prefix(const kvt_cache_job *j, size_t n)
 	return px;
 }
 
+/* The prefix of one page of its own (KVT_LOOKUP_EACH, KVT_CACHE_IO_EACH). */
+static kvt_prefix page_prefix(uint32_t tenant, const kvt_page_key *key)
+{
+	kvt_prefix px = { .tenant = tenant, .keys = key, .nkeys = 1 };
+	return px;
+}
+
 /* Unpin what the job pinned: its prefix, or (KVT_CACHE_IO_EACH) each
  * page's own one-page prefix (c->mu held). */
 static void job_unpin(kvt_cache *c, kvt_cache_job *j)
 {
 	if (j->pin_each) {
 		for (size_t i = 0; i < j->nkeys; i++) {
-			kvt_prefix px = { .tenant = j->tenant,
-					  .keys = j->keys + i, .nkeys = 1 };
+			kvt_prefix px = page_prefix(j->tenant, j->keys + i);
 
 			if (j->pin_each[i])
 				kvt_index_unpin(c->idx, &px);
@@ -1622,7 +1628,7 @@ static int lookup_each(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 
 	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < nkeys && !err; i++) {
-		kvt_prefix px = { .tenant = tenant, .keys = keys + i, .nkeys = 1 };
+		kvt_prefix px = page_prefix(tenant, keys + i);
 		size_t found = 0;
 		int pend = 0, t = -1;
 
@@ -1910,8 +1916,7 @@ static int inspect_each(kvt_cache *c, kvt_cache_job *j, kvt_page_info **info)
 	if (!*info)
 		return -ENOMEM;
 	for (size_t i = 0; i < j->nkeys; i++) {
-		kvt_prefix px = { .tenant = j->tenant, .keys = j->keys + i,
-				  .nkeys = 1 };
+		kvt_prefix px = page_prefix(j->tenant, j->keys + i);
 		kvt_page_info pi;
 		size_t found = 0;
 		int err = kvt_index_inspect(c->idx, &px, &pi, 1, &found);
@@ -2090,8 +2095,7 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 		 * alone (the call fails only for the tenant) */
 		w0 = c->fg_wait_s;
 		for (size_t i = 0; !err && i < nkeys; i++) {
-			kvt_prefix px = { .tenant = tenant, .keys = keys + i,
-					  .nkeys = 1 };
+			kvt_prefix px = page_prefix(tenant, keys + i);
 			int e = kvt_index_insert(c->idx, &px,
 						 (kvt_tier_kind)c->top,
 						 KVT_INSERT_PIN, kvt_now_ns(),
