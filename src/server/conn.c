@@ -391,10 +391,16 @@ void *kvti_conn_main(void *arg)
 			for (int i = 0; i < nfds; i++)
 				close(fds[i]);
 			kvti_perr(c, KVTD_PERR_MALFORMED, 0);
-			err = kvti_reply_status(c, &h, kvti_fail(KVT_EPROTO,
-					   "%s with %d descriptors (takes %d)",
-					   kvtd_msg_name(h.op), nfds,
-					   kvtd_msg_fds(h.op)));
+			if (nfds < 0) /* io.c closed what did arrive */
+				kvti_fail(KVT_EPROTO, "%s with more than %d "
+					  "descriptors (takes %d)",
+					  kvtd_msg_name(h.op), KVTD_MAX_FDS,
+					  kvtd_msg_fds(h.op));
+			else
+				kvti_fail(KVT_EPROTO, "%s with %d descriptors "
+					  "(takes %d)", kvtd_msg_name(h.op),
+					  nfds, kvtd_msg_fds(h.op));
+			err = kvti_reply_status(c, &h, KVT_EPROTO);
 			if (err)
 				break;
 			continue;

@@ -105,14 +105,22 @@ static int recv_all(int fd, uint8_t *p, size_t len, int *fds, int *nfds,
 
 					memcpy(&f, CMSG_DATA(c) + i * sizeof(int),
 					       sizeof(int));
-					if (*nfds < KVTD_MAX_FDS)
+					/* more than any op, or the message is
+					 * already refused: not ours to keep */
+					if (*nfds >= 0 && *nfds < KVTD_MAX_FDS)
 						fds[(*nfds)++] = f;
 					else
-						close(f); /* more than any op */
+						close(f);
 				}
 			}
-			if (mh.msg_flags & MSG_CTRUNC)
-				*nfds = -1; /* fds were lost: refuse it */
+			if ((mh.msg_flags & MSG_CTRUNC) && *nfds >= 0) {
+				/* fds were lost: refuse the message, keep none
+				 * of what it brought (nor what a later read of
+				 * it brings: *nfds stays -1) */
+				for (int i = 0; i < *nfds; i++)
+					close(fds[i]);
+				*nfds = -1;
+			}
 		}
 		if (n == 0)
 			return off == 0 && eof_ok ? 1 : -ECONNRESET;
