@@ -149,29 +149,6 @@ static void test_payloads(void)
 	still_serving();
 }
 
-/* REGISTER: what the daemon accepts as memory. */
-static int reg(int fd, int mfd, uint64_t nblocks, uint64_t off1,
-	       uint32_t nlayers)
-{
-	kvtd_buf b = { 0 };
-	uint64_t chunk = SRV_P * 2 * 64 * 2;
-	int st;
-
-	kvtd_begin(&b, KVTD_MSG_REGISTER, 20);
-	kvtd_put_u32(&b, (uint32_t)-1);
-	kvtd_put_u32(&b, nlayers);
-	kvtd_put_u64(&b, nblocks);
-	kvtd_put_u64(&b, chunk);
-	kvtd_put_u64(&b, nblocks * chunk);
-	kvtd_put_u64(&b, 2 * 64 * 2);
-	for (uint32_t l = 0; l < nlayers; l++)
-		kvtd_put_u64(&b, l * off1);
-	CHECK_OK(raw_send(fd, &b, mfd >= 0 ? &mfd : NULL, mfd >= 0));
-	st = raw_reply(fd, NULL);
-	kvtd_buf_free(&b);
-	return st;
-}
-
 static void test_register(void)
 {
 	uint64_t chunk = SRV_P * 2 * 64 * 2, nb = 8, layer = 2 * nb * chunk;
@@ -180,29 +157,29 @@ static void test_register(void)
 	if (fd < 0)
 		return;
 	/* no fd */
-	CHECK_EQ(reg(fd, -1, nb, layer, SRV_L), KVT_EPROTO);
+	CHECK_EQ(raw_register(fd, -1, nb, layer, SRV_L), KVT_EPROTO);
 	/* a memfd not sealed against shrinking */
 	mfd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	CHECK(ftruncate(mfd, (off_t)(layer * SRV_L)) == 0);
-	CHECK_EQ(reg(fd, mfd, nb, layer, SRV_L), -EINVAL);
+	CHECK_EQ(raw_register(fd, mfd, nb, layer, SRV_L), -EINVAL);
 	/* a pipe */
 	{
 		int pf[2];
 
 		CHECK(pipe(pf) == 0);
-		CHECK_EQ(reg(fd, pf[0], nb, layer, SRV_L), -EINVAL);
+		CHECK_EQ(raw_register(fd, pf[0], nb, layer, SRV_L), -EINVAL);
 		close(pf[0]);
 		close(pf[1]);
 	}
 	CHECK(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
 	/* too small for its layout; layers the geometry does not have;
 	 * blocks that do not fit the strides */
-	CHECK_EQ(reg(fd, mfd, nb * 2, layer, SRV_L), -EINVAL);
-	CHECK_EQ(reg(fd, mfd, nb, layer, SRV_L - 1), KVT_EGEOM);
-	CHECK_EQ(reg(fd, mfd, nb, (uint64_t)1 << 62, SRV_L), -EINVAL);
-	CHECK_EQ(reg(fd, mfd, 0, layer, SRV_L), -EINVAL);
+	CHECK_EQ(raw_register(fd, mfd, nb * 2, layer, SRV_L), -EINVAL);
+	CHECK_EQ(raw_register(fd, mfd, nb, layer, SRV_L - 1), KVT_EGEOM);
+	CHECK_EQ(raw_register(fd, mfd, nb, (uint64_t)1 << 62, SRV_L), -EINVAL);
+	CHECK_EQ(raw_register(fd, mfd, 0, layer, SRV_L), -EINVAL);
 	/* and right */
-	sealed = reg(fd, mfd, nb, layer, SRV_L);
+	sealed = raw_register(fd, mfd, nb, layer, SRV_L);
 	CHECK_EQ(sealed, 0);
 	close(mfd);
 	/* a block out of range, a slot out of range, a slot in use */
