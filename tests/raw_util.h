@@ -44,7 +44,7 @@ static inline int raw_reply_fds(int fd, uint16_t *op, int *fds, int *nfds)
 	size_t blen;
 	int32_t st = 0;
 	int got[KVTD_MAX_FDS], ngot = 0;
-	int err = kvtd_recv(fd, &b, &h, got, &ngot, 1);
+	int err = kvtd_recv(fd, &b, &h, got, &ngot, 1, 0);
 
 	for (int i = 0; i < ngot; i++)
 		if (fds)

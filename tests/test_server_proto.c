@@ -47,57 +47,72 @@ static void test_headers(void)
 	still_serving();
 }
 
+/* Send @b on a new connection before any HELLO: the reply's status (and
+ * op), and the connection must then be closed by the daemon. */
+static int pre_hello(kvtd_buf *b, const int *fds, int nfds, uint16_t *op)
+{
+	int fd = raw_connect(), st;
+
+	if (fd < 0)
+		return -ENOTCONN;
+	CHECK_OK(raw_send(fd, b, fds, nfds));
+	st = raw_reply(fd, op);
+	if (!closed(fd)) {
+		fprintf(stderr, "refused before HELLO (%d): not closed\n", st);
+		kvt_test_failures++;
+	}
+	close(fd);
+	return st;
+}
+
 static void test_payloads(void)
 {
 	kvtd_buf b = { 0 };
 	uint16_t op = 0;
 	int fd;
 
-	/* before HELLO: refused, the connection goes on */
-	fd = raw_connect();
+	/* before HELLO: refused with a reply, then closed (a refusal before
+	 * HELLO ends the connection: no one probes a slot for long) */
 	kvtd_begin(&b, KVTD_MSG_LOOKUP, 1);
 	kvtd_put_u32(&b, 0);
 	kvtd_put_u32(&b, 0);
-	CHECK_OK(raw_send(fd, &b, NULL, 0));
-	CHECK_EQ(raw_reply(fd, &op), KVT_EPROTO);
+	CHECK_EQ(pre_hello(&b, NULL, 0, &op), KVT_EPROTO);
 	CHECK_EQ(op, KVTD_MSG_LOOKUP | KVTD_REPLY);
 	/* HELLO cut short, HELLO with bytes past its end */
 	hello_payload(&b, 2, SRV_L);
 	b.len -= 3;
-	CHECK_OK(raw_send(fd, &b, NULL, 0));
-	CHECK_EQ(raw_reply(fd, NULL), KVT_EPROTO);
+	CHECK_EQ(pre_hello(&b, NULL, 0, NULL), KVT_EPROTO);
 	hello_payload(&b, 3, SRV_L);
 	kvtd_put_u32(&b, 42);
-	CHECK_OK(raw_send(fd, &b, NULL, 0));
-	CHECK_EQ(raw_reply(fd, NULL), KVT_EPROTO);
+	CHECK_EQ(pre_hello(&b, NULL, 0, NULL), KVT_EPROTO);
 	/* a namespace of 64 bytes; one holding a NUL */
 	hello_payload(&b, 4, SRV_L);
 	b.len -= 9;
 	kvtd_put_u16(&b, 64);
 	for (int i = 0; i < 64; i++)
 		kvtd_put_bytes(&b, "n", 1);
-	CHECK_OK(raw_send(fd, &b, NULL, 0));
-	CHECK_EQ(raw_reply(fd, NULL), KVT_EPROTO);
+	CHECK_EQ(pre_hello(&b, NULL, 0, NULL), KVT_EPROTO);
 	hello_payload(&b, 5, SRV_L);
 	b.p[b.len - 3] = 0;
-	CHECK_OK(raw_send(fd, &b, NULL, 0));
-	CHECK_EQ(raw_reply(fd, NULL), KVT_EPROTO);
-	/* wrong geometry */
+	CHECK_EQ(pre_hello(&b, NULL, 0, NULL), KVT_EPROTO);
+	/* wrong geometry, an unknown namespace */
 	hello_payload(&b, 6, SRV_L + 1);
-	CHECK_OK(raw_send(fd, &b, NULL, 0));
-	CHECK_EQ(raw_reply(fd, NULL), KVT_EGEOM);
-	/* an fd where none belongs: refused, closed here */
+	CHECK_EQ(pre_hello(&b, NULL, 0, NULL), KVT_EGEOM);
+	hello_payload(&b, 6, SRV_L);
+	memcpy(b.p + b.len - 7, "nothere", 7);
+	CHECK_EQ(pre_hello(&b, NULL, 0, NULL), KVT_ENOTFOUND);
+	/* an fd where none belongs */
 	{
 		int pf[2];
 
 		CHECK(pipe(pf) == 0);
 		hello_payload(&b, 7, SRV_L);
-		CHECK_OK(raw_send(fd, &b, pf, 1));
-		CHECK_EQ(raw_reply(fd, NULL), KVT_EPROTO);
+		CHECK_EQ(pre_hello(&b, pf, 1, NULL), KVT_EPROTO);
 		close(pf[0]);
 		close(pf[1]);
 	}
-	/* now a good HELLO on the same connection, then HELLO again */
+	fd = raw_connect();
+	/* a good HELLO, then HELLO again (refused, the connection goes on) */
 	hello_payload(&b, 8, SRV_L);
 	CHECK_OK(raw_send(fd, &b, NULL, 0));
 	CHECK_EQ(raw_reply(fd, NULL), 0);

@@ -109,8 +109,8 @@ static int do_hello(struct conn *c, const kvtd_req *q)
 			    g->layers, g->kv_heads, g->kv_heads_total,
 			    g->head_dim, g->dtype_bytes, g->page_tokens,
 			    g->tp_size, g->mla));
-	c->monitor = monitor;
-	c->t = &d->ten[ti];
+	if ((err = kvti_admit_hello(d, c, ti, monitor)))
+		return kvti_perr(c, KVTD_PERR_OTHER, err);
 	c->rank = q->u.hello.tp_rank;
 	c->itenant = kvti_itenant(d, ti, c->rank);
 	return 0;
@@ -187,8 +187,6 @@ static int hello_reply(struct conn *c, const kvtd_hdr *h, int *sent)
 	*sent = 1;
 	err = kvti_reply_send(c, fds, 2);
 	close(ro);
-	if (!err)
-		c->hello = 1;
 	return err;
 }
 
@@ -397,10 +395,19 @@ static enum kvtd_proto_err hdr_reason(void)
 	return KVTD_PERR_MALFORMED;
 }
 
+/*
+ * Before HELLO a connection has hello_ms from its accept, in all, to say a
+ * HELLO that succeeds: a deadline for the whole exchange (a peer dripping
+ * a byte a second gains nothing), and any refusal before it (a HELLO that
+ * fails, another op, wrong descriptors) is answered and the connection
+ * closed. After HELLO there is no timeout: engines may idle.
+ */
 void *kvti_conn_main(void *arg)
 {
 	struct conn *c = arg;
 	kvtd *d = c->d;
+	uint64_t deadline = kvt_now_ns() +
+			    (uint64_t)d->cfg.hello_ms * 1000000ull;
 
 	kvtd_set_timeout(c->fd, d->cfg.hello_ms);
 	for (;;) {
@@ -408,7 +415,8 @@ void *kvti_conn_main(void *arg)
 		kvtd_hdr h;
 
 		kvti_errclear();
-		err = kvtd_recv(c->fd, &c->in, &h, fds, &nfds, 0);
+		err = kvtd_recv(c->fd, &c->in, &h, fds, &nfds, 0,
+				c->hello ? 0 : deadline);
 		if (err == 1)
 			break; /* the client closed */
 		if (err == KVT_EPROTO) {
@@ -424,8 +432,10 @@ void *kvti_conn_main(void *arg)
 			kvti_perr(c, err == -ETIMEDOUT && !c->hello ?
 			     KVTD_PERR_IDLE : KVTD_PERR_TRUNCATED, 0);
 			if (err == -ETIMEDOUT && !c->hello)
-				kvti_info("daemon: client pid %d sent no HELLO "
-					  "in %u ms: closed", (int)c->cred.pid,
+				kvti_info("daemon: client pid %d uid %u said no "
+					  "HELLO in %u ms: closed",
+					  (int)c->cred.pid,
+					  (unsigned)c->cred.uid,
 					  d->cfg.hello_ms);
 			for (int i = 0; i < nfds; i++)
 				close(fds[i]);
@@ -445,17 +455,16 @@ void *kvti_conn_main(void *arg)
 					  "(takes %d)", kvtd_msg_name(h.op),
 					  nfds, kvtd_msg_fds(h.op));
 			err = kvti_reply_status(c, &h, KVT_EPROTO);
-			if (err)
+			if (err || !c->hello)
 				break;
 			continue;
 		}
 		err = serve_one(c, &h, nfds ? fds[0] : -1);
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
-		if (err)
-			break;
-		if (c->hello)
-			kvtd_set_timeout(c->fd, 0); /* engines may idle */
+		if (err || !c->hello)
+			break; /* before HELLO, a refusal closes */
+		kvtd_set_timeout(c->fd, 0); /* engines may idle */
 	}
 	kvti_conn_free(c);
 	return NULL;

@@ -22,9 +22,11 @@ int kvtd_send(int fd, const void *buf, size_t len, const int *fds, int nfds);
  * already: the caller holds none and refuses the message). Returns 0; 1
  * at a clean end of stream between messages; KVT_EPROTO for a bad header
  * (kvtd_hdr_decode(); the payload is not read); -ECONNRESET for an end in
- * the middle of a message; -ETIMEDOUT; -ENOMEM; -errno.
+ * the middle of a message; -ETIMEDOUT; -ENOMEM; -errno. @deadline
+ * (kvt_now_ns(), 0: none) bounds the whole message, however it trickles
+ * in; the socket's SO_RCVTIMEO still bounds each read.
  */
 int kvtd_recv(int fd, kvtd_buf *b, kvtd_hdr *h, int *fds, int *nfds,
-	      int reply);
+	      int reply, uint64_t deadline);
 
 #endif /* KVT_SERVER_IO_H */
