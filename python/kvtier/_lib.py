@@ -132,6 +132,7 @@ _PROTOS = {
     "kvt_client_wait_daemon": (c_int, [c_char_p, c_uint32]),
     "kvt_client_connect": (c_int, [POINTER(c_void_p), POINTER(ClientConfig)]),
     "kvt_client_close": (None, [c_void_p]),
+    "kvt_client_shutdown": (None, [c_void_p]),
     "kvt_client_geom": (POINTER(Geom), [c_void_p]),
     "kvt_client_mem_alloc": (c_int, [c_void_p, c_uint64, POINTER(c_void_p),
                                      _u64p, _u64p, _u64p,
