@@ -3,45 +3,10 @@
  * the contract): owned tiers + index + transfer engine, engine-registered
  * memory, asynchronous layer-wise jobs, background demotion.
  *
- * STATE PER SLOT OF EVERY OWNED TIER (struct meta; c->smu)
- *
- *   sums[slot * L + l]  XXH3-64 of layer l of the page the slot should hold
- *   state[slot]         NONE  nothing known (free, or reserved by a store
- *                             that has not started)
- *                       PEND  bytes on their way: a store or a demotion is
- *                             writing it; never served, counted in flight
- *                       OK    committed: bytes in place, sums verified
- *                       BAD   a copy into it failed or did not verify:
- *                             never served; reclaimed by eviction, or
- *                             rewritten by the next store of the page
- *   rd[slot]            background copies still reading the slot. The
- *                       index frees a demoted page's source slot as soon
- *                       as it decides; anyone who writes a slot first
- *                       waits for rd == 0 (a real, counted wait).
- *
- * THREADS AND LOCKS
- *
- *   c->mu   the index, the mover's queue, tenants; held for bookkeeping
- *           and for the synchronous copies an index call may need (a full
- *           tier, write-through) — never by the background copies.
- *   c->smu  the slot metadata above and the statistics; a leaf lock
- *           (taken after mu, never the other way), with c->scv broadcast
- *           whenever a slot leaves PEND or its rd drops.
- *   job->mu a job's progress; a leaf too.
- *
- *   engine threads      lookup, load, store (setup under mu, then submit)
- *   xfer threads        layer callbacks -> job progress (job->mu only);
- *                       done callbacks -> queue the job for the worker
- *   worker thread       finishes jobs (commit, unpin under mu, which may
- *                       run write-through copies), runs staged ssd loads
- *   background thread   demotes above the high watermark: decides under
- *                       mu, copies without it, commits under smu
- *
- * A job is finished only by the worker, once every transfer it issued is
- * done, so a job's pins and slot states change in one place.
+ * The structures, which lock guards which field, and the threads are in
+ * cache_impl.h; slot states and their fences in slot.c.
  */
-#include "cache/persist.h"
-#include "core/core.h"
+#include "cache/cache_impl.h"
 #include "cache/cache_remote.h"
 #include "core/cuda.h"
 #include "xfer/xxh.h"
@@ -55,187 +20,20 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { ST_NONE = 0, ST_PEND = 1, ST_OK = 2, ST_BAD = 3 };
-enum { JOB_LOAD = 1, JOB_STORE = 2 };
-
-#define ENGINE KVT_TIER_COUNT  /* "tier" index of the engine's memory */
-#define STAGE_SLOTS 64u        /* pages of the ssd -> GPU bounce tier */
-#define MAX_SUBS (KVT_TIER_COUNT + 2) /* load: one per source tier;
-					 store: engine + one per source
-					 tier; the last is the start hold */
-#define HOLD (MAX_SUBS - 1)
-
-struct meta {
-	uint64_t *sums;
-	uint8_t *state;
-	uint16_t *rd;        /* batches' pending reads of the slot */
-	uint16_t *wr;        /* batches' pending writes to the slot */
-	uint32_t *pby;       /* PEND: the batch writing it (0: a store) */
-	uint64_t n;
-};
-
-struct move {
-	uint8_t src, dst;
-	uint8_t ok;          /* the source held a page (committed or on its
-				way): bytes to move, marks taken */
-	uint32_t ss, ds;
-	uint32_t wave;
-	uint32_t si, di;     /* batch_run: source / destination in the
-				batch's slot map */
-	int err;
-};
-
-/* The copies of one index call (or one background pass), with each
- * move's layer sums (L per move, taken when the move was decided). */
-struct batch {
-	struct move *mv;
-	uint64_t *sums;
-	size_t n, cap, scap;
-};
-
-/* One transfer of a job: pages from one source to one destination. */
-struct sub {
-	kvt_cache_job *cj;
-	kvt_xfer_job *xj;
-	int src, dst;        /* tier kinds, or ENGINE */
-	size_t n;
-	uint32_t *ss, *ds;
-	size_t *pg;          /* index of each page in the job's request */
-	uint64_t *sums;      /* n * L */
-	uint8_t *bad;        /* n */
-	uint32_t landed;     /* job->mu: layers landed */
-	int err;             /* job->mu: the transfer's result once done */
-	int done;            /* job->mu */
-	int staged;          /* ssd -> stage -> engine, run by the worker */
-};
-
-struct kvt_cache_job {
-	kvt_cache *c;
-	int kind;
-	uint32_t tenant;
-	kvt_page_key *keys;
-	size_t nkeys;        /* the prefix (pinned while the job runs) */
-	int pinned;
-	uint8_t *pin_each;   /* KVT_CACHE_IO_EACH: page i's own prefix pinned
-				(NULL otherwise) */
-	size_t first, n;     /* requested pages [first, first + n) */
-	size_t absent;       /* load: pages failed at setup (not cached) */
-	uint32_t *blocks;    /* n */
-	uint8_t *failed;     /* n, final once done */
-	struct sub sub[MAX_SUBS];
-	int nsub;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int subs_left;       /* mu */
-	int done;            /* mu */
-	int result;          /* mu, once done */
-	int cancel;          /* mu */
-	int stage_todo;      /* mu: staged loads for the worker to run */
-	int efd;
-	kvt_cache_job_stat st;
-	uint64_t rfail[KVT_TIER_COUNT]; /* load: read failures by tier */
-	uint64_t t0;
-	kvt_cache_mem *mem;  /* the engine memory it reads or writes */
-	int memref;          /* c->smu: counted in mem->jobs */
-	kvt_cache_progress_fn *progress; /* j->mu: kvt_cache_io */
-	void *parg;
-	uint32_t reported;   /* j->mu: layers last reported */
-	int freported;       /* j->mu: all-failed reported */
-	kvt_cache_job *qnext; /* c->wmu: worker queue */
-	kvt_cache_job *lprev, *lnext; /* c->smu: the cache's live jobs */
-};
-
-/* Engine memory: kvt_cache_register()'s, or one per kvt_cache_attach(). */
-struct kvt_cache_mem {
-	kvt_cache *c;
-	kvt_tier *t;         /* the wrapped memory (layout + bases) */
-	int jobs;            /* c->smu: jobs created on it, not finished */
-	int gone;            /* c->smu: being detached: no new jobs */
-	kvt_cache_mem *next; /* c->mu: c->mems */
-};
-
-struct kvt_cache {
-	kvt_geom geom;
-	uint32_t L;
-	int verify, background, stage_ssd;
-	double high, low;
-	kvt_tier *tiers[KVT_TIER_COUNT]; /* owned: fabric, dram, ssd */
-	int top;                         /* fastest owned tier */
-	kvt_cache_mem *reg;              /* kvt_cache_register()'s, or NULL */
-	kvt_cache_mem *mems;             /* mu: every attached memory */
-	kvt_tier *stage;                 /* ssd -> GPU bounce, or NULL */
-	kvt_xfer *x;
-
-	pthread_mutex_t mu;
-	kvt_index *idx;
-	struct batch cur;                /* mu: copies of the current call */
-	int bg_mode;                     /* mu: the background is evicting */
-	uint32_t batch, batch_seq;       /* mu: the current batch's id */
-	struct batch bgb;                /* mu, then the background thread:
-					    its pass's copies, run unlocked */
-	double fg_wait_s;                /* mu: synchronous copies, total */
-
-	pthread_mutex_t smu;
-	pthread_cond_t scv;
-	struct meta m[KVT_TIER_COUNT];
-	kvtp *persist;                   /* ssd records ('persist'), or NULL */
-	kvt_cache_stat st;
-	int jobs;                        /* jobs not yet finished */
-	kvt_cache_job *live;             /* them, for kvt_cache_close() */
-
-	pthread_mutex_t wmu;             /* worker and background queues */
-	pthread_cond_t wcv, bgcv;
-	kvt_cache_job *wq, *wq_tail;
-	int stopping, bg_kick, bg_busy;
-	pthread_t worker, bg;
-	int have_worker, have_bg;
-	struct kvti_cremote *remote;     /* the remote tier, or NULL */
-};
-
-/* ---- small helpers ------------------------------------------------------ */
-
-static double secs(uint64_t t0)
-{
-	return (double)(kvt_now_ns() - t0) / 1e9;
-}
-
-static uint64_t page_bytes(const kvt_cache *c)
-{
-	return kvt_geom_page_bytes(&c->geom);
-}
-
-static kvt_tier *side(const kvt_cache_job *j, int t)
-{
-	return t == ENGINE ? j->mem->t : j->c->tiers[t];
-}
-
-static kvt_prefix prefix(const kvt_cache_job *j, size_t n)
-{
-	kvt_prefix px = { .tenant = j->tenant, .keys = j->keys, .nkeys = n };
-	return px;
-}
-
-/* The prefix of one page of its own (KVT_LOOKUP_EACH, KVT_CACHE_IO_EACH). */
-static kvt_prefix page_prefix(uint32_t tenant, const kvt_page_key *key)
-{
-	kvt_prefix px = { .tenant = tenant, .keys = key, .nkeys = 1 };
-	return px;
-}
-
 /* Unpin what the job pinned: its prefix, or (KVT_CACHE_IO_EACH) each
  * page's own one-page prefix (c->mu held). */
 static void job_unpin(kvt_cache *c, kvt_cache_job *j)
 {
 	if (j->pin_each) {
 		for (size_t i = 0; i < j->nkeys; i++) {
-			kvt_prefix px = page_prefix(j->tenant, j->keys + i);
+			kvt_prefix px = kvti_cache_page_prefix(j->tenant, j->keys + i);
 
 			if (j->pin_each[i])
 				kvt_index_unpin(c->idx, &px);
 			j->pin_each[i] = 0;
 		}
 	} else if (j->pinned) {
-		kvt_prefix px = prefix(j, j->nkeys);
+		kvt_prefix px = kvti_cache_prefix(j, j->nkeys);
 
 		kvt_index_unpin(c->idx, &px);
 	}
@@ -243,42 +41,6 @@ static void job_unpin(kvt_cache *c, kvt_cache_job *j)
 }
 
 
-
-/* Wait (smu held) until no batch still reads or writes slot @s of @t:
- * before a store writes it (the index may hand out a slot a background
- * demotion is still copying from). */
-static void slot_settle(kvt_cache *c, int t, uint32_t s)
-{
-	struct meta *m = &c->m[t];
-
-	while (m->rd[s] || m->wr[s])
-		pthread_cond_wait(&c->scv, &c->smu);
-}
-
-/* ---- persistence hooks (persist.c; smu held) ---------------------------- */
-
-/* Slot @s of @t is about to be written, failed, or left the index: a
- * persistent ssd slot loses its record first. */
-static void persist_gone(kvt_cache *c, int t, uint32_t s)
-{
-	if (c->persist && t == KVT_TIER_SSD)
-		kvtp_drop(c->persist, s);
-}
-
-/* Slot @s of @t just committed (bytes in place, verified): record it. */
-static void persist_ok(kvt_cache *c, int t, uint32_t s)
-{
-	if (c->persist && t == KVT_TIER_SSD)
-		kvtp_commit(c->persist, s, c->m[t].sums + (uint64_t)s * c->L);
-}
-
-/* Mark slot @s of @t as being written by batch @batch (smu held). */
-static void slot_pend(kvt_cache *c, int t, uint32_t s, uint32_t batch)
-{
-	persist_gone(c, t, s);
-	c->m[t].state[s] = ST_PEND;
-	c->m[t].pby[s] = batch;
-}
 
 /* ---- the mover: copies the index asks for ------------------------------ */
 
@@ -300,7 +62,7 @@ static void slot_pend(kvt_cache *c, int t, uint32_t s, uint32_t batch)
  *    evict a page the background is still writing. Before each wave it
  *    waits until no other batch holds a mark on its moves' slots;
  *  - a store about to write a fresh slot waits for its marks too
- *    (slot_settle()).
+ *    (kvti_cache_slot_settle()).
  * So waits point one way (towards the background batch), never in a cycle.
  */
 
@@ -342,7 +104,7 @@ static int mover_copy(void *arg, const kvt_move *m)
 	if (c->persist)
 		kvtp_ident_copy(c->persist, mv->src, mv->ss, mv->dst, mv->ds);
 	if (mv->ok) {
-		slot_pend(c, mv->dst, mv->ds, c->batch);
+		kvti_cache_slot_pend(c, mv->dst, mv->ds, c->batch);
 		sm->rd[mv->ss]++;
 		dm->wr[mv->ds]++;
 	} else {
@@ -360,7 +122,7 @@ static void mover_release(void *arg, kvt_tier_kind tier, uint32_t slot)
 	pthread_mutex_lock(&c->smu);
 	if (c->m[tier].state[slot] != ST_PEND) {
 		c->m[tier].state[slot] = ST_NONE;
-		persist_gone(c, tier, slot);
+		kvti_cache_persist_gone(c, tier, slot);
 	}
 	c->st.evicted++;
 	pthread_mutex_unlock(&c->smu);
@@ -519,7 +281,7 @@ out:
 	pthread_mutex_lock(&c->smu);
 	c->st.moves++;
 	c->st.move_pages += cnt;
-	c->st.move_bytes += cnt * page_bytes(c);
+	c->st.move_bytes += cnt * kvti_cache_page_bytes(c);
 	if (err)
 		c->st.move_errors += cnt;
 	else if (c->verify)
@@ -542,7 +304,7 @@ static void move_end(kvt_cache *c, struct move *mv, uint32_t batch)
 	if (d->state[mv->ds] == ST_PEND && d->pby[mv->ds] == batch) {
 		d->state[mv->ds] = mv->err ? ST_BAD : ST_OK;
 		if (!mv->err)
-			persist_ok(c, mv->dst, mv->ds);
+			kvti_cache_persist_ok(c, mv->dst, mv->ds);
 	}
 }
 
@@ -629,7 +391,7 @@ static void mover_flush(void *arg)
 	t0 = kvt_now_ns();
 	batch_run(c, b, c->batch, !c->bg_mode);
 	b->n = 0;
-	c->fg_wait_s += secs(t0);
+	c->fg_wait_s += kvti_cache_secs(t0);
 }
 
 /* ---- the background thread: demotion above the high watermark ---------- */
@@ -695,7 +457,7 @@ static void *bg_main(void *arg)
 		pthread_mutex_lock(&c->smu);
 		if (any) {
 			c->st.bg_passes++;
-			c->st.bg_s += secs(t0);
+			c->st.bg_s += kvti_cache_secs(t0);
 		}
 		pthread_mutex_unlock(&c->smu);
 
@@ -789,7 +551,7 @@ static void sub_layer(kvt_xfer_job *xj, uint32_t layer, void *arg)
 	if (layer + 1 > s->landed)
 		s->landed = layer + 1;
 	if (!j->st.layer0_s && j->absent < j->n && job_ready(j) > 0)
-		j->st.layer0_s = secs(j->t0);
+		j->st.layer0_s = kvti_cache_secs(j->t0);
 	job_report(j);
 	pthread_cond_broadcast(&j->cv);
 	pthread_mutex_unlock(&j->mu);
@@ -821,7 +583,7 @@ static void sub_end(struct sub *s, int err)
 		s->landed = j->c->L;
 	if (!j->st.layer0_s && j->absent < j->n && job_ready(j) > 0 &&
 	    !err)
-		j->st.layer0_s = secs(j->t0);
+		j->st.layer0_s = kvti_cache_secs(j->t0);
 	last = --j->subs_left == 0;
 	job_report(j);
 	pthread_cond_broadcast(&j->cv);
@@ -867,7 +629,7 @@ static void load_finish(kvt_cache *c, kvt_cache_job *j)
 				j->rfail[s->src]++;
 				if (c->m[s->src].state[s->ss[i]] == ST_OK) {
 					c->m[s->src].state[s->ss[i]] = ST_BAD;
-					persist_gone(c, s->src, s->ss[i]);
+					kvti_cache_persist_gone(c, s->src, s->ss[i]);
 				}
 				c->st.corrupt++;
 			} else {
@@ -877,7 +639,7 @@ static void load_finish(kvt_cache *c, kvt_cache_job *j)
 			}
 		}
 	}
-	j->st.bytes = j->st.copied * page_bytes(c);
+	j->st.bytes = j->st.copied * kvti_cache_page_bytes(c);
 	c->st.loads++;
 	c->st.load_pages += j->st.copied;
 	c->st.load_bytes += j->st.bytes;
@@ -904,7 +666,7 @@ static void store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 				       s->sums + i * L, L * sizeof(uint64_t));
 			m->state[s->ds[i]] = ok ? ST_OK : ST_BAD;
 			if (ok)
-				persist_ok(c, s->dst, s->ds[i]);
+				kvti_cache_persist_ok(c, s->dst, s->ds[i]);
 			if (s->src == ENGINE && s->pg[i] != SIZE_MAX) {
 				if (ok) {
 					j->st.copied++;
@@ -924,13 +686,13 @@ static void store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 				 * stored (a lower tier's page that did not
 				 * all reach the disk): never served again */
 				c->m[s->src].state[s->ss[i]] = ST_BAD;
-				persist_gone(c, s->src, s->ss[i]);
+				kvti_cache_persist_gone(c, s->src, s->ss[i]);
 			}
 			if (bad)
 				c->st.corrupt++;
 		}
 	}
-	j->st.bytes = j->st.copied * page_bytes(c);
+	j->st.bytes = j->st.copied * kvti_cache_page_bytes(c);
 	c->st.stores++;
 	c->st.store_pages += j->st.copied;
 	c->st.store_bytes += j->st.bytes;
@@ -975,7 +737,7 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	/* the job is the caller's once done is set: touch nothing of it
 	 * after this critical section (kvt_cache_job_free() takes j->mu) */
 	pthread_mutex_lock(&j->mu);
-	j->st.total_s = secs(j->t0);
+	j->st.total_s = kvti_cache_secs(j->t0);
 	if (j->cancel && !j->result)
 		j->result = -ECANCELED;
 	j->done = 1;
@@ -1083,16 +845,6 @@ static void *worker_main(void *arg)
 
 /* ---- open / close / register ---------------------------------------------- */
 
-static void meta_free(struct meta *m)
-{
-	kvt_free(m->sums);
-	kvt_free(m->state);
-	kvt_free(m->rd);
-	kvt_free(m->wr);
-	kvt_free(m->pby);
-	memset(m, 0, sizeof(*m));
-}
-
 static void stop_threads(kvt_cache *c)
 {
 	pthread_mutex_lock(&c->wmu);
@@ -1148,7 +900,7 @@ static void cache_free(kvt_cache *c)
 	kvt_index_destroy(c->idx);
 	for (int t = 0; t < KVT_TIER_COUNT; t++) {
 		kvt_tier_close(c->tiers[t]);
-		meta_free(&c->m[t]);
+		kvti_cache_meta_free(&c->m[t]);
 	}
 	kvt_tier_close(c->stage);
 	while (c->mems) {
@@ -1286,20 +1038,10 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 		goto fail;
 	c->L = c->geom.layers;
 	for (int t = 0; t < KVT_TIER_COUNT; t++) {
-		struct meta *m = &c->m[t];
-
 		if (!c->tiers[t])
 			continue;
-		m->n = kvt_pool_slots(kvt_tier_pool(c->tiers[t]));
-		m->sums = kvt_calloc(m->n * c->L, sizeof(uint64_t));
-		m->state = kvt_calloc(m->n, 1);
-		m->rd = kvt_calloc(m->n, sizeof(uint16_t));
-		m->wr = kvt_calloc(m->n, sizeof(uint16_t));
-		m->pby = kvt_calloc(m->n, sizeof(uint32_t));
-		if (!m->sums || !m->state || !m->rd || !m->wr || !m->pby) {
-			err = -ENOMEM;
+		if ((err = kvti_cache_meta_init(c, t)))
 			goto fail;
-		}
 		ic.pools[t] = kvt_tier_pool(c->tiers[t]);
 	}
 	xc.cpu_threads = cfg.xfer_threads;
@@ -1370,7 +1112,7 @@ static int open_stage(kvt_cache *c, int pin)
 	if (!c->tiers[KVT_TIER_SSD] || c->stage)
 		return 0;
 	snprintf(spec, sizeof(spec), "dram:%llu%s",
-		 (unsigned long long)(STAGE_SLOTS * page_bytes(c)),
+		 (unsigned long long)(STAGE_SLOTS * kvti_cache_page_bytes(c)),
 		 pin ? ",pin" : "");
 	if ((err = kvt_tier_spec_parse(spec, &s, 1, &n)))
 		return err;
@@ -1600,23 +1342,6 @@ static int inspect(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	return kvt_index_inspect(c->idx, &px, *info, n, found);
 }
 
-/* The fastest committed copy of a page (smu held): its tier, or -1; with
- * *pend set when a copy is on its way. */
-static int best_copy(kvt_cache *c, const kvt_page_info *pi, int *pend)
-{
-	*pend = 0;
-	for (int t = 0; t < KVT_TIER_COUNT; t++) {
-		uint32_t s = pi->slot[t];
-
-		if (!c->tiers[t] || s == KVT_SLOT_NONE)
-			continue;
-		if (c->m[t].state[s] == ST_OK)
-			return t;
-		*pend |= c->m[t].state[s] == ST_PEND;
-	}
-	return -1;
-}
-
 /* KVT_LOOKUP_EACH: keys[i] is a one-page prefix of its own; the leading
  * run of cached ones, then the run being stored (one inspect per key,
  * under one hold of the locks). */
@@ -1628,7 +1353,7 @@ static int lookup_each(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 
 	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < nkeys && !err; i++) {
-		kvt_prefix px = page_prefix(tenant, keys + i);
+		kvt_prefix px = kvti_cache_page_prefix(tenant, keys + i);
 		size_t found = 0;
 		int pend = 0, t = -1;
 
@@ -1637,7 +1362,7 @@ static int lookup_each(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 			break;
 		if (found) {
 			pthread_mutex_lock(&c->smu);
-			t = best_copy(c, &info, &pend);
+			t = kvti_cache_best_copy(c, &info, &pend);
 			pthread_mutex_unlock(&c->smu);
 		}
 		if (hits && t >= 0) {
@@ -1680,7 +1405,7 @@ int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	if (!err) {
 		pthread_mutex_lock(&c->smu);
 		for (i = 0; i < found; i++) {
-			int pend, t = best_copy(c, &info[i], &pend);
+			int pend, t = kvti_cache_best_copy(c, &info[i], &pend);
 
 			if (t < 0)
 				break;
@@ -1690,7 +1415,7 @@ int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 		for (; i < found; i++) {
 			int pend;
 
-			if (best_copy(c, &info[i], &pend) >= 0 || !pend)
+			if (kvti_cache_best_copy(c, &info[i], &pend) >= 0 || !pend)
 				break;
 			r->inflight++;
 		}
@@ -1880,8 +1605,8 @@ static int job_start(kvt_cache *c, kvt_cache_job *j)
 
 		if (!s->n || k == HOLD)
 			continue;
-		d.src = side(j, s->src);
-		d.dst = side(j, s->dst);
+		d.src = kvti_cache_side(j, s->src);
+		d.dst = kvti_cache_side(j, s->dst);
 		pthread_mutex_lock(&j->mu);
 		j->subs_left++;
 		if (s->staged)
@@ -1916,7 +1641,7 @@ static int inspect_each(kvt_cache *c, kvt_cache_job *j, kvt_page_info **info)
 	if (!*info)
 		return -ENOMEM;
 	for (size_t i = 0; i < j->nkeys; i++) {
-		kvt_prefix px = page_prefix(j->tenant, j->keys + i);
+		kvt_prefix px = kvti_cache_page_prefix(j->tenant, j->keys + i);
 		kvt_page_info pi;
 		size_t found = 0;
 		int err = kvt_index_inspect(c->idx, &px, &pi, 1, &found);
@@ -1976,7 +1701,7 @@ int kvt_cache_load_ex(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 		while (!err && npin < found && info[npin].resident)
 			npin++;
 		if (!err && npin) {
-			kvt_prefix px = prefix(j, npin);
+			kvt_prefix px = kvti_cache_prefix(j, npin);
 			err = kvt_index_pin(c->idx, &px);
 			j->nkeys = npin;
 			j->pinned = !err;
@@ -1993,7 +1718,7 @@ int kvt_cache_load_ex(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 		int pend = 0, t = -1;
 
 		if (j->pin_each ? j->pin_each[p] : p < npin)
-			t = best_copy(c, &info[p], &pend);
+			t = kvti_cache_best_copy(c, &info[p], &pend);
 		if (t < 0) {
 			/* never waited for: a load starts at once */
 			j->failed[i] = 1;
@@ -2095,7 +1820,7 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 		 * alone (the call fails only for the tenant) */
 		w0 = c->fg_wait_s;
 		for (size_t i = 0; !err && i < nkeys; i++) {
-			kvt_prefix px = page_prefix(tenant, keys + i);
+			kvt_prefix px = kvti_cache_page_prefix(tenant, keys + i);
 			int e = kvt_index_insert(c->idx, &px,
 						 (kvt_tier_kind)c->top,
 						 KVT_INSERT_PIN, kvt_now_ns(),
@@ -2125,7 +1850,7 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 		if (c->tiers[t] && t != c->top)
 			err = sub_alloc(c, &j->sub[1 + t], first);
 	if (!err && !j->pin_each) {
-		kvt_prefix px = prefix(j, nkeys);
+		kvt_prefix px = kvti_cache_prefix(j, nkeys);
 
 		w0 = c->fg_wait_s;
 		err = kvt_index_insert(c->idx, &px, (kvt_tier_kind)c->top,
@@ -2157,14 +1882,14 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 			 * fastest committed copy below */
 			int pend;
 
-			t = best_copy(c, &info[p], &pend);
+			t = kvti_cache_best_copy(c, &info[p], &pend);
 			if (t < 0 || t == c->top) {
 				m->state[slot] = ST_BAD;
 				continue;
 			}
 			sp = &j->sub[1 + t];
 		}
-		slot_settle(c, c->top, slot);
+		kvti_cache_slot_settle(c, c->top, slot);
 		sp->ss[sp->n] = t == ENGINE ? blocks[p - first] :
 					      info[p].slot[t];
 		sp->ds[sp->n] = slot;
@@ -2174,7 +1899,7 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 			       c->m[t].sums + (uint64_t)info[p].slot[t] * c->L,
 			       c->L * sizeof(uint64_t));
 		sp->n++;
-		slot_pend(c, c->top, slot, 0);
+		kvti_cache_slot_pend(c, c->top, slot, 0);
 		if (c->persist)
 			kvtp_ident_set(c->persist, c->top, slot, tenant,
 				       j->pin_each ? keys + p : keys,
@@ -2182,7 +1907,7 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 	}
 	j->st.skipped = j->n - eng->n - j->st.failed;
 	pthread_mutex_unlock(&c->smu);
-	j->st.wait_s += secs(t0);
+	j->st.wait_s += kvti_cache_secs(t0);
 	pthread_mutex_unlock(&c->mu);
 start:
 	kvt_free(locs);
@@ -2408,7 +2133,7 @@ void kvt_cache_stat_get(kvt_cache *c, kvt_cache_stat *st)
 
 int kvt_cache_verify(kvt_cache *c, kvt_cache_check *r)
 {
-	uint64_t pb = page_bytes(c), lb = pb / c->L;
+	uint64_t pb = kvti_cache_page_bytes(c), lb = pb / c->L;
 	char first[128] = "";
 	void *page;
 	int err = 0;
