@@ -6,11 +6,12 @@
  * THE FILES
  *
  *   cache.c       the cache: open, close, register / attach / detach,
- *                 tenants, lookup, the mover and background demotion,
- *                 jobs, accounting and verify
+ *                 tenants, lookup, jobs, accounting and verify
  *   slot.c        the state of every slot of every owned tier (NONE, PEND,
  *                 OK, BAD), its fences (rd / wr marks, settle waits) and
  *                 the persistence hooks at each state change
+ *   mover.c       the copies the index asks for (the mover callbacks),
+ *                 batches run in dependency waves, background demotion
  *   cache_remote.c the remote tier (cache_remote.h)
  *
  * THREADS AND LOCKS
@@ -232,5 +233,16 @@ void kvti_cache_persist_gone(kvt_cache *c, int t, uint32_t s);
 void kvti_cache_persist_ok(kvt_cache *c, int t, uint32_t s);
 void kvti_cache_slot_pend(kvt_cache *c, int t, uint32_t s, uint32_t batch);
 int kvti_cache_best_copy(kvt_cache *c, const kvt_page_info *pi, int *pend);
+
+/* ---- mover.c: the index's copies, background demotion ------------------ */
+
+/* The index's mover (kvt_index_config.mover; arg is the cache), called
+ * with c->mu held. */
+int kvti_cache_mover_copy(void *arg, const kvt_move *m);
+void kvti_cache_mover_release(void *arg, kvt_tier_kind tier, uint32_t slot);
+void kvti_cache_mover_flush(void *arg);
+/* The background thread, and a wake-up for it (after a store). */
+void *kvti_cache_bg_main(void *arg);
+void kvti_cache_bg_kick(kvt_cache *c);
 
 #endif
