@@ -1,17 +1,24 @@
 /*
- * cache_impl.h — the node cache inside (not installed). include/kvtier/cache.h
- * is the contract; this file holds the structures every cache file shares,
- * which lock guards which field, and the kvti_cache_* calls between files.
+ * cache_impl.h — the node cache inside (not installed). The contract is
+ * include/kvtier/cache.h; this file holds the structures every cache file
+ * shares, which lock guards which field, and the kvti_cache_* calls
+ * between files.
  *
  * THE FILES
  *
  *   cache.c       the cache: open, close, register / attach / detach,
- *                 tenants, lookup, jobs, accounting and verify
+ *                 tenants, lookup, accounting and verify
  *   slot.c        the state of every slot of every owned tier (NONE, PEND,
  *                 OK, BAD), its fences (rd / wr marks, settle waits) and
  *                 the persistence hooks at each state change
  *   mover.c       the copies the index asks for (the mover callbacks),
  *                 batches run in dependency waves, background demotion
+ *   job.c         a job's life: creation, submission, progress from the
+ *                 transfer engine, waiting, results, freeing
+ *   job_finish.c  the worker thread: finishing jobs (commit or mark bad,
+ *                 unpin) and running staged ssd loads
+ *   load.c        kvt_cache_load(): lease, pick each page's copy, submit
+ *   store.c       kvt_cache_store(): insert, reserve slots, submit
  *   cache_remote.c the remote tier (cache_remote.h)
  *
  * THREADS AND LOCKS
@@ -234,7 +241,7 @@ void kvti_cache_persist_ok(kvt_cache *c, int t, uint32_t s);
 void kvti_cache_slot_pend(kvt_cache *c, int t, uint32_t s, uint32_t batch);
 int kvti_cache_best_copy(kvt_cache *c, const kvt_page_info *pi, int *pend);
 
-/* ---- mover.c: the index's copies, background demotion ------------------ */
+/* ---- mover.c: the index's copies, background demotion ------------------- */
 
 /* The index's mover (kvt_index_config.mover; arg is the cache), called
  * with c->mu held. */
@@ -244,5 +251,41 @@ void kvti_cache_mover_flush(void *arg);
 /* The background thread, and a wake-up for it (after a store). */
 void *kvti_cache_bg_main(void *arg);
 void kvti_cache_bg_kick(kvt_cache *c);
+
+/* ---- job.c: a job's life ------------------------------------------------ */
+
+/* A job for a checked request (load.c, store.c fill its subs); its blocks
+ * and keys copied. 0, -EINVAL, -E2BIG, KVT_EBUSY, -ENOMEM. */
+int kvti_cache_job_new(kvt_cache *c, int kind, uint32_t tenant,
+		       const kvt_page_key *keys, size_t nkeys, size_t first,
+		       const uint32_t *blocks, const kvt_cache_io *io,
+		       kvt_cache_job **out);
+int kvti_cache_sub_alloc(kvt_cache *c, struct sub *s, size_t cap);
+/* Submit every sub; the job finishes on the worker once all are done. */
+int kvti_cache_job_start(kvt_cache *c, kvt_cache_job *j);
+/* A job never started: unpin (takes c->mu), free. */
+void kvti_cache_job_abort(kvt_cache *c, kvt_cache_job *j);
+/* c->mu held: drop the job's leases. */
+void kvti_cache_job_unpin(kvt_cache *c, kvt_cache_job *j);
+/* Request page @i failed with @err (the first error is the result). */
+void kvti_cache_job_fail_page(kvt_cache_job *j, size_t i, int err);
+/* A transfer is done (xfer thread, or the worker for staged loads). */
+void kvti_cache_sub_end(struct sub *s, int err);
+/* j->mu held: layers landed in every sub; 1 when every block failed. */
+uint32_t kvti_cache_job_ready(kvt_cache_job *j);
+int kvti_cache_job_all_failed(kvt_cache_job *j);
+/* c->smu held: the job no longer counts against its memory. */
+void kvti_cache_mem_unref(kvt_cache *c, kvt_cache_job *j);
+
+/* ---- job_finish.c: the worker thread ------------------------------------ */
+
+void *kvti_cache_worker_main(void *arg);
+
+/* ---- cache.c ------------------------------------------------------------ */
+
+/* c->mu held: per-page records of keys[0..n) (*info: kvt_free() it), and
+ * how many are in the tree. */
+int kvti_cache_inspect(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
+		       size_t n, kvt_page_info **info, size_t *found);
 
 #endif
