@@ -12,7 +12,6 @@
  * before the threads stop; detach does the same for one memory.
  */
 #include "cache/cache_impl.h"
-#include "cache/cache_remote.h"
 #include "core/cuda.h"
 #include "xfer/xxh.h"
 
@@ -256,8 +255,7 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 		c->have_bg = 1;
 	}
 	/* last: it attaches staging memory to the finished cache */
-	if (cfg.remote && (err = kvti_cache_remote_open(c, cfg.remote,
-							  &c->remote)))
+	if (cfg.remote && (err = kvti_cache_remote_open(c, cfg.remote)))
 		goto fail;
 	*out = c;
 	return 0;
@@ -268,12 +266,15 @@ fail:
 
 void kvt_cache_close(kvt_cache *c)
 {
-	struct kvti_cremote *cr;
+	const struct kvti_cache_ext *ext;
+	void *arg;
 
 	if (!c)
 		return;
-	cr = c->remote;
-	kvti_cache_remote_stop(cr); /* its writer's jobs end first */
+	ext = c->ext;
+	arg = c->ext_arg;
+	if (ext)
+		ext->stop(arg); /* the remote writer's jobs end first */
 	/* cancel what is still running (a job stays on the list, and so
 	 * valid, until it is finished, which takes smu) */
 	pthread_mutex_lock(&c->smu);
@@ -283,7 +284,8 @@ void kvt_cache_close(kvt_cache *c)
 		pthread_cond_wait(&c->scv, &c->smu);
 	pthread_mutex_unlock(&c->smu);
 	cache_free(c);
-	kvti_cache_remote_free(cr); /* its staging memory outlived the copies */
+	if (ext)
+		ext->free(arg); /* its staging memory outlived the copies */
 }
 
 static int open_stage(kvt_cache *c, int pin)
@@ -617,8 +619,8 @@ int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	}
 	pthread_mutex_unlock(&c->mu);
 	kvt_free(info);
-	if (!err && c->remote) /* network: outside the lock */
-		kvti_cache_remote_lookup(c->remote, keys, nkeys, r);
+	if (!err && c->ext) /* network: outside the lock */
+		c->ext->lookup(c->ext_arg, keys, nkeys, r);
 	return err;
 }
 
@@ -726,44 +728,21 @@ kvt_xfer *kvt_cache_xfer(kvt_cache *c)
 	return c->x;
 }
 
-/* ---- the remote tier (cache_remote.c) -------------------------------------- */
+/* ---- extensions (cache_ext.h) ------------------------------------------ */
 
-int kvt_cache_prefetch(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
-		       size_t nkeys, size_t first, uint64_t *pages)
+void kvti_cache_ext_set(kvt_cache *c, const struct kvti_cache_ext *ops,
+			void *arg)
 {
-	kvti_errclear();
-	if (!c || !pages || (nkeys && !keys) || first > nkeys)
-		return kvti_fail(-EINVAL, "cache prefetch: bad arguments");
-	if (!c->remote)
-		return kvti_fail(KVT_ENOTFOUND, "cache prefetch: no remote tier");
-	return kvti_cache_remote_prefetch(c->remote, tenant, keys, nkeys, first,
-					  pages);
+	c->ext = ops;
+	c->ext_arg = arg;
 }
 
-int kvt_cache_prefetch_start(kvt_cache *c, uint32_t tenant,
-			     const kvt_page_key *keys, size_t nkeys,
-			     size_t first, kvt_cache_fetch **out)
+void *kvti_cache_ext_arg(const kvt_cache *c, const struct kvti_cache_ext *ops)
 {
-	kvti_errclear();
-	if (!c || !out || (nkeys && !keys) || first > nkeys)
-		return kvti_fail(-EINVAL, "cache prefetch: bad arguments");
-	if (!c->remote)
-		return kvti_fail(KVT_ENOTFOUND, "cache prefetch: no remote tier");
-	return kvti_cache_remote_fetch_start(c->remote, tenant, keys, nkeys,
-					     first, out);
+	return c && c->ext == ops ? c->ext_arg : NULL;
 }
 
-int kvt_cache_remote_flush(kvt_cache *c, int64_t timeout_ns)
+void kvti_cache_ext_quiet(kvt_cache_mem *m)
 {
-	if (!c || !c->remote)
-		return kvti_fail(KVT_ENOTFOUND, "cache: no remote tier");
-	return kvti_cache_remote_flush(c->remote, timeout_ns);
-}
-
-int kvt_cache_remote_stat_get(kvt_cache *c, kvt_cache_remote_stat *st)
-{
-	if (!c || !c->remote)
-		return kvti_fail(KVT_ENOTFOUND, "cache: no remote tier");
-	kvti_cache_remote_stat(c->remote, st);
-	return 0;
+	m->quiet = 1;
 }

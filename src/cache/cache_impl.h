@@ -19,7 +19,8 @@
  *                 unpin) and running staged ssd loads
  *   load.c        kvt_cache_load(): lease, pick each page's copy, submit
  *   store.c       kvt_cache_store(): insert, reserve slots, submit
- *   cache_remote.c the remote tier (cache_remote.h)
+ *   cache_remote.c the remote tier, built on the cache's public calls and
+ *                 cache_ext.h (its hooks); no cache file reaches into it
  *
  * THREADS AND LOCKS
  *
@@ -48,6 +49,7 @@
 #ifndef KVT_CACHE_IMPL_H
 #define KVT_CACHE_IMPL_H
 
+#include "cache/cache_ext.h"
 #include "cache/persist.h"
 #include "core/core.h"
 
@@ -154,10 +156,10 @@ struct kvt_cache_mem {
 	kvt_tier *t;         /* the wrapped memory (layout + bases) */
 	int jobs;            /* c->smu: jobs created on it, not finished */
 	int gone;            /* c->smu: being detached: no new jobs */
+	int quiet;           /* stores are not reported to c->ext (set
+				before any job on it) */
 	kvt_cache_mem *next; /* c->mu: c->mems */
 };
-
-struct kvti_cremote;
 
 struct kvt_cache {
 	kvt_geom geom;
@@ -194,7 +196,9 @@ struct kvt_cache {
 	int stopping, bg_kick, bg_busy;
 	pthread_t worker, bg;
 	int have_worker, have_bg;
-	struct kvti_cremote *remote;     /* the remote tier, or NULL */
+	const struct kvti_cache_ext *ext; /* the remote tier's hooks, or
+					    NULL (cache_ext.h); set at open */
+	void *ext_arg;
 };
 
 /* ---- small helpers ------------------------------------------------------ */

@@ -151,6 +151,11 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	j->st.total_s = kvti_cache_secs(j->t0);
 	if (j->cancel && !j->result)
 		j->result = -ECANCELED;
+	/* the remote tier's write-through, before anyone sees done */
+	if (j->kind == JOB_STORE && c->ext && !j->result && !j->pin_each &&
+	    !j->mem->quiet && j->first < j->nkeys)
+		c->ext->stored(c->ext_arg, j->tenant, j->keys, j->nkeys,
+			       j->first);
 	j->done = 1;
 	pthread_cond_broadcast(&j->cv);
 	if (write(j->efd, &one, sizeof(one)) < 0) {

@@ -7,7 +7,6 @@
  * pages commit when the job is finished (job_finish.c).
  */
 #include "cache/cache_impl.h"
-#include "cache/cache_remote.h"
 
 #include <errno.h>
 #include <string.h>
@@ -36,9 +35,6 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 	int err;
 
 	kvti_errclear();
-	if (c && c->remote && kvti_cache_remote_wants(c->remote, io))
-		return kvti_cache_remote_store(c->remote, tenant, keys, nkeys,
-					       first, blocks, io, out);
 	if (!out)
 		return kvti_fail(-EINVAL, "cache store: no job handle to fill");
 	if ((err = kvti_cache_job_new(c, JOB_STORE, tenant, keys, nkeys, first,
