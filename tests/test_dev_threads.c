@@ -348,6 +348,12 @@ static void test_wait_value(kvti_dev *d)
 	free(h);
 }
 
+static void sleep_400ms(void *arg)
+{
+	(void)arg;
+	usleep(400 * 1000);
+}
+
 static void bump(void *arg)
 {
 	atomic_fetch_add((_Atomic int *)arg, 1);
@@ -410,27 +416,35 @@ static void test_emu_only(kvti_dev *d)
 		CHECK_OK(kvti_dev_host_fn(d, s, bump, (void *)&calls));
 	CHECK_OK(OPS(d)->stream_sync(s));
 	CHECK_EQ(atomic_load(&calls), 10);
-	/* a wait that can never end fails at the wait limit */
+	/* waits give up at the wait limit: a value that never comes fails
+	 * the stream's next event; a stream waiting on an event that stays
+	 * incomplete (a long "kernel" on another stream) fails its own */
 	{
-		kvti_dev_event *never;
-		kvti_dev_stream *s2;
+		kvti_dev_event *never, *slow;
+		kvti_dev_stream *s2, *s3;
+		uint32_t *w;
 
 		CHECK_OK(OPS(d)->event_create(d, 0, &never));
+		CHECK_OK(OPS(d)->event_create(d, 0, &slow));
 		CHECK_OK(OPS(d)->stream_create(d, 0, &s2));
-		/* recorded on a stream stuck behind a wait on a word */
-		uint32_t *w;
+		CHECK_OK(OPS(d)->stream_create(d, 0, &s3));
 		CHECK_OK(OPS(d)->host_alloc(d, 64, (void **)&w));
 		*w = 0;
 		kvti_dev_emu_set_wait_limit(d, 150u * 1000 * 1000);
 		CHECK_OK(kvti_dev_stream_wait_value(d, s2, w, 1));
 		CHECK_OK(OPS(d)->event_record(never, s2));
-		CHECK_OK(OPS(d)->stream_wait_event(s, never));
-		CHECK_OK(OPS(d)->event_record(ev, s));
 		CHECK_ERR(OPS(d)->event_sync(never, -1), -ETIMEDOUT);
-		CHECK_OK(OPS(d)->event_sync(ev, -1)); /* waited for it: done */
+		CHECK_OK(kvti_dev_host_fn(d, s3, sleep_400ms, NULL));
+		CHECK_OK(OPS(d)->event_record(slow, s3));
+		CHECK_OK(OPS(d)->stream_wait_event(s, slow));
+		CHECK_OK(OPS(d)->event_record(ev, s));
+		CHECK_ERR(OPS(d)->event_sync(ev, -1), -ETIMEDOUT);
+		CHECK_OK(OPS(d)->event_sync(slow, -1));
 		kvti_dev_emu_set_wait_limit(d, 60ull * 1000 * 1000 * 1000);
 		OPS(d)->stream_destroy(s2);
+		OPS(d)->stream_destroy(s3);
 		OPS(d)->event_destroy(never);
+		OPS(d)->event_destroy(slow);
 		OPS(d)->host_free(d, w);
 	}
 	OPS(d)->event_destroy(ev);

@@ -176,6 +176,7 @@ static int cu_open(kvti_dev *d)
 	c->release = (pfn_release)entry("cuMemRelease");
 	d->priv = c;
 	d->caps = KVTI_DEV_CAP_IPC_EVENT | KVTI_DEV_CAP_IOMEM;
+	d->sum_maxseg = kvti_cuk_sum_maxseg();
 #if CUDART_VERSION >= 12080
 	d->caps |= KVTI_DEV_CAP_BATCH;
 #endif

@@ -30,15 +30,6 @@ struct kvti_dev_imp {
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static kvti_dev *reg;
 
-static const char *const mover_names[KVTI_MOVER_COUNT] = {
-	"cpu", "io", "copy_engine", "kernel",
-};
-
-const char *kvti_mover_name(int mover)
-{
-	return mover >= 0 && mover < KVTI_MOVER_COUNT ? mover_names[mover] : "?";
-}
-
 int kvt_device_parse(const char *s, int *id)
 {
 	char *end;

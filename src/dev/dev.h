@@ -192,16 +192,6 @@ enum {
 	KVTI_DEV_CAP_EMULATED = 1u << 4,   /* no hardware: CPU threads */
 };
 
-/* Who moved bytes (kvti_dev_stat, the transfer engine's counters). */
-enum kvti_mover {
-	KVTI_MOVER_CPU = 0,      /* the CPU: transfer engine workers */
-	KVTI_MOVER_IO = 1,       /* storage DMA: io_uring / pread (ssd) */
-	KVTI_MOVER_CE = 2,       /* a device's copy engines */
-	KVTI_MOVER_KERNEL = 3,   /* a device kernel (the gather) */
-	KVTI_MOVER_COUNT = 4
-};
-const char *kvti_mover_name(int mover);
-
 /* What a device did (relaxed counters). */
 typedef struct kvti_dev_stat {
 	uint64_t ce_bytes, ce_ops;         /* copy / copy_batch */
@@ -260,6 +250,7 @@ struct kvti_dev {
 	int id;                  /* kvtier device id */
 	int index;               /* the backend's own number */
 	unsigned caps;           /* KVTI_DEV_CAP_* */
+	unsigned sum_maxseg;     /* the most segments sum takes per item */
 	char name[96];           /* "cuda:0 NVIDIA H200", "emu:0" */
 	void *priv;              /* the backend's */
 	int refs;                /* registry lock */

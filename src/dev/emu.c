@@ -262,6 +262,7 @@ static int emu_open(kvti_dev *d)
 	d->caps = KVTI_DEV_CAP_BATCH | KVTI_DEV_CAP_WAIT_VALUE |
 		  KVTI_DEV_CAP_IPC_EVENT | KVTI_DEV_CAP_IOMEM |
 		  KVTI_DEV_CAP_EMULATED;
+	d->sum_maxseg = KVT_XXH3_MAXSEG;
 	snprintf(d->name, sizeof(d->name), "emu:%d", d->index);
 	return 0;
 }
@@ -450,6 +451,23 @@ static int emu_host_register(kvti_dev *d, void *p, size_t len, unsigned flags)
 static void emu_host_unregister(kvti_dev *d, void *p)
 {
 	kvt_free(range_take(E(d), p, R_HOST));
+}
+
+/* Registered host memory is reached at its own address; refuse memory
+ * that is not registered (the lane's check before it moves a tier). */
+static int emu_host_devptr(kvti_dev *d, void *host, void **dev)
+{
+	struct emu *e = E(d);
+	struct emu_range *r;
+
+	pthread_rwlock_rdlock(&e->rw);
+	r = range_of(e, host, 1);
+	pthread_rwlock_unlock(&e->rw);
+	if (!r || (r->kind != R_HOST && r->kind != R_HOSTALLOC))
+		return kvti_fail(-EINVAL, "%s: host memory at %p is not "
+				 "registered with the device", d->name, host);
+	*dev = host;
+	return 0;
 }
 
 static int emu_host_alloc(kvti_dev *d, size_t len, void **out)
@@ -689,24 +707,23 @@ static int emu_copy_sync(kvti_dev *d, void *dst, const void *src, size_t n)
 
 static int run_sum(kvti_dev_stream *s, const kvti_dev_sum *g)
 {
-	const uint8_t *segs[64];
 	int err;
 
-	if (g->nseg == 0 || g->nseg > 64 || !g->seg_len)
+	if (g->nseg == 0 || g->nseg > s->d->sum_maxseg || !g->seg_len)
 		return kvti_fail(-EINVAL, "%s: sum of %u segments of %llu bytes",
 				 s->d->name, g->nseg,
 				 (unsigned long long)g->seg_len);
 	if ((err = access_ok(s->d, g->out, g->nitems * sizeof(uint64_t), 1)))
 		return err;
 	for (size_t i = 0; i < g->nitems; i++) {
+		const uint8_t *const *segs =
+			(const uint8_t *const *)(g->seg + i * g->nseg);
 		kvt_xxh3_src src = { .seg = segs, .seg_len = g->seg_len,
 				     .nseg = g->nseg };
 
-		for (uint32_t k = 0; k < g->nseg; k++) {
-			segs[k] = g->seg[i * g->nseg + k];
+		for (uint32_t k = 0; k < g->nseg; k++)
 			if ((err = access_ok(s->d, segs[k], g->seg_len, 0)))
 				return err;
-		}
 		g->out[i] = kvt_xxh3_src_64(&src, 0, NULL);
 	}
 	kvti_dev_count(s->d, DST_SUM_BYTES, g->nitems * g->nseg * g->seg_len);
@@ -1066,6 +1083,7 @@ const struct kvti_dev_ops kvti_dev_emu_ops = {
 	.release = emu_release,
 	.host_register = emu_host_register,
 	.host_unregister = emu_host_unregister,
+	.host_devptr = emu_host_devptr,
 	.host_alloc = emu_host_alloc,
 	.host_free = emu_host_free,
 	.stream_create = emu_stream_create,
