@@ -579,9 +579,15 @@ KVT_API void kvt_cache_quiesce(kvt_cache *c);
  *              area, EXISTS first (pages already there are not sent again),
  *              then one pipelined SET batch. Never blocks the store; a full
  *              queue drops (counted).
- *   lookup     kvt_cache_lookup() asks the remote tier, with one batched
- *              EXISTS, how many pages follow the local leading run
- *              (only when none is in flight): tier_pages[KVT_TIER_REMOTE].
+ *   lookup     kvt_cache_lookup() reports how many pages follow the local
+ *              leading run in the remote tier (only when none is in
+ *              flight): tier_pages[KVT_TIER_REMOTE]. It never waits on
+ *              the network: it answers from what this node knows (pages
+ *              it wrote, or that an EXISTS probe, a write-through or a
+ *              prefetch saw, within the last minute), and keys it does not
+ *              know are probed by a thread of their own, batched, for the
+ *              next lookup. A prefix asked about for the first time, or a
+ *              hung server, reports no remote run until a probe answers.
  *              They are not in @pages: a load cannot supply them until
  *              kvt_cache_prefetch() has brought them in.
  *   prefetch   kvt_cache_prefetch() (blocking) or kvt_cache_prefetch_start()
@@ -613,9 +619,10 @@ KVT_API int kvt_cache_prefetch(kvt_cache *c, uint32_t tenant,
  * kvt_cache_prefetch_start() - the same, in a thread of its own, in
  * batches of up to 16 MiB, while the caller goes on (a request waiting in
  * the scheduler's queue). kvt_cache_prefetch_end() then either waits for
- * it (@cut 0) or cuts it off (@cut 1: the batch in flight finishes, no
- * other starts: whatever arrived is in the top tier and loadable), frees
- * the handle and gives the pages brought in. End every prefetch before
+ * it (@cut 0) or cuts it off (@cut 1: returns at once, no other batch
+ * starts; whatever arrived is in the top tier and loadable; the batch in
+ * flight, if any, finishes in the background and frees the handle), frees
+ * the handle and gives the pages brought in so far. End every prefetch before
  * kvt_cache_close() (which stops them between batches).
  * start: 0, -EINVAL, KVT_ENOTFOUND (no remote tier), -ENOMEM.
  * end: kvt_cache_prefetch()'s result.
@@ -644,6 +651,8 @@ typedef struct kvt_cache_remote_stat {
 	uint64_t lookups;        /* lookups that asked the remote tier */
 	uint64_t lookup_pages;   /* pages they found there */
 	uint64_t prefetched;     /* pages brought in by kvt_cache_prefetch */
+	uint64_t probe_pages;    /* pages asked about off the lookup path */
+	uint64_t probe_dropped;  /* pages not asked about: probes queue full */
 } kvt_cache_remote_stat;
 
 /** Copy the counters: 0, or KVT_ENOTFOUND (no remote tier). */
