@@ -237,6 +237,7 @@ static void test_payloads(void)
 	kvtd_put_u32(&b, 0);
 	kvtd_put_u32(&b, 2);
 	kvtd_put_u32(&b, 3); /* first > nkeys */
+	kvtd_put_u32(&b, 0);
 	CHECK_OK(raw_send(fd, &b, NULL, 0));
 	CHECK_EQ(raw_reply(fd, NULL), KVT_EPROTO);
 	/* things that are not this client's */
@@ -249,6 +250,7 @@ static void test_payloads(void)
 		kvtd_put_u32(&b, 77); /* no such memory */
 		kvtd_put_u32(&b, 0);
 		kvtd_put_u32(&b, 1);
+		kvtd_put_u32(&b, 0);
 		kvtd_put_u32(&b, 0);
 		kvtd_put_keys(&b, &k, 1);
 		kvtd_put_u32(&b, 0);
@@ -266,27 +268,43 @@ static void test_payloads(void)
 	still_serving();
 }
 
-/* REGISTER: what the daemon accepts as memory. */
-static int reg(int fd, int mfd, uint64_t nblocks, uint64_t off1,
-	       uint32_t nlayers)
+/* REGISTER (one segment of @kind, layer l at l * @off1 in it): what the
+ * daemon accepts as memory. */
+static int reg_kind(int fd, int32_t device, uint32_t kind, int mfd,
+		    uint64_t nblocks, uint64_t off1, uint32_t nlayers,
+		    uint32_t lseg)
 {
+	static const uint8_t zero[KVTD_HANDLE_BYTES];
 	kvtd_buf b = { 0 };
 	uint64_t chunk = SRV_P * 2 * 64 * 2;
 	int st;
 
 	kvtd_begin(&b, KVTD_MSG_REGISTER, 20);
-	kvtd_put_u32(&b, (uint32_t)-1);
+	kvtd_put_u32(&b, (uint32_t)device);
 	kvtd_put_u32(&b, nlayers);
 	kvtd_put_u64(&b, nblocks);
 	kvtd_put_u64(&b, chunk);
 	kvtd_put_u64(&b, nblocks * chunk);
 	kvtd_put_u64(&b, 2 * 64 * 2);
-	for (uint32_t l = 0; l < nlayers; l++)
+	kvtd_put_bytes(&b, zero, KVTD_UUID_BYTES);
+	kvtd_put_u32(&b, 1);
+	kvtd_put_u32(&b, kind);
+	kvtd_put_u64(&b, kind == KVTD_SEG_MEMFD ? 0 : nlayers * off1);
+	kvtd_put_bytes(&b, zero, KVTD_HANDLE_BYTES);
+	for (uint32_t l = 0; l < nlayers; l++) {
+		kvtd_put_u32(&b, lseg);
 		kvtd_put_u64(&b, l * off1);
+	}
 	CHECK_OK(raw_send(fd, &b, mfd >= 0 ? &mfd : NULL, mfd >= 0));
 	st = raw_reply(fd, NULL);
 	kvtd_buf_free(&b);
 	return st;
+}
+
+static int reg(int fd, int mfd, uint64_t nblocks, uint64_t off1,
+	       uint32_t nlayers)
+{
+	return reg_kind(fd, -1, KVTD_SEG_MEMFD, mfd, nblocks, off1, nlayers, 0);
 }
 
 static void test_register(void)
@@ -318,6 +336,24 @@ static void test_register(void)
 	CHECK_EQ(reg(fd, mfd, nb, layer, SRV_L - 1), KVT_EGEOM);
 	CHECK_EQ(reg(fd, mfd, nb, (uint64_t)1 << 62, SRV_L), -EINVAL);
 	CHECK_EQ(reg(fd, mfd, 0, layer, SRV_L), -EINVAL);
+	/* version 2's segments: a layer in a segment that is not there, a
+	 * memfd said to be device memory, device memory said to be host, a
+	 * device that is not one, an emulated handle without its fd */
+	CHECK_EQ(reg_kind(fd, -1, KVTD_SEG_MEMFD, mfd, nb, layer, SRV_L, 1),
+		 KVT_EPROTO);
+	CHECK_EQ(reg_kind(fd, KVT_DEVICE_EMU, KVTD_SEG_MEMFD, mfd, nb, layer,
+			  SRV_L, 0), -EINVAL);
+	CHECK_EQ(reg_kind(fd, -1, KVTD_SEG_EMU_FD, mfd, nb, layer, SRV_L, 0),
+		 -EINVAL);
+	CHECK_EQ(reg_kind(fd, KVT_DEVICE_EMU + 99, KVTD_SEG_EMU_FD, mfd, nb,
+			  layer, SRV_L, 0), -EINVAL);
+	CHECK_EQ(reg_kind(fd, KVT_DEVICE_EMU, KVTD_SEG_EMU_FD, -1, nb, layer,
+			  SRV_L, 0), KVT_EPROTO);
+	CHECK_EQ(reg_kind(fd, -1, 9, mfd, nb, layer, SRV_L, 0), KVT_EPROTO);
+	/* an emulated device's memory must be sealed too (this one is, as
+	 * a memfd, so it imports: device memory on emu:0) */
+	CHECK_EQ(reg_kind(fd, KVT_DEVICE_EMU, KVTD_SEG_EMU_FD, mfd, nb, layer,
+			  SRV_L, 0), 0);
 	/* and right */
 	sealed = reg(fd, mfd, nb, layer, SRV_L);
 	CHECK_EQ(sealed, 0);
@@ -334,6 +370,7 @@ static void test_register(void)
 			kvtd_put_u32(&b, slot_blk[i][0]);
 			kvtd_put_u32(&b, 1);
 			kvtd_put_u32(&b, 0);
+			kvtd_put_u32(&b, 0);
 			kvtd_put_keys(&b, &k, 1);
 			kvtd_put_u32(&b, slot_blk[i][1]);
 			CHECK_OK(raw_send(fd, &b, NULL, 0));
@@ -344,6 +381,7 @@ static void test_register(void)
 			kvtd_put_u32(&b, 1);
 			kvtd_put_u32(&b, 3);
 			kvtd_put_u32(&b, 1);
+			kvtd_put_u32(&b, 0);
 			kvtd_put_u32(&b, 0);
 			kvtd_put_keys(&b, &k, 1);
 			kvtd_put_u32(&b, 0);
