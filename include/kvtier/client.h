@@ -172,6 +172,12 @@ KVT_API void kvt_client_shutdown(kvt_client *cl);
  *  freed (memory from kvt_client_mem_alloc() is unmapped). NULL is fine. */
 KVT_API void kvt_client_close(kvt_client *cl);
 
+/** The daemon's lease (HELLO), and this client's request timeout: a live
+ *  daemon ends any job within their sum of a cancel (the bound the
+ *  library's own waits use). */
+KVT_API uint32_t kvt_client_lease_ms(const kvt_client *cl);
+KVT_API uint32_t kvt_client_timeout_ms(const kvt_client *cl);
+
 /** The geometry the daemon confirmed. */
 KVT_API const kvt_geom *kvt_client_geom(const kvt_client *cl);
 

@@ -162,6 +162,8 @@ _PROTOS = {
     "kvt_client_job_stat_get": (None, [c_void_p, POINTER(JobStat)]),
     "kvt_client_job_free": (None, [c_void_p]),
     "kvt_client_fd": (c_int, [c_void_p]),
+    "kvt_client_lease_ms": (c_uint32, [c_void_p]),
+    "kvt_client_timeout_ms": (c_uint32, [c_void_p]),
     "kvt_client_stats": (c_int, [c_void_p, POINTER(c_void_p)]),
     "kvt_client_quiesce": (c_int, [c_void_p]),
 }

@@ -412,6 +412,14 @@ class Client(_Closable):
             c._orphan()
         lib.kvt_client_close(h)
 
+    @property
+    def job_stop_s(self) -> float:
+        """Seconds within which a live daemon ends any job of this client
+        once it is cancelled: its lease plus the request timeout (waits
+        longer than that mean a hung daemon)."""
+        lease = self._call(lib.kvt_client_lease_ms)
+        return (lease + self._call(lib.kvt_client_timeout_ms)) / 1000.0
+
     def fileno(self) -> int:
         """An eventfd the daemon signals when a job of this client is done
         (for select/poll/asyncio): when readable, read 8 bytes from it and

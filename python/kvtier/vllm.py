@@ -246,7 +246,7 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
 
 _STAT_KEYS = ("loads", "load_pages", "load_failed_blocks", "stores",
               "store_pages", "store_failed_blocks", "store_errors",
-              "store_dropped_pages", "cancelled")
+              "store_dropped_pages", "cancelled", "stop_timeouts")
 
 
 @dataclasses.dataclass
@@ -686,15 +686,41 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def handle_preemptions(self, kv_connector_metadata: Any) -> None:
         """Before vLLM reuses a preempted request's blocks: cancel its
-        stores and loads and wait for them to stop."""
+        stores and loads and wait for them to stop — at most the daemon's
+        lease plus the request timeout (Client.job_stop_s); a job still
+        running then means a hung daemon: the connection is dropped (the
+        client returns once the daemon let go, or says it did not) and
+        re-made at the next step."""
         for rid in getattr(kv_connector_metadata, "preempted", ()):
             jobs = self._store_jobs.pop(rid, [])
             job = self._load_jobs.pop(rid, None)
             for j in jobs + ([job] if job else []):
-                if j.cancel():
-                    self._stats.data["cancelled"] += 1
-                j.wait()
+                try:
+                    if j.cancel():
+                        self._stats.data["cancelled"] += 1
+                    j.wait(timeout=self._stop_s())
+                except TimeoutError:
+                    self._stop_timeout(rid)
+                except KvtierError as e:
+                    self._note_down(e)
                 j.close()
+
+    def _stop_s(self) -> float:
+        try:
+            return self._client.job_stop_s
+        except (KvtierError, ValueError):
+            return self._timeout_ms / 1000.0  # closed: waits return
+
+    def _stop_timeout(self, rid: str) -> None:
+        """A job of @rid did not stop in time: drop the connection (its
+        jobs end as the daemon lets go; the worker reconnects)."""
+        self._stats.data["stop_timeouts"] += 1
+        log.error("kvtier.vllm: a job of request %s did not stop %.0f s "
+                  "after its cancel: dropping the connection to the daemon",
+                  rid, self._stop_s())
+        self._client.close()
+        if self._down_since is None:
+            self._down_since = time.monotonic()
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         """Start this step's load jobs; take the requests whose blocks
@@ -731,8 +757,11 @@ class KvtierConnector(KVConnectorBase_V1):
         if not self._sync_jobs:
             return
         layer = self._layer_index[layer_name]
-        for _, job in self._sync_jobs:
-            job.wait_layer(layer)
+        for rid, job in self._sync_jobs:
+            try:
+                job.wait_layer(layer, timeout=self._stop_s())
+            except TimeoutError:  # a hung daemon: its blocks all fail
+                self._stop_timeout(rid)
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any,
                       attn_metadata: Any, **kwargs: Any) -> None:
@@ -773,7 +802,11 @@ class KvtierConnector(KVConnectorBase_V1):
             self._stats.data["store_pages"] += len(ss.keys) - ss.first
 
     def _end_load(self, job: Job) -> List[int]:
-        failed = job.wait()
+        try:
+            failed = job.wait(timeout=self._stop_s())
+        except TimeoutError:  # a hung daemon: drop it, every block fails
+            self._stop_timeout("(load)")
+            failed = job.wait(timeout=self._stop_s())
         self._load_errors.update(failed)
         self._stats.data["load_failed_blocks"] += len(failed)
         job.close()

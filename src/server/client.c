@@ -465,6 +465,16 @@ const kvt_geom *kvt_client_geom(const kvt_client *cl)
 	return &cl->g;
 }
 
+uint32_t kvt_client_lease_ms(const kvt_client *cl)
+{
+	return cl->lease_ms;
+}
+
+uint32_t kvt_client_timeout_ms(const kvt_client *cl)
+{
+	return cl->timeout_ms;
+}
+
 int kvt_client_fd(kvt_client *cl)
 {
 	return cl->efd;

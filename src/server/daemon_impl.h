@@ -61,6 +61,7 @@
 #include "core/core.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -98,6 +99,8 @@ struct conn;
 struct job {
 	struct conn *c;
 	kvt_cache_job *cj;
+	_Atomic int counted;  /* in d->running_*: set at start, cleared at
+				 done (whichever thread gets there) */
 	uint64_t pages;      /* the prefix it pins */
 	uint32_t slot;
 	uint32_t gen;        /* the slot's generation for this job */
@@ -176,6 +179,9 @@ struct kvtd {
 	int have_reaper;
 	uint64_t registered; /* bytes */
 	uint32_t next_id;
+	_Atomic int draining; /* kvtd_close(): no new job starts */
+	_Atomic int64_t running_jobs;  /* jobs started, not done (job.c) */
+	_Atomic int64_t running_pages; /* the pages they pin */
 	uint64_t refused_ns; /* last refusal logged (one a second) */
 	uint64_t refused;    /* refusals since then, not logged */
 };
