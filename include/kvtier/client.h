@@ -150,9 +150,10 @@ KVT_API int kvt_client_wait_daemon(const char *socket, uint32_t timeout_ms);
 /**
  * kvt_client_connect() - connect and say HELLO. Returns 0 and *@out;
  * -ENOENT / -ECONNREFUSED (no daemon at the socket), -EACCES (the tenant
- * does not allow this uid/gid), KVT_EGEOM, KVT_ENOTFOUND (namespace or
- * tenant unknown to the daemon), KVT_EPROTO (a daemon of another protocol
- * version), -ETIMEDOUT, -ENOMEM.
+ * does not allow this uid or any of its groups, or does not exist: the
+ * daemon does not say which), KVT_EGEOM, KVT_ENOTFOUND (namespace unknown
+ * to the daemon), KVT_EBUSY (a connection limit), KVT_EPROTO (a daemon of
+ * another protocol version), -ETIMEDOUT, -ENOMEM.
  */
 KVT_API int kvt_client_connect(kvt_client **out, const kvt_client_config *cfg);
 

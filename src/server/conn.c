@@ -86,7 +86,7 @@ static int do_hello(struct conn *c, const kvtd_req *q)
 		return kvti_perr(c, KVTD_PERR_GEOMETRY, kvti_fail(KVT_ENOTFOUND,
 			    "namespace '%s' is not served here (this daemon "
 			    "serves '%s')", q->u.hello.ns, d->ns));
-	if ((err = kvti_tenant_resolve(d, &c->cred, monitor, q->u.hello.tenant,
+	if ((err = kvti_tenant_resolve(d, c, monitor, q->u.hello.tenant,
 				       &ti)))
 		return kvti_perr(c, KVTD_PERR_AUTH, err);
 	if (!monitor &&

@@ -336,6 +336,7 @@ int kvtd_run(kvtd *d)
 			close(fd);
 			continue;
 		}
+		kvti_peer_groups(c);
 		pthread_mutex_lock(&d->mu);
 		err = kvti_admit_accept(d, c);
 		pthread_mutex_unlock(&d->mu);
