@@ -9,6 +9,8 @@
  *     names no tenant (it said "tenant bob does not allow ...", and
  *     KVT_ENOTFOUND for ids that do not exist: anyone could map ids to
  *     names);
+ *   - STATS shows a tenant its own figures only; root (and a tenant
+ *     marked admin) every tenant's (any monitor saw them all);
  *   - REGISTER counts memory against the tenant's mem= (it mapped any
  *     size: a sparse memfd of a terabyte was taken), and maps a segment
  *     only as far as it says.
@@ -65,6 +67,68 @@ static int as_other(uint32_t tenant, int want)
 	if (pid < 0 || waitpid(pid, &st, 0) != pid)
 		return -1;
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The tenant names in a STATS reply, comma-joined into @out. */
+static void stats_names(kvt_client *cl, char *out, size_t len)
+{
+	char *js = NULL;
+	cJSON *root, *t;
+
+	out[0] = 0;
+	if (kvt_client_stats(cl, &js))
+		return;
+	root = cJSON_Parse(js);
+	cJSON_ArrayForEach(t, cJSON_GetObjectItem(root, "tenants")) {
+		cJSON *n = cJSON_GetObjectItem(t, "name");
+
+		if (cJSON_IsString(n) && n->valuestring[0])
+			snprintf(out + strlen(out), len - strlen(out), "%s,",
+				 n->valuestring);
+	}
+	cJSON_Delete(root);
+	free(js);
+}
+
+/* A monitor as the other uid sees only alpha; root sees every tenant. */
+static void test_stats_scope(void)
+{
+	kvt_client_config mc = KVT_CLIENT_CONFIG_INIT;
+	kvt_client *mon = NULL;
+	char names[256];
+	pid_t pid;
+	int st = 0;
+
+	mc.socket = sock;
+	CHECK_OK(kvt_client_connect(&mon, &mc));
+	if (mon) {
+		stats_names(mon, names, sizeof(names));
+		CHECK(strstr(names, "alpha") && strstr(names, "beta") &&
+		      strstr(names, "small"));
+	}
+	kvt_client_close(mon);
+	if (getuid() != 0)
+		return;
+	pid = fork();
+	if (pid == 0) {
+		gid_t supp = GID_SUPP;
+
+		if (setgroups(1, &supp) ||
+		    setresgid(GID_PRIMARY, GID_PRIMARY, GID_PRIMARY) ||
+		    setresuid(UID_A, UID_A, UID_A) ||
+		    kvt_client_connect(&mon, &mc))
+			_exit(3);
+		stats_names(mon, names, sizeof(names));
+		kvt_client_close(mon);
+		if (strcmp(names, "alpha,")) {
+			fprintf(stderr, "tenant alpha's STATS show: %s\n",
+				names);
+			_exit(1);
+		}
+		_exit(0);
+	}
+	CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 static void test_ids(void)
@@ -143,6 +207,7 @@ int main(void)
 	if (d > 0) {
 		test_ids();
 		test_register_cap();
+		test_stats_scope();
 		CHECK_EQ(srv_stop(d), 0);
 	}
 	unlink(model);

@@ -348,7 +348,10 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, const int *fds,
 		char *json = NULL;
 		size_t len = 0;
 
-		err = kvtd_metrics_render_json(d->m, &json, &len);
+		/* a tenant sees its own figures; root and admin tenants all */
+		err = kvtd_metrics_render_json_for(d->m, c->cred.uid == 0 ||
+						   c->t->admin ? NULL :
+						   c->t->mt, &json, &len);
 		kvti_reply_begin(c, h, err);
 		if (!err) {
 			kvtd_put_u32(&c->out, (uint32_t)len);

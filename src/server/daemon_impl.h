@@ -90,6 +90,7 @@ struct tenant {
 	gid_t gid[MAX_IDS];
 	int nuid, ngid;
 	uint32_t max_clients;           /* clients=N; 0: no cap of its own */
+	int admin;                      /* admin: STATS shows every tenant */
 	uint64_t mem_max;               /* mem=SIZE: bytes its connections
 					   may register in all */
 	_Atomic uint64_t mem_used;      /* registered now (mem.c) */

@@ -119,6 +119,8 @@ int kvti_tenants_parse(kvtd *d, const char *spec)
 			} else if (!strncmp(f, "gid=", 4) && t->ngid < MAX_IDS) {
 				err = parse_id(f + 4, "gid", UINT32_MAX - 1, &v);
 				t->gid[t->ngid++] = (gid_t)v;
+			} else if (!strcmp(f, "admin")) {
+				t->admin = 1;
 			} else if (!strncmp(f, "mem=", 4)) {
 				if (kvt_size_parse(f + 4, &t->mem_max) ||
 				    !t->mem_max)
@@ -139,7 +141,7 @@ int kvti_tenants_parse(kvtd *d, const char *spec)
 				err = kvti_fail(KVT_ECONFIG, "daemon: tenant %s: "
 						"unknown or repeated field '%s' "
 						"(uid=, gid=, salt=, quota=, "
-						"clients=, mem=; at "
+						"clients=, mem=, admin; at "
 						"most %d ids)", t->name, f,
 						MAX_IDS);
 			}
