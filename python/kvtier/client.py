@@ -293,7 +293,13 @@ class LookupResult:
 
 @dataclass(frozen=True)
 class JobStat:
-    """What one job did and waited for (read once it is done)."""
+    """What one job did and waited for (read once it is done).
+
+    verified: for a load, the pages whose every layer's checksum matched
+    where they landed; for a store 0 — a store takes the per-layer sums
+    of what landed in the cache (every later load is checked against
+    them), but has nothing to compare them with, so it verifies nothing.
+    """
     pages: int
     copied: int
     skipped: int
@@ -504,8 +510,10 @@ class Client(_Closable):
         """Register a memfd @fd (sealed F_SEAL_SHRINK) the caller laid out:
         layer l's block 0 (K) starts at byte layer_offsets[l]; a block's
         chunk at + block*block_stride + kv*kv_stride, token t at
-        + t*token_stride. The fd stays the caller's. @device must be -1:
-        GPU memory registration is not implemented yet (KVT_ENOTBUILT)."""
+        + t*token_stride. token_stride must be kv_heads*head_dim*
+        dtype_bytes (a token's heads contiguous): a padded stride is
+        refused (KvtierError KVT_EGEOM). The fd stays the caller's.
+        @device must be -1 (host memory)."""
         g = self.geometry
         if len(layer_offsets) != g.layers:
             raise ValueError(f"kvtier: {len(layer_offsets)} layer offsets "
@@ -572,7 +580,9 @@ class Client(_Closable):
         of @mem into the cache, asynchronously. The blocks must not change
         until the job is done; pages before @first must already be cached
         (or being stored); pages already cached are skipped. Nothing
-        becomes visible unless every page landed and was verified.
+        becomes visible unless every page landed; the per-layer sums of
+        what landed are taken then, and every later load is verified
+        against them (JobStat.verified is 0 for a store).
         each: every key a one-page prefix of its own (first 0); a page
         that finds no room fails alone."""
         return self._job(True, mem, keys, blocks, first, each)
