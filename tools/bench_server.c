@@ -43,6 +43,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <xxhash.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -58,6 +59,7 @@ struct sopt {
 	uint64_t pages, page_tokens, clients, repeats, seconds;
 	int json;
 	int device;          /* KVT_DEVICE_HOST: memfd memory */
+	int baselines;       /* --baselines */
 };
 
 /* Engine memory of one client or thread: host (kvt_malloc / the
@@ -379,6 +381,154 @@ static int inproc_setup(kvt_cache *c, struct ithread *t, uint64_t id,
 	return err;
 }
 
+/* ---- the baselines (--baselines): the same bytes by other means ---------- */
+
+/*
+ * In this process, the transfer engine moves the same pages between
+ * page-locked dram and device memory: one contiguous copy of all their
+ * bytes (the link's limit), batched copy-engine DMA of the chunks
+ * (cudaMemcpyBatchAsync), one copy per chunk (vLLM's swap_blocks), the
+ * gather kernel without and with per-layer verification on the device;
+ * and stores: device -> dram batched with device-side layer sums, against
+ * one contiguous copy the other way.
+ */
+enum { B_CONTIG, B_BATCH, B_CHUNK, B_KERNEL, B_KERNEL_V, B_STORE,
+       B_STORE_CONTIG, B_COUNT };
+static const char *const b_names[B_COUNT] = {
+	"contig_gbps", "batch_gbps", "chunk_gbps", "kernel_gbps",
+	"kernel_verify_gbps", "store_gbps", "store_contig_gbps",
+};
+
+struct bl {
+	kvt_xfer *x;
+	kvt_dev *dev;
+	kvt_tier *dram, *back, *hbm;
+	uint32_t *ss, *ds;
+	uint64_t *sums, n, bytes;
+};
+
+static kvt_tier *bl_tier(struct bl *b, const char *spec, const kvt_geom *g,
+			 int reg)
+{
+	kvt_tier_spec ts;
+	kvt_tier *t = NULL;
+	size_t n;
+
+	if (kvt_tier_spec_parse(spec, &ts, 1, &n) || kvt_tier_open(&t, &ts, g))
+		return NULL;
+	if (reg && kvt_dev_host_register(b->dev, kvt_tier_bufs(t)[0],
+			kvt_layout_region_bytes(kvt_tier_layout(t)))) {
+		kvt_tier_close(t);
+		return NULL;
+	}
+	return t;
+}
+
+static void bl_free(struct bl *b)
+{
+	kvt_xfer_destroy(b->x);
+	if (b->dram)
+		kvt_dev_host_unregister(b->dev, kvt_tier_bufs(b->dram)[0]);
+	if (b->back)
+		kvt_dev_host_unregister(b->dev, kvt_tier_bufs(b->back)[0]);
+	kvt_tier_close(b->dram);
+	kvt_tier_close(b->back);
+	kvt_tier_close(b->hbm);
+	kvt_dev_close(b->dev);
+	kvt_free(b->ss);
+	kvt_free(b->ds);
+	kvt_free(b->sums);
+	memset(b, 0, sizeof(*b));
+}
+
+static int bl_setup(struct bl *b, const kvt_geom *g, int device, uint64_t n)
+{
+	uint64_t page = kvt_geom_page_bytes(g), lb = page / g->layers;
+	char spec[96], dn[16];
+	int err;
+
+	memset(b, 0, sizeof(*b));
+	b->n = n;
+	b->bytes = n * page;
+	if ((err = kvt_dev_open(device, &b->dev)) ||
+	    (err = kvt_xfer_create(&b->x, NULL)))
+		goto fail;
+	snprintf(spec, sizeof(spec), "dram:%llu", (unsigned long long)b->bytes);
+	b->dram = bl_tier(b, spec, g, 1);
+	b->back = bl_tier(b, spec, g, 1);
+	snprintf(spec, sizeof(spec), "hbm:%llu,device=%s",
+		 (unsigned long long)b->bytes,
+		 kvt_device_format(device, dn, sizeof(dn)));
+	b->hbm = bl_tier(b, spec, g, 0);
+	b->ss = kvt_malloc(n * sizeof(*b->ss));
+	b->ds = kvt_malloc(n * sizeof(*b->ds));
+	b->sums = kvt_malloc(n * g->layers * sizeof(*b->sums));
+	if (!b->dram || !b->back || !b->hbm || !b->ss || !b->ds || !b->sums) {
+		err = kvt_errdetail()[0] ? -EINVAL : -ENOMEM;
+		goto fail;
+	}
+	for (uint64_t i = 0; i < b->bytes / 8; i++)
+		((uint64_t *)kvt_tier_bufs(b->dram)[0])[i] = i * 0x9e3779b97f4a7c15ull;
+	for (uint64_t i = 0; i < n; i++) {
+		b->ss[i] = (uint32_t)i;
+		for (uint32_t l = 0; l < g->layers; l++)
+			b->sums[i * g->layers + l] = XXH3_64bits(
+				(uint8_t *)kvt_tier_slot_ptr(b->dram, (uint32_t)i) +
+				l * lb, lb);
+	}
+	shuffle(b->ds, n, 7);
+	return 0;
+fail:
+	bl_free(b);
+	return err ? err : -EINVAL;
+}
+
+static int bl_job(struct bl *b, int load, int method, unsigned flags,
+		  double *gbps)
+{
+	kvt_xfer_desc d = { .src = load ? b->dram : b->hbm,
+			    .dst = load ? b->hbm : b->back,
+			    .src_slots = load ? b->ss : b->ds,
+			    .dst_slots = load ? b->ds : b->ss, .npages = b->n,
+			    .method = method, .flags = flags,
+			    .sums = flags ? b->sums : NULL };
+	kvt_xfer_job *j;
+	uint64_t t0 = kvt_now_ns();
+	int err = kvt_xfer_submit(b->x, &d, &j);
+
+	if (!err) {
+		err = kvt_xfer_wait(j, -1);
+		kvt_xfer_job_free(j);
+	}
+	*gbps = (double)b->bytes / secs(t0) / 1e9;
+	return err;
+}
+
+/* One round of every baseline, GB/s into @r. */
+static int bl_run(struct bl *b, double *r)
+{
+	double sec;
+	int err;
+
+	if ((err = kvt_xfer_contig_copy(b->x, b->dram, b->hbm, b->bytes, 0,
+					&sec)))
+		return err;
+	r[B_CONTIG] = (double)b->bytes / sec / 1e9;
+	if ((err = kvt_xfer_contig_copy(b->x, b->hbm, b->back, b->bytes, 0,
+					&sec)))
+		return err;
+	r[B_STORE_CONTIG] = (double)b->bytes / sec / 1e9;
+	if ((err = bl_job(b, 1, KVT_XFER_CUDA_BATCH, 0, &r[B_BATCH])) ||
+	    (err = bl_job(b, 1, KVT_XFER_CUDA_CHUNK, 0, &r[B_CHUNK])) ||
+	    (err = bl_job(b, 1, KVT_XFER_CUDA_KERNEL, 0, &r[B_KERNEL])) ||
+	    (err = bl_job(b, 1, KVT_XFER_CUDA_KERNEL, KVT_XFER_LVERIFY,
+			  &r[B_KERNEL_V])) ||
+	    (err = bl_job(b, 0, KVT_XFER_CUDA_BATCH, KVT_XFER_LSUM,
+			  &r[B_STORE])))
+		return err;
+	return 0;
+}
+
 /* The daemon's own data-path counters (a monitor's STATS): restore bytes
  * a CPU copied, restore bytes its devices moved, restore bytes a CPU
  * hashed. -1 each when they cannot be read. */
@@ -439,6 +589,80 @@ static double median(double *v, int n)
 	return m;
 }
 
+/* The comparisons, each the median of per-repeat ratios (side by side in
+ * one repeat), with their goals. */
+static const struct {
+	const char *name;
+	int num, den;            /* B_* (num -1: the daemon's GB/s) */
+	double goal;
+	int le;                  /* goal is an upper bound */
+} cmp[] = {
+	{ "vs_contig", -1, B_CONTIG, 0.9, 0 },
+	{ "vs_batch", -1, B_BATCH, 1.25, 0 },
+	{ "vs_chunk", -1, B_CHUNK, 3.0, 0 },
+	{ "verify_cost", B_KERNEL, B_KERNEL_V, 0.10, 1 },
+	{ "stores_vs_contig", B_STORE, B_STORE_CONTIG, 0.8, 0 },
+};
+
+static double cmp_value(int c, double (*r)[B_COUNT], const double *dg, int n)
+{
+	double v[MAX_REP];
+
+	for (int i = 0; i < n; i++) {
+		double a = cmp[c].num < 0 ? dg[i] : r[i][cmp[c].num];
+
+		v[i] = a / r[i][cmp[c].den];
+		if (cmp[c].le) /* verify_cost: time with / without - 1 */
+			v[i] = v[i] - 1;
+	}
+	return median(v, n);
+}
+
+static void bl_json(cJSON *root, double (*r)[B_COUNT], const double *dg,
+		    int n)
+{
+	cJSON *b = cJSON_AddObjectToObject(root, "baselines");
+
+	for (int k = 0; k < B_COUNT; k++) {
+		double v[MAX_REP];
+
+		for (int i = 0; i < n; i++)
+			v[i] = r[i][k];
+		cJSON_AddNumberToObject(b, b_names[k], median(v, n));
+	}
+	for (size_t c = 0; c < (sizeof(cmp) / sizeof(cmp[0])); c++) {
+		double v = cmp_value((int)c, r, dg, n);
+		char k[48];
+
+		cJSON_AddNumberToObject(root, cmp[c].name, v);
+		snprintf(k, sizeof(k), "%s_goal", cmp[c].name);
+		cJSON_AddNumberToObject(root, k, cmp[c].goal);
+		snprintf(k, sizeof(k), "%s_met", cmp[c].name);
+		cJSON_AddBoolToObject(root, k, cmp[c].le ? v <= cmp[c].goal :
+					       v >= cmp[c].goal);
+	}
+}
+
+static void bl_print(double (*r)[B_COUNT], const double *dg, int n)
+{
+	for (int k = 0; k < B_COUNT; k++) {
+		double v[MAX_REP];
+
+		for (int i = 0; i < n; i++)
+			v[i] = r[i][k];
+		printf("  %-20s %8.2f GB/s (median)\n", b_names[k],
+		       median(v, n));
+	}
+	for (size_t c = 0; c < (sizeof(cmp) / sizeof(cmp[0])); c++) {
+		double v = cmp_value((int)c, r, dg, n);
+		int met = cmp[c].le ? v <= cmp[c].goal : v >= cmp[c].goal;
+
+		printf("  %-16s %.2f: goal %s %.2f %s\n", cmp[c].name, v,
+		       cmp[c].le ? "<=" : ">=", cmp[c].goal,
+		       met ? "met" : "MISSED");
+	}
+}
+
 static void server_usage(FILE *f)
 {
 	fprintf(f,
@@ -459,6 +683,12 @@ static void server_usage(FILE *f)
 "                    device) or cuda:N; loads are device copies from\n"
 "                    page-locked dram, verified on the device; goal >= 0.9\n"
 "                    and no CPU copy (cpu_copy_bytes, the daemon's count)\n"
+"  --baselines       with --device: each repeat also moves the same pages\n"
+"                    in this process by one contiguous copy, batched DMA,\n"
+"                    one copy per chunk, the kernel with and without\n"
+"                    verification, and stores: vs_contig (goal >= 0.9),\n"
+"                    vs_batch (>= 1.25), vs_chunk (>= 3), verify_cost\n"
+"                    (<= 0.10), stores_vs_contig (>= 0.8)\n"
 "  --json            one JSON object on stdout\n");
 }
 
@@ -473,6 +703,7 @@ int bench_server(int argc, char **argv)
 		{ "seconds", required_argument, 0, 's' },
 		{ "json", no_argument, 0, 'j' },
 		{ "device", required_argument, 0, 'D' },
+		{ "baselines", no_argument, 0, 'B' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 }
 	};
@@ -487,6 +718,8 @@ int bench_server(int argc, char **argv)
 	char sock[108], tiers[64], tmp[32], devname[16] = "host";
 	double cpu_copy = -1, dev_restore = -1, cpu_hash = -1;
 	double goal, c0[3] = { 0 }, c1[3] = { 0 };
+	double bl_r[MAX_REP][B_COUNT];
+	struct bl bl = { 0 };
 	kvt_cache *c = NULL;
 	kvt_geom g;
 	pid_t d = -1;
@@ -527,6 +760,7 @@ int bench_server(int argc, char **argv)
 				return cli_usage("bench server", "%s",
 						 kvt_errdetail());
 			break;
+		case 'B': o.baselines = 1; break;
 		case 'h': server_usage(stdout); return 0;
 		default: server_usage(stderr); return CLI_EXIT_USAGE;
 		}
@@ -535,6 +769,8 @@ int bench_server(int argc, char **argv)
 		return cli_usage("bench server", "unexpected argument '%s'",
 				 argv[optind]);
 	goal = o.device == KVT_DEVICE_HOST ? 0.8 : 0.9;
+	if (o.baselines && o.device == KVT_DEVICE_HOST)
+		return cli_usage("bench server", "--baselines needs --device");
 	if ((err = cli_geom(&g, o.model, (uint32_t)o.page_tokens, 1, 0)))
 		return cli_fail("bench server", err);
 	bytes = o.pages * kvt_geom_page_bytes(&g);
@@ -584,6 +820,10 @@ int bench_server(int argc, char **argv)
 			goto out;
 		}
 	kvt_cache_quiesce(c);
+	if (o.baselines && (err = bl_setup(&bl, &g, o.device, o.pages))) {
+		rc = cli_fail("bench server: baselines", err);
+		goto out;
+	}
 	snprintf(tmp, sizeof(tmp), "%llu", (unsigned long long)o.clients);
 	daemon_counts(sock, c0);
 	t_start = kvt_now_ns();
@@ -635,6 +875,10 @@ int bench_server(int argc, char **argv)
 		d_gbps[nrep] = (double)bytes * (double)o.clients / dmax / 1e9;
 		i_gbps[nrep] = (double)bytes * (double)o.clients / imax / 1e9;
 		ratio[nrep] = d_gbps[nrep] / i_gbps[nrep];
+		if (o.baselines && (err = bl_run(&bl, bl_r[nrep]))) {
+			rc = cli_fail("bench server: baselines", err);
+			goto out;
+		}
 	}
 	daemon_counts(sock, c1);
 	if (c0[0] >= 0 && c1[0] >= 0) {
@@ -688,9 +932,13 @@ int bench_server(int argc, char **argv)
 				cJSON_AddStringToObject(root, "note",
 					"emulated device: its copies are CPU "
 					"copies by its stream threads, counted "
-					"as device copies (device_copy_bytes)");
+					"as device copies (device_copy_bytes); "
+					"the baselines' goals are a GPU's and "
+					"say nothing here");
 			cJSON_AddNumberToObject(root, "goal", goal);
 			cJSON_AddBoolToObject(root, "goal_met", met);
+			if (o.baselines)
+				bl_json(root, bl_r, d_gbps, nrep);
 			a = cJSON_AddArrayToObject(root, "runs");
 			for (int i = 0; i < nrep; i++) {
 				cJSON *x = cJSON_CreateObject();
@@ -720,6 +968,8 @@ int bench_server(int argc, char **argv)
 				       "copies are CPU copies, counted as the "
 				       "device's)" : "", cpu_copy, dev_restore,
 				       cpu_hash);
+			if (o.baselines)
+				bl_print(bl_r, d_gbps, nrep);
 			printf("  daemon_vs_inproc %.2f (min %.2f, max %.2f): "
 			       "goal >= %.1f%s %s\n", r, rmin, rmax, goal,
 			       o.device == KVT_DEVICE_HOST ? "" :
@@ -737,6 +987,7 @@ out:
 		kill(d, SIGTERM);
 		waitpid(d, NULL, 0);
 	}
+	bl_free(&bl);
 	kvt_cache_close(c);
 	for (int i = 0; i < nth || (i < MAX_CLIENTS && th[i].mem.p); i++) {
 		emem_free(&th[i].mem);
