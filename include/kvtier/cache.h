@@ -59,9 +59,11 @@
  * down (fabric -> dram -> ssd -> gone) to the low watermark, copying
  * without holding the cache's lock. A store finds free slots in the common
  * case and waits on nothing. When the top tier is full anyway (a burst
- * faster than demotion), the store's insert evicts synchronously; that
- * wait, and any wait for a slot that a background copy is still reading,
- * is measured (kvt_cache_job_stat.wait_s).
+ * faster than demotion), the store's own call demotes: the index decides
+ * under the cache's lock, the copies run in the storing thread after the
+ * lock is dropped (other calls, another tenant's lookups, never wait for
+ * them). That wait, and any wait for a slot that a demotion copy is still
+ * reading, is measured (kvt_cache_job_stat.wait_s).
  *
  * PERSISTENCE. With an ssd tier opened 'persist' (ssd:DIR,SIZE,persist)
  * the ssd tier and its part of the index survive a restart: each ssd slot
@@ -85,8 +87,8 @@
  *
  * THREADS. Every call is thread-safe: an engine's scheduler thread may look
  * up while its worker threads load, store and wait. One lock guards the
- * index (held for bookkeeping only, never across a copy); jobs run on the
- * transfer engine's threads. A job handle belongs to its creator; wait,
+ * index (held for decisions and bookkeeping only, never across a copy or
+ * a wait for one); jobs run on the transfer engine's threads. A job handle belongs to its creator; wait,
  * poll, cancel and stat may come from any thread; free it once.
  *
  * ABI. Configuration is a versioned struct (its first field is its size);

@@ -95,8 +95,6 @@ static void cache_free(kvt_cache *c)
 	}
 	kvt_free(c->cur.mv);
 	kvt_free(c->cur.sums);
-	kvt_free(c->bgb.mv);
-	kvt_free(c->bgb.sums);
 	pthread_mutex_destroy(&c->mu);
 	pthread_mutex_destroy(&c->smu);
 	pthread_mutex_destroy(&c->wmu);
@@ -210,6 +208,7 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 	pthread_mutex_init(&c->smu, NULL);
 	pthread_mutex_init(&c->wmu, NULL);
 	kvti_cond_init_mono(&c->scv);
+	c->run_next = 1; /* the first batch id */
 	kvti_cond_init_mono(&c->wcv);
 	kvti_cond_init_mono(&c->bgcv);
 	c->verify = !(cfg.flags & KVT_CACHE_NO_VERIFY);
@@ -236,7 +235,7 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 	ic.write = cfg.write;
 	ic.selective_hits = cfg.selective_hits;
 	ic.mover.copy = kvti_cache_mover_copy;
-	ic.mover.flush = kvti_cache_mover_flush;
+	/* no flush: the copies run once c->mu is dropped (mover.c) */
 	ic.mover.release = kvti_cache_mover_release;
 	ic.mover.arg = c;
 	if ((err = kvt_index_create(&c->idx, &ic)) ||
@@ -463,7 +462,7 @@ int kvt_cache_tenant_add(kvt_cache *c, uint32_t tenant, uint64_t salt)
 		err = kvtp_tenant_note(c->persist, tenant, salt);
 		pthread_mutex_unlock(&c->smu);
 	}
-	pthread_mutex_unlock(&c->mu);
+	kvti_cache_unlock(c);
 	return err > 0 ? 0 : err;
 }
 
@@ -479,7 +478,7 @@ int kvt_cache_tenant_quota(kvt_cache *c, uint32_t tenant, kvt_tier_kind tier,
 				 kvt_tier_kind_name(tier) : "?");
 	pthread_mutex_lock(&c->mu);
 	err = kvt_index_tenant_quota(c->idx, tenant, tier, max_pages);
-	pthread_mutex_unlock(&c->mu);
+	kvti_cache_unlock(c);
 	return err;
 }
 
@@ -565,7 +564,7 @@ static int lookup_each(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 			break;
 		r->inflight++;
 	}
-	pthread_mutex_unlock(&c->mu);
+	kvti_cache_unlock(c);
 	return err;
 }
 
@@ -613,7 +612,7 @@ int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 		err = kvt_index_match(c->idx, &px, KVT_MATCH_TOUCH, kvt_now_ns(),
 				      &m, NULL, 0);
 	}
-	pthread_mutex_unlock(&c->mu);
+	kvti_cache_unlock(c);
 	kvt_free(info);
 	if (!err && c->ext) /* network: outside the lock */
 		c->ext->lookup(c->ext_arg, keys, nkeys, r);

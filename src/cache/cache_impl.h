@@ -24,22 +24,25 @@
  *
  * THREADS AND LOCKS
  *
- *   c->mu   the index, the mover's batches, tenants, the memory list;
- *           held for bookkeeping and for the synchronous copies an index
- *           call may need (a full tier, write-through) — never by the
- *           background copies.
+ *   c->mu   the index, the mover's current batch, tenants, the memory
+ *           list: decisions and bookkeeping only. Never held across a
+ *           copy or a wait for one: the copies an index call decides run
+ *           after the lock is dropped (kvti_cache_unlock(), mover.c), and
+ *           a store waits for its slots' fences without it.
  *   c->smu  the slot metadata (struct meta), the statistics, the live-job
- *           list and memory job counts; a leaf lock (taken after mu, never
- *           the other way), with c->scv broadcast whenever a slot leaves
- *           PEND, a mark drops, a job ends or a memory's job count drops.
+ *           list and memory job counts, whose batch runs (run_next); a
+ *           leaf lock (taken after mu, never the other way), with c->scv
+ *           broadcast whenever a slot leaves PEND, a mark drops, a batch
+ *           ends, a job ends or a memory's job count drops.
  *   c->wmu  the worker's queue and the background thread's kick; a leaf.
  *   j->mu   a job's progress; a leaf too.
  *
  *   engine threads      lookup, load, store (setup under mu, then submit)
  *   xfer threads        layer callbacks -> job progress (j->mu only);
  *                       done callbacks -> queue the job for the worker
- *   worker thread       finishes jobs (commit, unpin under mu, which may
- *                       run write-through copies), runs staged ssd loads
+ *   worker thread       finishes jobs (commit, unpin under mu, then the
+ *                       write-through copies that decided, without it),
+ *                       runs staged ssd loads
  *   background thread   demotes above the high watermark: decides under
  *                       mu, copies without it, commits under smu
  *
@@ -95,13 +98,12 @@ struct move {
 				way): bytes to move, marks taken */
 	uint32_t ss, ds;
 	uint32_t wave;
-	uint32_t si, di;     /* batch_run: source / destination in the
-				batch's slot map */
 	int err;
 };
 
-/* The copies of one index call (or one background pass), with each
- * move's layer sums (L per move, taken when the move was decided). */
+/* The copies decided in one hold of c->mu (an index call or several, a
+ * background pass), with each move's layer sums (L per move, taken when
+ * the move was decided). */
 struct batch {
 	struct move *mv;
 	uint64_t *sums;
@@ -190,18 +192,17 @@ struct kvt_cache {
 
 	pthread_mutex_t mu;
 	kvt_index *idx;
-	struct batch cur;                /* mu: copies of the current call */
-	int bg_mode;                     /* mu: the background is evicting */
-	uint32_t batch, batch_seq;       /* mu: the current batch's id */
-	struct batch bgb;                /* mu, then the background thread:
-					    its pass's copies, run unlocked */
-	double fg_wait_s;                /* mu: synchronous copies, total */
+	struct batch cur;                /* mu: copies decided in this hold
+					    of mu, run once it is dropped */
+	uint32_t batch, batch_seq;       /* mu: cur's id (0: none yet), the
+					    last id taken */
 
 	pthread_mutex_t smu;
 	pthread_cond_t scv;
 	struct meta m[KVT_TIER_COUNT];
 	kvtp *persist;                   /* ssd records ('persist'), or NULL */
 	kvt_cache_stat st;
+	uint32_t run_next;               /* the batch id whose turn it is */
 	int jobs;                        /* jobs not yet finished */
 	kvt_cache_job *live;             /* them, for kvt_cache_close() */
 
@@ -263,10 +264,13 @@ int kvti_cache_best_copy(kvt_cache *c, const kvt_page_info *pi, int *pend);
 /* ---- mover.c: the index's copies, background demotion ------------------- */
 
 /* The index's mover (kvt_index_config.mover; arg is the cache), called
- * with c->mu held. */
+ * with c->mu held: a copy joins c->cur, run by kvti_cache_unlock(). */
 int kvti_cache_mover_copy(void *arg, const kvt_move *m);
 void kvti_cache_mover_release(void *arg, kvt_tier_kind tier, uint32_t slot);
-void kvti_cache_mover_flush(void *arg);
+/* Drop c->mu, then run the copies decided while it was held (in turn
+ * with other batches); the seconds that took. Every hold of c->mu that
+ * may have called the index ends here. */
+double kvti_cache_unlock(kvt_cache *c);
 /* The background thread, and a wake-up for it (after a store). */
 void *kvti_cache_bg_main(void *arg);
 void kvti_cache_bg_kick(kvt_cache *c);

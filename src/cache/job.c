@@ -373,7 +373,7 @@ void kvti_cache_job_abort(kvt_cache *c, kvt_cache_job *j)
 	if (j->pinned) {
 		pthread_mutex_lock(&c->mu);
 		kvti_cache_job_unpin(c, j);
-		pthread_mutex_unlock(&c->mu);
+		kvti_cache_unlock(c);
 	}
 	j->done = 1;
 	kvt_cache_job_free(j);

@@ -125,13 +125,10 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	else
 		store_finish(c, j, cancel);
 	if (j->pinned) {
-		double w0;
-
 		pthread_mutex_lock(&c->mu);
-		w0 = c->fg_wait_s;
-		kvti_cache_job_unpin(c, j); /* write policy copies run here */
-		j->st.wait_s += c->fg_wait_s - w0;
-		pthread_mutex_unlock(&c->mu);
+		kvti_cache_job_unpin(c, j);
+		/* the write policy's copies run here, without the lock */
+		j->st.wait_s += kvti_cache_unlock(c);
 	}
 	if (j->kind == JOB_STORE)
 		kvti_cache_bg_kick(c);
