@@ -48,6 +48,8 @@
  *     reply    u32 nkeys, nkeys * (u64 lo, u64 hi)
  *   LOOKUP     u32 flags, u32 nkeys, nkeys * (u64 lo, u64 hi)
  *     reply    u64 pages, u32 ntiers, u64 tier_pages[ntiers], u64 inflight
+ *              and, with flag KVTD_LOOKUP_RUNS, u32 nruns (<= 8),
+ *              nruns * (u32 tier, u32 pages) (kvt_cache_lookup_runs())
  *   LOAD,      u32 mem_id, u32 slot, u32 nkeys, u32 first,
  *   STORE      nkeys * (u64 lo, u64 hi), u32 blocks[nkeys - first]
  *     reply    (none): accepted; progress goes to job slot @slot
@@ -61,6 +63,10 @@
  *   STATS      (empty)                       reply: u32 len, JSON[len]
  *   QUIESCE    (empty): returns once background demotion has settled
  *              (kvt_cache_quiesce(); tests, benchmarks)    reply: (none)
+ *   RATES      (empty)
+ *     reply    u32 ntiers, ntiers * ntiers * (f64 gbps, f64 bytes,
+ *              f64 busy_s, u64 jobs, f64 total_bytes), source-major
+ *              (kvt_cache_rates())
  *
  * JOB SLOTS (the HELLO memfd; written by the daemon only)
  *
@@ -113,8 +119,12 @@ enum kvtd_msg {
 	KVTD_MSG_QUIESCE = 11,
 	KVTD_MSG_LOAD_EACH = 12,
 	KVTD_MSG_STORE_EACH = 13,
-	KVTD_MSG_MAX = 13,
+	KVTD_MSG_RATES = 14,
+	KVTD_MSG_MAX = 14,
 };
+
+/* LOOKUP flag on the wire only: the reply carries the tier runs too */
+#define KVTD_LOOKUP_RUNS (1u << 16)
 
 typedef struct kvtd_hdr {
 	uint32_t magic;
