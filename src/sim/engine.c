@@ -614,7 +614,8 @@ int kvti_engine_init(struct engine *e, struct sim *s, uint32_t idx)
 	if (c->page_contig) /* one copy per page, all layers */
 		e->cost.chunk_bytes = e->cost.token_bytes * e->geom.page_tokens;
 	e->page_bytes = kvt_geom_page_bytes(&e->geom);
-	kv = c->hw.hbm_bytes * c->hw.mem_util - (double)e->cost.weight_bytes -
+	kv = c->kv_bytes > 0 ? c->kv_bytes :
+	     c->hw.hbm_bytes * c->hw.mem_util - (double)e->cost.weight_bytes -
 	     c->hw.reserve_bytes;
 	if (kv < 64.0 * e->page_bytes)
 		return kvti_fail(KVT_ECONFIG, "%s at TP %u does not fit %s's "
