@@ -60,6 +60,9 @@ static void demo_usage(FILE *f)
 "  --ablation          kvtier with each of its policies switched off alone\n"
 "  --repeat N          every (policy, rate) N times (1)\n"
 "  --plot FILE.png     p90 TTFT against throughput per policy (gnuplot)\n"
+"  --predict PROFILE   also simulate every pass (kvtier sim's engine, the\n"
+"                      same requests) on this machine's hardware profile\n"
+"                      (scripts/demo-profile): predicted next to measured\n"
 "tiers\n"
 "  --fabric/--dram/--ssd SIZE  kvtier's tier sizes (default: from the\n"
 "                      workload and the machine)\n"
@@ -647,6 +650,13 @@ static cJSON *pass_json(const kvt_demo_pass *p)
 	cJSON_AddNumberToObject(o, "seconds", p->seconds);
 	cJSON_AddNumberToObject(o, "setup_seconds", p->setup_s);
 	cJSON_AddNumberToObject(o, "loadavg", p->loadavg);
+	if (p->predicted) {
+		x = cJSON_AddObjectToObject(o, "predicted");
+		cJSON_AddItemToObject(x, "ttft_ms", dist_json(&p->pred_ttft_ms));
+		cJSON_AddItemToObject(x, "tpot_ms", dist_json(&p->pred_tpot_ms));
+		cJSON_AddNumberToObject(x, "tokens_per_s", p->pred_tokens_per_s);
+		cJSON_AddNumberToObject(x, "loaded_tokens", (double)p->pred_loaded);
+	}
 	if (p->stress_gbps > 0)
 		cJSON_AddNumberToObject(o, "stress_gbps", p->stress_gbps);
 	x = cJSON_AddObjectToObject(o, "data");
@@ -881,7 +891,7 @@ int cmd_demo(int argc, char **argv)
 {
 	enum { O_HBM = 1, O_FAB, O_DRAM, O_SSD, O_RATE, O_THINK, O_SIGMA,
 	       O_BUDGET, O_SWEEP, O_RATES, O_TARGETS, O_ABL, O_REPEAT,
-	       O_PLOT };
+	       O_PLOT, O_PREDICT };
 	static const struct option lo[] = {
 		{ "sessions", required_argument, 0, 'S' },
 		{ "turns", required_argument, 0, 'T' },
@@ -909,6 +919,7 @@ int cmd_demo(int argc, char **argv)
 		{ "ablation", no_argument, 0, O_ABL },
 		{ "repeat", required_argument, 0, O_REPEAT },
 		{ "plot", required_argument, 0, O_PLOT },
+		{ "predict", required_argument, 0, O_PREDICT },
 		{ "dir", required_argument, 0, 'd' },
 		{ "seed", required_argument, 0, 'e' },
 		{ "json", no_argument, 0, 'j' },
@@ -965,6 +976,7 @@ int cmd_demo(int argc, char **argv)
 		case O_ABL: c.ablation = 1; break;
 		case O_REPEAT: if (cli_u64("--repeat", optarg, 1, 64, &v)) return 2; c.repeat = (uint32_t)v; break;
 		case O_PLOT: png = optarg; sweep = 1; break;
+		case O_PREDICT: snprintf(c.predict, sizeof(c.predict), "%s", optarg); break;
 		case 'd': snprintf(c.dir, sizeof(c.dir), "%s", optarg); break;
 		case 'e': if (cli_u64("--seed", optarg, 0, UINT64_MAX, &v)) return 2; c.seed = v; break;
 		case 'j': json = 1; break;

@@ -164,6 +164,11 @@ typedef struct kvt_demo_config {
 	int ablation;              /* also kvtier with each of its policies
 				      switched off alone, at @rate */
 	uint32_t repeat;           /* runs of each (policy, rate) (1) */
+	char predict[KVT_PATH_MAX]; /* a hardware profile of this machine
+				      (scripts/demo-profile): every pass is
+				      also simulated (kvt_sim_run() of
+				      kvt_demo_sim_config()), predicted next
+				      to measured; "": not */
 	kvt_demo_progress_fn progress;
 	void *progress_arg;
 	/* fault injection for tests (`kvtier demo` reads KVT_DEMO_TAMPER):
@@ -259,6 +264,11 @@ typedef struct kvt_demo_pass {
 	double stress_gbps;
 	int err;                   /* its first failure (0: none) */
 	char error[256];
+	/* with config.predict: what the simulator predicted for this pass */
+	int predicted;             /* 1: the fields below are set */
+	kvt_dist pred_ttft_ms, pred_tpot_ms;
+	double pred_tokens_per_s;
+	uint64_t pred_recomputed, pred_loaded;
 } kvt_demo_pass;
 
 typedef struct kvt_demo_result {

@@ -277,6 +277,16 @@ typedef struct kvt_sim_config {
 				   * engine with no prefix cache of its own
 				   * (the demo's): only what a request loads
 				   * or computes itself is in hbm for it */
+	int store_top;            /* computed pages are stored into the
+				   * fastest offload tier as each step ends
+				   * (the demo's engine: a store per step),
+				   * whatever the write policy does below */
+	uint32_t store_align;     /* with store_top: whole chunks of this
+				   * many tokens only (LMCache: 256; 0: pages) */
+	int measured_rates;       /* the scheduler prices loads per tier at
+				   * the rates the engine's own loads reached
+				   * (the demo's kvt_cache_rates()), not on
+				   * one link at the copy method's rate */
 	double kv_bytes;          /* hbm for KV per engine (and TP rank),
 				   * bytes; 0: what the profile's HBM leaves
 				   * after weights and reserve */

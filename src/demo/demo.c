@@ -292,6 +292,9 @@ int kvt_demo_sim_config(const kvt_demo_config *c, unsigned policy,
 	s->page_contig = 0;      /* the demo's engine: vLLM's per-layer layout */
 	kvti_demo_sched(p, 0, c->token_budget, &s->sched);
 	s->write_policy = KVT_WRITE_BACK;
+	s->store_top = 1;        /* a store per step, into fabric */
+	s->store_align = p->store_align;
+	s->measured_rates = 1;   /* the scheduler's rates, as the demo's */
 	s->hbm_share = 0;        /* no prefix cache of its own */
 	s->hbm_reuse = 0;
 	s->noffload = 3;
@@ -497,6 +500,34 @@ static size_t plan_passes(const kvt_demo_config *c, struct plan_item *it)
 	return n;
 }
 
+/* The simulator's prediction of a pass (the same workload, engine and
+ * policy, on the profile of this machine). */
+static void predict(const kvt_demo_config *c, const struct plan_item *it,
+		    const kvt_hw *hw, kvt_demo_pass *p)
+{
+	kvt_sim_config *sc = kvt_malloc(sizeof(*sc));
+	kvt_sim_result *sr = kvt_malloc(sizeof(*sr));
+
+	if (sc && sr && !kvt_demo_sim_config(c, it->bit, it->rate, hw, sc)) {
+		sc->sched.features &= ~it->off;
+		if (!kvt_sim_run(sc, sr)) {
+			p->predicted = 1;
+			p->pred_ttft_ms = sr->ttft_ms;
+			p->pred_tpot_ms = sr->tpot_ms;
+			p->pred_tokens_per_s = sr->throughput_tok_s;
+			p->pred_recomputed = sr->prompt_tokens -
+					     sr->computed_tokens;
+			for (int t = KVT_TIER_FABRIC; t < KVT_TIER_COUNT; t++)
+				p->pred_loaded += sr->hit_tokens[t];
+		} else {
+			kvti_warn("demo: the prediction of %s failed: %s",
+				  p->policy, kvt_errdetail());
+		}
+	}
+	kvt_free(sc);
+	kvt_free(sr);
+}
+
 int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
 {
 	kvt_demo_config c = *cin;
@@ -505,7 +536,7 @@ int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
 	char dir[KVT_PATH_MAX + 16], sub[KVT_PATH_MAX + 48];
 	uint64_t t0 = kvt_now_ns();
 	size_t np, done = 0;
-	kvt_hw hw;
+	kvt_hw hw, phw;
 	int err, made_dir = 0;
 
 	kvti_errclear();
@@ -527,6 +558,8 @@ int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
 	}
 	if ((err = kvt_geom_preset(&r->geom, c.model, c.page_tokens, 1, 0)) ||
 	    (err = kvt_hw_load(&hw, c.hardware)))
+		goto fail;
+	if (c.predict[0] && (err = kvt_hw_load(&phw, c.predict)))
 		goto fail;
 	kvti_strlcpy(r->gpu_name, hw.gpu_name, sizeof(r->gpu_name));
 	if ((err = demo_tmpdir(&c, dir, sizeof(dir), &made_dir)))
@@ -557,6 +590,8 @@ int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
 		if (pass_stats(p))
 			perr = perr ? perr : -ENOMEM;
 		done += p->done;
+		if (c.predict[0] && !perr)
+			predict(&c, &plan[i], &phw, p);
 		if (p->cache.corrupt && !perr)
 			perr = KVT_ECORRUPT;
 		if (p->check_err && p->check_err != 1 && !perr)
