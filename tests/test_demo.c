@@ -54,7 +54,7 @@ static void check_pass(const kvt_demo_pass *p, const kvt_demo_config *c)
 
 	CHECK_EQ(p->err, 0);
 	CHECK_EQ(p->done, p->nreqs);
-	CHECK_EQ(p->nreqs, (size_t)c->sessions * c->turns);
+	CHECK_EQ(p->nreqs, (size_t)kvt_demo_sessions_at(c, p->rate) * c->turns);
 	CHECK_EQ(p->cache.corrupt, 0);
 	CHECK_EQ(p->cache.move_errors, 0);
 	CHECK_EQ(p->check_err, 0);
@@ -187,6 +187,39 @@ int main(void)
 		       "restored pages failed\n", r->error,
 		       (unsigned long long)bad, (unsigned long long)failed);
 		kvt_demo_result_free(r);
+	}
+
+	/* the simulator runs the same workload through the same engine: no
+	 * prefix cache of the engine's own (nothing reused from hbm), a
+	 * store per step into the top tier, every request done */
+	{
+		static kvt_sim_config sc;
+		static kvt_sim_result sr;
+		kvt_hw hw;
+
+		small(&c);
+		CHECK_OK(kvt_demo_size(&c));
+		CHECK_OK(kvt_hw_load(&hw, "testbed-b"));
+		/* rates first: a tier's size needs them (the cross rules) */
+		CHECK_OK(kvt_hw_set(&hw, "fabric.link_gbps", "54"));
+		CHECK_OK(kvt_hw_set(&hw, "fabric.device_gbps", "76.8"));
+		CHECK_OK(kvt_hw_set(&hw, "fabric.bytes", "16e9"));
+		CHECK_OK(kvt_hw_set(&hw, "ssd.read_gbps", "6"));
+		CHECK_OK(kvt_hw_set(&hw, "ssd.write_gbps", "6"));
+		CHECK_OK(kvt_hw_set(&hw, "ssd.bytes", "1e12"));
+		for (unsigned b = 1; b < KVT_DEMO_ALL; b <<= 1) {
+			CHECK_OK(kvt_demo_sim_config(&c, b, c.rate, &hw, &sc));
+			CHECK_OK(kvt_sim_run(&sc, &sr));
+			CHECK_EQ(sr.finished, (uint64_t)c.sessions * c.turns);
+			CHECK_EQ(sr.hit_tokens[KVT_TIER_HBM], 0);
+			CHECK(sr.hit_tokens[KVT_TIER_FABRIC] +
+			      sr.hit_tokens[KVT_TIER_DRAM] +
+			      sr.hit_tokens[KVT_TIER_SSD] > 0);
+			CHECK(sr.store_bytes[KVT_TIER_FABRIC] > 0);
+			printf("simulated %-18s TTFT mean %.1f ms, %.0f tok/s\n",
+			       kvt_demo_policy_name(b), sr.ttft_ms.mean,
+			       sr.throughput_tok_s);
+		}
 	}
 
 	/* bad configurations are refused before anything is built */

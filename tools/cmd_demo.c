@@ -52,8 +52,10 @@ static void demo_usage(FILE *f)
 "                      the largest requests)\n"
 "policies\n"
 "  --policy LIST       lmcache, lmcache-layerwise, vllm, kvtier or all (all)\n"
-"  --sweep             every policy at several session rates (--rates),\n"
-"                      the throughput each reaches at equal p90 TTFT\n"
+"  --sweep             every policy at several session rates (--rates), the\n"
+"                      sessions arriving over the same window at each (so\n"
+"                      more of them at a higher rate): the throughput each\n"
+"                      policy reaches at equal p90 TTFT\n"
 "  --rates LIST        the sweep's rates (default 1,2,4,8 x --rate / 2)\n"
 "  --ttft-targets LIST p90 TTFT targets in ms (default: chosen from the\n"
 "                      curves, where all of them reach)\n"
@@ -291,8 +293,8 @@ static void print_rates(const kvt_demo_result *r)
 
 	for (uint32_t rep = 0; rep < c->repeat; rep++)
 		for (uint32_t k = 0; k < nrates(c); k++) {
-			printf("\nsessions at %g/s%s:\n", rate_at(c, k),
-			       c->repeat > 1 ? "" : "");
+			printf("\nsessions at %g/s (%u sessions):\n",
+			       rate_at(c, k), kvt_demo_sessions_at(c, rate_at(c, k)));
 			if (c->repeat > 1)
 				printf("  (run %u of %u)\n", rep + 1, c->repeat);
 			print_table_head();
@@ -640,6 +642,7 @@ static cJSON *pass_json(const kvt_demo_pass *p)
 	cJSON_AddStringToObject(o, "policy", p->policy);
 	cJSON_AddStringToObject(o, "variant", p->variant);
 	cJSON_AddNumberToObject(o, "rate", p->rate);
+	cJSON_AddNumberToObject(o, "sessions", p->sessions);
 	cJSON_AddNumberToObject(o, "repeat", p->repeat);
 	cJSON_AddNumberToObject(o, "order", p->order);
 	cJSON_AddStringToObject(o, "tiers", p->tiers);

@@ -155,7 +155,10 @@ typedef struct kvt_demo_config {
 	uint64_t stress_bytes;     /* each stressor's two buffers (256 MiB) */
 	uint64_t seed;             /* (1) */
 	/* the sweep: these session rates (nrates > 0), every policy at
-	 * each, for the throughput each reaches at equal TTFT targets */
+	 * each, for the throughput each reaches at equal TTFT targets. The
+	 * sessions arrive over the same window at every rate (@sessions /
+	 * @rate seconds), so the offered load grows with the rate: at rate r,
+	 * kvt_demo_sessions_at(c, r) sessions. */
 	double rates[KVT_DEMO_MAX_RATES];
 	uint32_t nrates;
 	double targets_ms[KVT_DEMO_MAX_TARGETS]; /* p90 TTFT targets; 0 of
@@ -193,6 +196,10 @@ KVT_API void kvt_demo_config_init(kvt_demo_config *c);
  * -ENOSPC when the ssd directory's file system lacks room.
  */
 KVT_API int kvt_demo_size(kvt_demo_config *c);
+
+/** Sessions at rate @rate: @c->sessions at @c->rate, and as many more or
+ *  fewer as arrive in the same window at another rate (at least one). */
+KVT_API uint32_t kvt_demo_sessions_at(const kvt_demo_config *c, double rate);
 
 /** The simulator configuration of this workload (the same requests, the
  *  same engine and policy: kvt_sim_run() predicts a pass), for policy bit
@@ -246,6 +253,7 @@ typedef struct kvt_demo_pass {
 	char policy[24];           /* "kvtier", ... */
 	char variant[32];          /* ablation: "-delay-hit"; "" otherwise */
 	double rate;               /* sessions per second */
+	uint32_t sessions;         /* sessions of this pass */
 	uint32_t repeat;           /* which run of (policy, rate) */
 	uint32_t order;            /* position in its group (0 first) */
 	char tiers[512];           /* the tier spec used */

@@ -136,12 +136,22 @@ static uint64_t last_tokens(const kvt_demo_config *c)
 	return prompt_len(c, c->turns - 1) + c->output_tokens;
 }
 
+uint32_t kvt_demo_sessions_at(const kvt_demo_config *c, double rate)
+{
+	double n = (double)c->sessions * rate / c->rate;
+
+	if (!(n >= 1))
+		return 1;
+	return n > KVT_DEMO_MAX_SESSIONS ? KVT_DEMO_MAX_SESSIONS :
+					   (uint32_t)(n + 0.5);
+}
+
 int kvti_demo_wl_config(const kvt_demo_config *c, double rate,
 			kvt_sim_config *s)
 {
 	kvt_sim_config_init(s);
 	s->workload = KVT_WL_AGENTIC;
-	s->sessions = c->sessions;
+	s->sessions = kvt_demo_sessions_at(c, rate);
 	s->turns = c->turns;
 	s->context = (uint32_t)prompt_len(c, c->turns - 1);
 	s->append = c->turn_tokens;
@@ -229,8 +239,13 @@ int kvt_demo_size(kvt_demo_config *c)
 		c->fabric_bytes = 3 * sess;
 	if (!c->dram_bytes)
 		c->dram_bytes = 3 * sess;
-	if (!c->ssd_bytes)
-		c->ssd_bytes = (uint64_t)c->sessions * sess / 4 * 5 + 64 * page;
+	if (!c->ssd_bytes) { /* the sweep's largest pass */
+		uint32_t most = c->sessions;
+
+		for (uint32_t i = 0; i < c->nrates; i++)
+			most = KVT_MAX(most, kvt_demo_sessions_at(c, c->rates[i]));
+		c->ssd_bytes = (uint64_t)most * sess / 4 * 5 + 64 * page;
+	}
 	if (c->hbm_bytes < req)
 		return kvti_fail(-EINVAL, "demo: engine memory (--hbm) of %llu "
 				 "bytes cannot hold one session's last request "
@@ -569,6 +584,7 @@ int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
 		struct kvti_demo_pass_cfg pc = {
 			.c = &c, .pol = kvti_demo_policy_of(plan[i].bit),
 			.off = plan[i].off, .rate = plan[i].rate,
+			.sessions = kvt_demo_sessions_at(&c, plan[i].rate),
 			.g = &r->geom, .hw = &hw, .dir = sub,
 			.tamper = i == 0, .pass = i, .passes = np,
 		};

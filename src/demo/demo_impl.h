@@ -124,6 +124,7 @@ struct kvti_demo_pass_cfg {
 	const struct kvti_demo_policy *pol;
 	uint32_t off;            /* ablation: features switched off */
 	double rate;
+	uint32_t sessions;       /* kvt_demo_sessions_at(c, rate) */
 	const kvt_geom *g;
 	const kvt_hw *hw;
 	const char *dir;         /* the ssd directory of this pass */

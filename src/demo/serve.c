@@ -1185,7 +1185,8 @@ int kvti_demo_pass(const struct kvti_demo_pass_cfg *pc, kvt_demo_pass *out)
 	out->check_err = 1;
 	snprintf(out->policy, sizeof(out->policy), "%s", pc->pol->name);
 	out->rate = pc->rate;
-	out->nreqs = (size_t)c->sessions * c->turns;
+	out->sessions = pc->sessions;
+	out->nreqs = (size_t)pc->sessions * c->turns;
 	out->reqs = kvt_calloc(out->nreqs, sizeof(*out->reqs));
 	s->total = out->nreqs;
 	if (!out->reqs) {
