@@ -26,14 +26,16 @@ for k in '"ok":	true' '"policies":' '"kvtier":' '"vllm":' '"passes":' \
 	 '"bad":	0' '"load_gbps_measured":' '"loadavg":' '"rate":	40'; do
 	grep -qF "$k" "$TMP/out.json" || fail "json lacks $k"
 done
-# every pass: 2 x 2 requests, all run; TTFT mean >= p50 > 0 and p99 >= p90
+# every pass: its sessions x 2 turns, all run (a sweep's sessions grow with
+# the rate: 1 at 10/s, 4 at 40/s); 0 < p50 <= p90 <= p99
 python3 - "$TMP/out.json" <<'EOF' || fail "json checks"
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert len(d["passes"]) == 4, len(d["passes"])
 for p in d["passes"]:
     t = p["ttft_ms"]
-    assert p["requests_run"] == 4, p
+    assert p["requests_run"] == p["requests"] == 2 * p["sessions"], p
+    assert p["sessions"] == {10: 1, 40: 4}[p["rate"]], p
     assert 0 < t["p50"] <= t["p90"] <= t["p99"], t
     assert p["tokens_per_s"] > 0
     assert p["data"]["final_bad"] == 0
