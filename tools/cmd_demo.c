@@ -628,6 +628,8 @@ static cJSON *stat_json(const kvt_demo_pass *p)
 	cJSON_AddNumberToObject(o, "gpu_busy_modeled", s->gpu_busy);
 	cJSON_AddNumberToObject(o, "gpu_overrun_s", s->gpu_overrun_s);
 	cJSON_AddNumberToObject(o, "load_wait_s", s->load_wait_s);
+	cJSON_AddNumberToObject(o, "store_skipped_pages",
+				(double)s->store_skipped_pages);
 	x = cJSON_AddObjectToObject(o, "load_gbps_measured");
 	for (int t = KVT_TIER_FABRIC; t < KVT_TIER_REMOTE; t++)
 		cJSON_AddNumberToObject(x, kvt_tier_kind_name((kvt_tier_kind)t),

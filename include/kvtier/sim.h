@@ -111,6 +111,10 @@ typedef struct kvt_hw {
 				* units of (rate x idle round trip) */
 	double stress_gbps;    /* [host.stress_gbps] one stressor thread's
 				* copy rate on an idle machine */
+	double copy_gbps;      /* [host.copy_gbps] a machine whose every copy
+				* is the CPU's (no DMA engine: the demo's
+				* host): the CPU's total copy rate, shared by
+				* every load, store and demotion; 0: none */
 
 	double fabric_bytes;   /* [fabric.bytes] per GPU; 0: no fabric tier */
 	double fabric_link_gbps;   /* [fabric.link_gbps] per GPU */

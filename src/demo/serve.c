@@ -135,6 +135,7 @@ struct serve {
 	int step_due;
 	uint64_t step_gen;
 	double overrun_s, load_wait_s;
+	uint64_t store_skipped;  /* pages a store could not place */
 	/* measured rates */
 	double gbps[KVT_TIER_COUNT];
 	uint64_t rates_at;
@@ -556,7 +557,7 @@ static int store_pages(struct serve *s, struct dreq *r, uint32_t upto)
 	if (err == KVT_EFULL || err == KVT_ENOTFOUND) {
 		/* nowhere to put it now (the top tier is full of pages other
 		 * jobs hold): these pages are not cached; counted */
-		s->out->cache.failed_blocks += 0;
+		s->store_skipped += upto - first;
 		kvti_debug("demo: store of %u pages skipped: %s", upto - first,
 			   kvt_strerror(err));
 		tt_drop(s, r, r->stored, upto);
@@ -776,8 +777,15 @@ static void load_end(struct serve *s, struct pjob *x, int rc)
 
 static void store_end(struct serve *s, struct pjob *x, int rc)
 {
-	if (rc && rc != -ECANCELED)
+	if (rc == KVT_EFULL || rc == KVT_ENOTFOUND) {
+		/* no room for some pages (every tier full of leased pages), or
+		 * a parent gone: those pages are not cached; counted */
+		long nf = kvti_dj_failed(x->j, s->failed, x->end - x->first);
+
+		s->store_skipped += nf > 0 ? (uint64_t)nf : x->end - x->first;
+	} else if (rc && rc != -ECANCELED) {
 		sv_fail(s, rc, "store");
+	}
 	for (uint32_t i = 0; i < x->end - x->first; i++) {
 		uint32_t b = x->blocks[i];
 
@@ -1229,6 +1237,7 @@ int kvti_demo_pass(const struct kvti_demo_pass_cfg *pc, kvt_demo_pass *out)
 		st->gpu_busy = out->seconds > 0 ? e->busy_s / out->seconds : 0;
 		st->gpu_overrun_s = s->overrun_s;
 		st->load_wait_s = s->load_wait_s;
+		st->store_skipped_pages = s->store_skipped;
 		refresh_rates(s);
 		for (int t = 0; t < KVT_TIER_COUNT; t++)
 			st->load_gbps[t] = s->gbps[t];
