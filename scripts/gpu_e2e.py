@@ -224,7 +224,8 @@ class Model:
 
 class Daemon:
     def __init__(self, binary: str, cfg: dict, page_tokens: int, tiers: str,
-                 workdir: str, devices: str = "") -> None:
+                 workdir: str, devices: str = "",
+                 extra: tuple = ()) -> None:
         self.sock = os.path.join(workdir, "d.sock")
         path = os.path.join(workdir, "config.json")
         with open(path, "w") as f:
@@ -233,7 +234,8 @@ class Daemon:
         self.p = subprocess.Popen([binary, "serve", "--socket", self.sock,
                                    "--model", path, "--page-tokens",
                                    str(page_tokens), "--tiers", tiers] +
-                                  (["--devices", devices] if devices else []),
+                                  (["--devices", devices] if devices else []) +
+                                  list(extra),
                                   stdout=self.log, stderr=subprocess.STDOUT)
         kvtier.Client.wait_daemon(self.sock, timeout=30)
 
