@@ -155,6 +155,11 @@ enum {
  *              instead of at the first kvt_cache_attach() of each device
  *              (which registers them otherwise). A tier opened with 'pin'
  *              is used as it is.
+ * @dev_load, @dev_store: the device lanes' copy method for loads into
+ *              device memory and stores out of it: KVT_XFER_CUDA_KERNEL
+ *              (the SM-capped gather kernel), _BATCH (batched copy-engine
+ *              DMA) or _CHUNK (one copy per chunk); 0: kernel for loads,
+ *              batch for stores (kvt_xfer_config.cuda_load / cuda_store).
  */
 typedef struct kvt_cache_config {
 	uint32_t size;
@@ -169,6 +174,7 @@ typedef struct kvt_cache_config {
 	uint32_t xfer_threads;
 	const char *remote;
 	const char *devices;
+	int dev_load, dev_store;
 } kvt_cache_config;
 
 #define KVT_CACHE_CONFIG_INIT { .size = sizeof(kvt_cache_config) }

@@ -227,6 +227,8 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 		ic.pools[t] = kvt_tier_pool(c->tiers[t]);
 	}
 	xc.cpu_threads = cfg.xfer_threads;
+	xc.cuda_load = cfg.dev_load;
+	xc.cuda_store = cfg.dev_store;
 	if ((err = kvt_xfer_create(&c->x, &xc)))
 		goto fail;
 	ic.page_tokens = c->geom.page_tokens;

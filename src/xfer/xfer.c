@@ -768,9 +768,11 @@ static int pick_path(struct kvt_xfer *x, struct kvt_xfer_job *j)
 		/* the slot is known once the device's lanes run (lane_ready) */
 		j->lane = LANE_DEV0 + !(tg && !sg);
 		j->dev_id = tg ? t->spec.device : s->spec.device;
-		if (m == KVT_XFER_AUTO)
+		if (m == KVT_XFER_AUTO) {
 			m = sg && tg ? KVT_XFER_CUDA_CHUNK :
 			    tg ? x->cfg.cuda_load : x->cfg.cuda_store;
+			j->method_auto = 1;
+		}
 		if (m < KVT_XFER_CUDA_CHUNK)
 			return kvti_fail(-EOPNOTSUPP, "%s cannot move pages "
 					 "between %s and %s (the cuda methods "

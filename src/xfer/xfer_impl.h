@@ -77,6 +77,7 @@ struct kvt_xfer_job {
 	void *const *sbufs;          /* source buffers (NULL for ssd) */
 	void *const *dbufs;
 	int method;                  /* kvt_xfer_method, never AUTO */
+	int method_auto;             /* chosen by the engine, not the caller */
 	int lane;                    /* enum xfer_lane (+ device slot) */
 	int dev_id;                  /* device lanes: the device's id */
 	int mover;                   /* enum kvt_xfer_mover */
