@@ -98,7 +98,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import \
     KVConnectorStats
 
-from . import (KVT_ENOTBUILT, KVT_ENOTFOUND, Client, ConnectionLost,
+from . import (KVT_ENOTFOUND, Client, ConnectionLost,
                Geometry, Job, KvtierError)
 from . import Memory, keys_from_hashes
 from .client import shared_memfd
@@ -201,12 +201,9 @@ def _describe(t: Any) -> Tuple[int, Tuple[int, ...], Tuple[int, ...], int]:
     NumPy array."""
     if _is_torch(t):
         if t.device.type != "cpu":
-            raise KvtierError(KVT_ENOTBUILT, "kvtier.vllm: register KV caches",
-                              f"KV caches on {t.device} cannot be shared with "
-                              f"the daemon: GPU memory registration is not "
-                              f"implemented; leave \"staging\" at \"auto\" "
-                              f"(or true) to move pages through host "
-                              f"staging blocks")
+            raise ValueError(f"kvtier.vllm: a KV cache on {t.device} "
+                             f"where host memory was expected (CUDA "
+                             f"tensors are registered by handle)")
         isz = t.element_size()
         return (t.data_ptr(), tuple(t.shape),
                 tuple(s * isz for s in t.stride()), isz)
@@ -638,24 +635,23 @@ class KvtierConnector(KVConnectorBase_V1):
                              f"for a model of {g.layers} layers")
         on_gpu = any(_is_torch(t) and t.device.type == "cuda"
                      for t in kv_caches.values())
-        if on_gpu and self._staging_mode is not True:
-            other = {str(t.device) for t in kv_caches.values()
-                     if _is_torch(t) and t.device.type not in ("cpu", "cuda")}
-            if other:
-                raise ValueError(
-                    f"kvtier.vllm: KV caches on {', '.join(sorted(other))}: "
-                    f"the daemon opens CUDA memory by handle, or maps host "
-                    f"memory (\"staging\": true moves other devices' KV "
-                    f"through host blocks)")
         if self._staging_mode is True:
             self._register_staging(kv_caches)
             return
+        other = {str(t.device) for t in kv_caches.values()
+                 if _is_torch(t) and t.device.type not in ("cpu", "cuda")}
+        if other:
+            raise ValueError(
+                f"kvtier.vllm: KV caches on {', '.join(sorted(other))}: "
+                f"the daemon opens CUDA memory by handle, or maps host "
+                f"memory (\"staging\": true moves other devices' KV "
+                f"through host blocks)")
         if on_gpu or self._device_mode == "emu":
             self._register_device(kv_caches, on_gpu)
             return
         if any(_is_torch(t) for t in kv_caches.values()):
             for t in kv_caches.values():
-                _describe(t)    # GPU: KVT_ENOTBUILT before anything moves
+                _describe(t)    # a non-CPU tensor refused before anything moves
             if not all(_buffer_of(t.data_ptr(), t.data_ptr() + 1)
                        for t in kv_caches.values()):
                 _rehome_torch(kv_caches)
