@@ -638,7 +638,7 @@ class KvtierConnector(KVConnectorBase_V1):
                              f"for a model of {g.layers} layers")
         on_gpu = any(_is_torch(t) and t.device.type == "cuda"
                      for t in kv_caches.values())
-        if on_gpu and self._staging_mode is not True:
+        if self._staging_mode is not True:
             other = {str(t.device) for t in kv_caches.values()
                      if _is_torch(t) and t.device.type not in ("cpu", "cuda")}
             if other:
