@@ -82,6 +82,29 @@ static int engine(uint32_t tenant, uint32_t tp, uint32_t rank, uint32_t s,
 	CHECK_EQ(nf, 0);
 	for (uint32_t i = 0; i < NP; i++)
 		CHECK(srv_holds(&sm, blk2[i], keys[i]));
+	/* where the pages are, run by run, and the daemon's measured rates */
+	{
+		static kvt_xfer_rate rt[KVT_TIER_COUNT][KVT_TIER_COUNT];
+		kvt_cache_run runs[KVT_CACHE_MAX_RUNS];
+		size_t nr = 0;
+		uint64_t sum = 0, loads = 0;
+
+		CHECK_OK(kvt_client_lookup_runs(cl, keys, NP, 0, &r, runs,
+						KVT_CACHE_MAX_RUNS, &nr));
+		CHECK_EQ(r.pages, NP);
+		CHECK(nr >= 1);
+		for (size_t i = 0; i < nr; i++)
+			sum += runs[i].pages;
+		CHECK_EQ(sum, NP);
+		CHECK_ERR(kvt_client_lookup_runs(cl, keys, NP, 0, &r, NULL, 1,
+						 &nr), -EINVAL);
+		CHECK_ERR(kvt_client_lookup(cl, keys, NP, 1u << 16, &r),
+			  -EINVAL);
+		CHECK_OK(kvt_client_rates(cl, rt));
+		for (int t = KVT_TIER_FABRIC; t < KVT_TIER_REMOTE; t++)
+			loads += rt[t][KVT_TIER_HBM].jobs;
+		CHECK(loads >= 1);
+	}
 	/* a load with a page nobody stored: that block fails, alone */
 	{
 		kvt_page_key k2[NP + 1];

@@ -155,6 +155,11 @@ enum {
  *              instead of at the first kvt_cache_attach() of each device
  *              (which registers them otherwise). A tier opened with 'pin'
  *              is used as it is.
+ * @dev_load, @dev_store: the device lanes' copy method for loads into
+ *              device memory and stores out of it: KVT_XFER_CUDA_KERNEL
+ *              (the SM-capped gather kernel), _BATCH (batched copy-engine
+ *              DMA) or _CHUNK (one copy per chunk); 0: kernel for loads,
+ *              batch for stores (kvt_xfer_config.cuda_load / cuda_store).
  */
 typedef struct kvt_cache_config {
 	uint32_t size;
@@ -169,6 +174,7 @@ typedef struct kvt_cache_config {
 	uint32_t xfer_threads;
 	const char *remote;
 	const char *devices;
+	int dev_load, dev_store;
 } kvt_cache_config;
 
 #define KVT_CACHE_CONFIG_INIT { .size = sizeof(kvt_cache_config) }
@@ -311,6 +317,45 @@ enum {
 KVT_API int kvt_cache_lookup(kvt_cache *c, uint32_t tenant,
 			     const kvt_page_key *keys, size_t nkeys,
 			     unsigned flags, kvt_cache_lookup_result *r);
+
+/** One run of the leading loadable pages: @pages in a row whose fastest
+ *  committed copy is in tier @tier. */
+typedef struct kvt_cache_run {
+	uint32_t tier;   /* kvt_tier_kind */
+	uint32_t pages;
+} kvt_cache_run;
+
+#define KVT_CACHE_MAX_RUNS 8
+
+/**
+ * kvt_cache_lookup_runs() - kvt_cache_lookup(), and where its r->pages
+ * leading pages are, in prefix order: runs of consecutive pages whose
+ * fastest copy is in one tier, at most @max of them (<= KVT_CACHE_MAX_RUNS
+ * is plenty: eviction demotes leaves first, so a prefix is mostly fast
+ * tiers first). When there are more runs, the last one takes the rest of
+ * the pages under the slowest tier among them. *@nruns gets the count; the
+ * runs' pages add up to r->pages. For a scheduler that decides per tier
+ * run whether loading beats recomputing (kvt_sched_req.run_*). Same
+ * errors as kvt_cache_lookup(), and -EINVAL for @max 0 or NULL arrays.
+ */
+KVT_API int kvt_cache_lookup_runs(kvt_cache *c, uint32_t tenant,
+				  const kvt_page_key *keys, size_t nkeys,
+				  unsigned flags, kvt_cache_lookup_result *r,
+				  kvt_cache_run *runs, size_t max,
+				  size_t *nruns);
+
+/**
+ * kvt_cache_rates() - the transfer engine's recent measured rates between
+ * every pair of tier kinds (kvt_xfer_rate_get(); the engine's registered
+ * memory is KVT_TIER_HBM): rates[src][dst]. What a scheduler prices loads
+ * (from each tier into hbm) and stores with, instead of constants. Loads
+ * from ssd staged through the bounce tier (GPU memory, or
+ * KVT_CACHE_STAGE_SSD) show as their two hops, ssd -> dram (the bounce
+ * tier is of kind dram) and dram -> hbm.
+ * Returns 0, or -EINVAL for NULL arguments.
+ */
+KVT_API int kvt_cache_rates(kvt_cache *c,
+			    kvt_xfer_rate rates[KVT_TIER_COUNT][KVT_TIER_COUNT]);
 
 /**
  * kvt_cache_load() - start copying pages first..nkeys-1 of the prefix

@@ -395,6 +395,19 @@ KVT_API int kvt_client_fd(kvt_client *cl);
  *  (free()). */
 KVT_API int kvt_client_stats(kvt_client *cl, char **json);
 
+/** kvt_cache_lookup_runs() through the daemon (at most
+ *  KVT_CACHE_MAX_RUNS runs). A daemon too old for it answers KVT_EPROTO. */
+KVT_API int kvt_client_lookup_runs(kvt_client *cl, const kvt_page_key *keys,
+				   size_t nkeys, unsigned flags,
+				   kvt_cache_lookup_result *r,
+				   kvt_cache_run *runs, size_t max,
+				   size_t *nruns);
+
+/** kvt_cache_rates() of the daemon's cache (RATES): its transfer engine's
+ *  measured rates between tier kinds. 0 or a protocol error. */
+KVT_API int kvt_client_rates(kvt_client *cl,
+			     kvt_xfer_rate rates[KVT_TIER_COUNT][KVT_TIER_COUNT]);
+
 /** Wait until the daemon's background demotion has settled
  *  (kvt_cache_quiesce(); for tests and benchmarks that want a settled
  *  state). Holds the client's socket meanwhile. */

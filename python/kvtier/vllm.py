@@ -638,15 +638,18 @@ class KvtierConnector(KVConnectorBase_V1):
                              f"for a model of {g.layers} layers")
         on_gpu = any(_is_torch(t) and t.device.type == "cuda"
                      for t in kv_caches.values())
+        if self._staging_mode is not True:
+            other = {str(t.device) for t in kv_caches.values()
+                     if _is_torch(t) and t.device.type not in ("cpu", "cuda")}
+            if other:
+                raise ValueError(
+                    f"kvtier.vllm: KV caches on {', '.join(sorted(other))}: "
+                    f"the daemon opens CUDA memory by handle, or maps host "
+                    f"memory (\"staging\": true moves other devices' KV "
+                    f"through host blocks)")
         if self._staging_mode is True:
             self._register_staging(kv_caches)
             return
-        other = {str(t.device) for t in kv_caches.values()
-                 if _is_torch(t) and t.device.type not in ("cpu", "cuda")}
-        if other:
-            raise ValueError(f"kvtier.vllm: KV caches on {sorted(other)}: "
-                             f"the daemon registers CPU and CUDA tensors "
-                             f"(or \"staging\": true)")
         if on_gpu or self._device_mode == "emu":
             self._register_device(kv_caches, on_gpu)
             return

@@ -820,19 +820,21 @@ int kvt_client_hash_tokens(kvt_client *cl, const uint32_t *tokens,
 	return err;
 }
 
-int kvt_client_lookup(kvt_client *cl, const kvt_page_key *keys, size_t nkeys,
-		      unsigned flags, kvt_cache_lookup_result *r)
+static int lookup(kvt_client *cl, const kvt_page_key *keys, size_t nkeys,
+		  unsigned flags, kvt_cache_lookup_result *r,
+		  kvt_cache_run *runs, size_t max, size_t *nruns)
 {
 	kvtd_rd rd;
 	uint32_t nt;
 	int err;
 
 	kvti_errclear();
-	if (!r || (nkeys && !keys) || nkeys > UINT32_MAX)
+	if (!r || (nkeys && !keys) || nkeys > UINT32_MAX ||
+	    (flags & KVTD_LOOKUP_RUNS) || (runs && (!max || !nruns)))
 		return kvti_fail(-EINVAL, "client lookup: bad arguments");
 	pthread_mutex_lock(&cl->mu);
 	begin(cl, KVTD_MSG_LOOKUP);
-	kvtd_put_u32(&cl->out, flags);
+	kvtd_put_u32(&cl->out, flags | (runs ? KVTD_LOOKUP_RUNS : 0));
 	kvtd_put_u32(&cl->out, (uint32_t)nkeys);
 	kvtd_put_keys(&cl->out, keys, nkeys);
 	err = rpc(cl, NULL, 0, &rd);
@@ -846,6 +848,74 @@ int kvt_client_lookup(kvt_client *cl, const kvt_page_key *keys, size_t nkeys,
 				r->tier_pages[t] = v;
 		}
 		r->inflight = kvtd_get_u64(&rd);
+		if (runs) {
+			uint32_t n = kvtd_get_u32(&rd);
+
+			if (!rd.err && n > max)
+				rd.err = kvti_fail(KVT_EPROTO, "client lookup: "
+						   "%u runs, room for %zu", n,
+						   max);
+			for (uint32_t i = 0; i < n && !rd.err; i++) {
+				runs[i].tier = kvtd_get_u32(&rd);
+				runs[i].pages = kvtd_get_u32(&rd);
+			}
+			*nruns = rd.err ? 0 : n;
+		}
+		err = body_end(&rd);
+	}
+	pthread_mutex_unlock(&cl->mu);
+	return err;
+}
+
+int kvt_client_lookup(kvt_client *cl, const kvt_page_key *keys, size_t nkeys,
+		      unsigned flags, kvt_cache_lookup_result *r)
+{
+	return lookup(cl, keys, nkeys, flags, r, NULL, 0, NULL);
+}
+
+int kvt_client_lookup_runs(kvt_client *cl, const kvt_page_key *keys,
+			   size_t nkeys, unsigned flags,
+			   kvt_cache_lookup_result *r, kvt_cache_run *runs,
+			   size_t max, size_t *nruns)
+{
+	if (!runs)
+		return kvti_fail(-EINVAL, "client lookup: no room for runs");
+	return lookup(cl, keys, nkeys, flags, r, runs,
+		      KVT_MIN(max, (size_t)KVT_CACHE_MAX_RUNS), nruns);
+}
+
+int kvt_client_rates(kvt_client *cl,
+		     kvt_xfer_rate rates[KVT_TIER_COUNT][KVT_TIER_COUNT])
+{
+	kvtd_rd rd;
+	int err;
+
+	kvti_errclear();
+	if (!cl || !rates)
+		return kvti_fail(-EINVAL, "client rates: bad arguments");
+	memset(rates, 0, sizeof(kvt_xfer_rate) * KVT_TIER_COUNT *
+			 KVT_TIER_COUNT);
+	pthread_mutex_lock(&cl->mu);
+	begin(cl, KVTD_MSG_RATES);
+	err = rpc(cl, NULL, 0, &rd);
+	if (!err) {
+		uint32_t nt = kvtd_get_u32(&rd);
+
+		if (!rd.err && nt > 64)
+			rd.err = kvti_fail(KVT_EPROTO, "client rates: %u tiers",
+					   nt);
+		for (uint32_t s = 0; s < nt && !rd.err; s++)
+			for (uint32_t t = 0; t < nt && !rd.err; t++) {
+				kvt_xfer_rate x;
+
+				x.gbps = kvtd_get_f64(&rd);
+				x.bytes = kvtd_get_f64(&rd);
+				x.busy_s = kvtd_get_f64(&rd);
+				x.jobs = kvtd_get_u64(&rd);
+				x.total_bytes = kvtd_get_f64(&rd);
+				if (s < KVT_TIER_COUNT && t < KVT_TIER_COUNT)
+					rates[s][t] = x;
+			}
 		err = body_end(&rd);
 	}
 	pthread_mutex_unlock(&cl->mu);

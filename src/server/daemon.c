@@ -233,6 +233,8 @@ int kvtd_open(kvtd **out, const kvtd_config *cfg)
 	cc.evict = cfg->evict;
 	cc.xfer_threads = cfg->xfer_threads;
 	cc.devices = cfg->devices && *cfg->devices ? cfg->devices : NULL;
+	cc.dev_load = cfg->dev_load;
+	cc.dev_store = cfg->dev_store;
 	if ((err = kvt_cache_open(&d->c, &cc)))
 		goto fail;
 	d->g = kvt_cache_geom(d->c);

@@ -275,7 +275,7 @@ int kvti_event_register(struct conn *c, const kvtd_req *q, int fd,
 {
 	struct cevent *ce = NULL;
 	kvti_dev_handle h = { .fd = fd };
-	int dev, err;
+	int dev = -1, err;
 
 	for (int i = 0; i < MAX_EVENTS; i++)
 		if (!c->events[i].id) {

@@ -289,12 +289,12 @@ def test_bad_config(sock, workdir, monkeypatch):
     except ImportError:
         torch = None
     if torch is not None:
-        # tensors on a device that is neither the CPU nor a GPU are
-        # refused, with the reason ...
+        # tensors on a device that is not CUDA are refused ...
         dev = {f"l{i}": torch.zeros(shape, device="meta") for i in range(L)}
-        with pytest.raises(ValueError, match="meta"):
+        with pytest.raises(ValueError, match="CUDA"):
             w.register_kv_caches(dev)
-        # ... unless the staging pool is asked for explicitly
+        assert w._staging is None and w._mem is None
+        # ... unless staged, which is only ever asked for, never a fallback
         cfg = ve.vllm_config({"socket": sock, "staging": True},
                              tinymodel.CONFIG)
         w2 = kv_vllm.KvtierConnector(cfg, KVConnectorRole.WORKER)
@@ -399,53 +399,3 @@ def test_daemon_restart(workdir, monkeypatch):
         assert outputs(e2, {"c2": c}) == expect({"c2": c})
         assert e2.stats["load_pages"] == 4
         e2.shutdown()
-
-
-
-class _HungJob:
-    """A job of a hung daemon: never ends; wait() without a timeout would
-    hang the engine for good (here it fails the test instead)."""
-
-    def __init__(self):
-        self.closed = False
-
-    def cancel(self):
-        return True
-
-    def wait(self, timeout=None):
-        if timeout is None:
-            raise AssertionError("an unbounded wait on a hung daemon")
-        raise TimeoutError("wait for job: timed out")
-
-    def poll(self):
-        return False
-
-    def close(self):
-        self.closed = True
-
-
-def test_preempt_with_a_hung_daemon(sock):
-    """A preempted request whose store never stops (a hung daemon; issue
-    21: handle_preemptions waited with no timeout): the wait is bounded
-    (the daemon's lease plus the request timeout), the connection is
-    dropped and re-made, and the request then runs to the right output."""
-    e = ve.Engine({"socket": sock, "timeout_ms": 300})
-    a = tokens(23, 5 * P + 1)
-    req = e.add("a", a, 4)
-    f = fake_forward(e)
-    e.step(f)
-    hung = _HungJob()
-    e.worker_conn._store_jobs.setdefault("a", []).append(hung)
-    e.scheduler.preempt("a")
-    so = e.scheduler.schedule()
-    mro = e.runner.execute_model(so, f, lambda r: a)
-    assert hung.closed and "a" not in e.worker_conn._store_jobs
-    kvo = mro.kv_connector_output
-    assert kvo.kv_connector_stats.reduce()["stop_timeouts"] == 1
-    assert e.worker_conn._down_since is not None  # dropped: reconnects
-    e.scheduler.update_from_output(so, mro)
-    e.worker_conn._down_since = 0.0  # reconnect at the next step
-    e.run(f)
-    assert req.output_token_ids == expect({"a": a}, 4)["a"]
-    assert all_free(e)
-    e.shutdown()
