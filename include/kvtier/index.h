@@ -427,8 +427,18 @@ enum {
 	 * bytes, and the write policy's copies of the prefix wait until the
 	 * lease ends (kvt_index_unpin() applies them): nothing is copied down
 	 * before it is written. End it with kvt_index_unpin(). Not with
-	 * KVT_INSERT_PARTIAL. */
+	 * KVT_INSERT_PARTIAL, unless with KVT_INSERT_SPILL. */
 	KVT_INSERT_PIN = 1u << 1,
+	/* Place by room: a page of @px with no copy goes into @tier, or, when
+	 * @tier has no room for it after eviction (quotas included), into the
+	 * next managed tier below that has, the leading missing pages in the
+	 * faster tiers; a page with a copy in any tier keeps it and gets none
+	 * in @tier (nothing is promoted). locs[i] gives each page's fastest
+	 * copy (@fresh: a new slot, write its bytes there; @src_*: unused).
+	 * What fits in no tier fails the call (KVT_EFULL), or with
+	 * KVT_INSERT_PARTIAL cuts the prefix at the first page that fits
+	 * nowhere; KVT_INSERT_PIN then leases the pages kept. */
+	KVT_INSERT_SPILL = 1u << 2,
 };
 
 typedef struct kvt_insert_result {
