@@ -66,8 +66,8 @@ enum { JOB_LOAD = 1, JOB_STORE = 2 };
 #define ENGINE KVT_TIER_COUNT  /* "tier" index of the engine's memory */
 #define STAGE_SLOTS 64u        /* pages of the ssd -> GPU bounce tier */
 #define MAX_SUBS (KVT_TIER_COUNT + 2) /* load: one per source tier;
-					 store: engine + one per source
-					 tier; the last is the start hold */
+					 store: one per destination tier;
+					 the last is the start hold */
 #define HOLD (MAX_SUBS - 1)
 
 /* Per slot of one owned tier (c->smu). */
@@ -106,8 +106,7 @@ struct sub {
 	int src, dst;        /* tier kinds, or ENGINE */
 	size_t n;
 	uint32_t *ss, *ds;
-	size_t *pg;          /* index of each page in the job's request
-				(SIZE_MAX: a parent promoted by a store) */
+	size_t *pg;          /* index of each page in the job's request */
 	uint64_t *sums;      /* n * L */
 	uint8_t *bad;        /* n; written by the transfer engine */
 	uint32_t landed;     /* j->mu: layers landed */
@@ -121,7 +120,8 @@ struct kvt_cache_job {
 	int kind;            /* JOB_LOAD, JOB_STORE */
 	uint32_t tenant;
 	kvt_page_key *keys;
-	size_t nkeys;        /* the prefix (pinned while the job runs) */
+	size_t nkeys;        /* the prefix (pinned while the job runs; a
+				store: the pages it placed) */
 	int pinned;          /* c->mu */
 	uint8_t *pin_each;   /* KVT_CACHE_IO_EACH: page i's own prefix pinned
 				(NULL otherwise); c->mu */

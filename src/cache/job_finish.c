@@ -5,7 +5,7 @@
  *   load:  each page landed and verified counts; one that did not verify
  *          goes on the failed list and its source copy is marked BAD
  *   store: each destination slot goes OK (sums recorded, persisted) or
- *          BAD; a bad source copy of a promoted parent is marked BAD too
+ *          BAD (its block on the failed list)
  *   then:  unpin under c->mu (write-policy copies run here), leave the
  *          live list, drop the memory's count, set done, wake waiters,
  *          the eventfd and the progress callback (its last call)
@@ -77,27 +77,12 @@ static void store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 			m->state[s->ds[i]] = ok ? ST_OK : ST_BAD;
 			if (ok)
 				kvti_cache_persist_ok(c, s->dst, s->ds[i]);
-			if (s->src == ENGINE && s->pg[i] != SIZE_MAX) {
-				if (ok) {
-					j->st.copied++;
-				} else {
-					kvti_cache_job_fail_page(j, s->pg[i],
-						s->err ? s->err : cancel ?
-						-ECANCELED : KVT_ECORRUPT);
-				}
-			} else if (!ok && !j->result) {
-				/* a parent's promotion failed */
-				j->result = s->err ? s->err : cancel ?
-					    -ECANCELED : KVT_ECORRUPT;
-			}
-			if (bad && s->src != ENGINE &&
-			    c->m[s->src].state[s->ss[i]] == ST_OK) {
-				/* the copy it came from is not what was
-				 * stored (a lower tier's page that did not
-				 * all reach the disk): never served again */
-				c->m[s->src].state[s->ss[i]] = ST_BAD;
-				kvti_cache_persist_gone(c, s->src, s->ss[i]);
-			}
+			if (ok)
+				j->st.copied++;
+			else
+				kvti_cache_job_fail_page(j, s->pg[i],
+					s->err ? s->err : cancel ?
+					-ECANCELED : KVT_ECORRUPT);
 			if (bad)
 				c->st.corrupt++;
 		}

@@ -633,18 +633,14 @@ static void recompute(struct pass_ctx *p, const struct session *se,
 	r->recompute_s = since(t0);
 }
 
-/* kvt_cache_store(), and when the top tier is full of pages that earlier
- * requests' stores still hold (KVT_EFULL), wait for the oldest of them and
- * try again: back-pressure, in the caller's measured time. */
+/* kvt_cache_store(). A top tier full of pages that earlier requests'
+ * stores still hold is no error: the cache places what does not fit there
+ * in the next tier down (and fails per block only what fits nowhere,
+ * counted as the store's error). */
 static int store_submit(struct pass_ctx *p, uint64_t nkeys, uint64_t first,
 			const uint32_t *blocks, struct djob **job)
 {
-	int err;
-
-	while ((err = dc_job(p, 1, nkeys, first, blocks, job)) == KVT_EFULL &&
-	       pending_retire(p, 1))
-		;
-	return err;
+	return dc_job(p, 1, nkeys, first, blocks, job);
 }
 
 /* The first failed page of pages [0, n), or n. */
