@@ -13,6 +13,7 @@
  */
 #include "cache/cache_impl.h"
 #include "core/cuda.h"
+#include "dev/dev.h"
 #include "xfer/xxh.h"
 
 #include <errno.h>
@@ -77,6 +78,7 @@ static void cache_free(kvt_cache *c)
 {
 	stop_threads(c);
 	kvt_xfer_destroy(c->x);
+	kvti_cache_dev_release(c); /* the lanes are gone, the tiers mapped */
 	persist_close(c); /* before the index gives its slots back */
 	kvt_index_destroy(c->idx);
 	for (int t = 0; t < KVT_TIER_COUNT; t++) {
@@ -253,6 +255,8 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 		}
 		c->have_bg = 1;
 	}
+	if ((err = kvti_cache_devices_open(c, cfg.devices)))
+		goto fail;
 	/* last: it attaches staging memory to the finished cache */
 	if (cfg.remote && (err = kvti_cache_remote_open(c, cfg.remote)))
 		goto fail;
@@ -287,7 +291,7 @@ void kvt_cache_close(kvt_cache *c)
 		ext->free(arg); /* its staging memory outlived the copies */
 }
 
-static int open_stage(kvt_cache *c, int pin)
+int kvti_cache_open_stage(kvt_cache *c)
 {
 	kvt_tier_spec s;
 	char spec[96];
@@ -296,9 +300,9 @@ static int open_stage(kvt_cache *c, int pin)
 
 	if (!c->tiers[KVT_TIER_SSD] || c->stage)
 		return 0;
-	snprintf(spec, sizeof(spec), "dram:%llu%s",
-		 (unsigned long long)(STAGE_SLOTS * kvti_cache_page_bytes(c)),
-		 pin ? ",pin" : "");
+	/* registered with the devices by devices.c, like the owned tiers */
+	snprintf(spec, sizeof(spec), "dram:%llu",
+		 (unsigned long long)(STAGE_SLOTS * kvti_cache_page_bytes(c)));
 	if ((err = kvt_tier_spec_parse(spec, &s, 1, &n)))
 		return err;
 	return kvt_tier_open(&c->stage, &s, &c->geom);
@@ -328,11 +332,10 @@ static int mem_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
 	if ((err = kvt_layout_init_strided(&l, &c->geom, nblocks, block_stride,
 					   kv_stride, token_stride)))
 		return err;
-	if (device >= 0) {
+	if (device >= 0 && !kvti_dev_is_emu(device)) {
 		char note[128] = "";
 		int ngpu = 0;
 
-		/* no CUDA or no such GPU first: pinning cannot help then */
 		if (!kvti_cuda_built())
 			return kvti_fail(KVT_ENOTBUILT, "cache register: GPU "
 					 "memory in a build without CUDA");
@@ -343,19 +346,8 @@ static int mem_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
 			return kvti_fail(KVT_ENODEV, "cache register: no GPU %d "
 					 "(%d found%s%s)", device, ngpu,
 					 note[0] ? ": " : "", note);
-		for (int k = 0; k < KVT_TIER_COUNT; k++) {
-			kvt_tier_desc d;
-
-			if (!c->tiers[k] || k == KVT_TIER_SSD)
-				continue;
-			kvt_tier_info(c->tiers[k], &d);
-			if (!d.cuda_registered)
-				return kvti_fail(KVT_ESPEC, "cache register: GPU "
-						 "memory is loaded by a kernel "
-						 "that reads host tiers "
-						 "directly: open the %s tier "
-						 "with 'pin'", d.name);
-		}
+	} else if (device >= 0 && device >= KVT_DEVICE_EMU + KVT_DEVICE_EMU_MAX) {
+		return kvti_fail(-EINVAL, "cache register: device %d", device);
 	}
 	if (!(m = kvt_calloc(1, sizeof(*m))))
 		return -ENOMEM;
@@ -368,7 +360,11 @@ static int mem_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
 	}
 	err = kvt_tier_wrap(&t, &l, base, device);
 	if (!err && (device >= 0 || c->stage_ssd))
-		err = open_stage(c, device >= 0);
+		err = kvti_cache_open_stage(c);
+	/* the device's copies reach the host tiers once they are
+	 * registered with it: the first memory of a device does it */
+	if (!err && device >= 0)
+		err = kvti_cache_dev_use(c, device);
 	if (!err) {
 		m->c = c;
 		m->t = t;

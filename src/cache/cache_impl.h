@@ -70,6 +70,17 @@ enum { JOB_LOAD = 1, JOB_STORE = 2 };
 					 the last is the start hold */
 #define HOLD (MAX_SUBS - 1)
 
+/* A device the cache serves: its host tiers registered with it
+ * (devices.c). reg[k]: the base the cache registered (unregistered at
+ * close), NULL when someone else had; done[k]: registered either way. */
+#define KVTI_CACHE_MAX_DEVS 8
+struct kvti_cache_dev {
+	int id;
+	struct kvti_dev *dev;
+	void *reg[KVT_TIER_COUNT + 1];
+	int done[KVT_TIER_COUNT + 1];
+};
+
 /* Per slot of one owned tier (c->smu). */
 struct meta {
 	uint64_t *sums;      /* [slot * L + l]: layer l's XXH3-64 */
@@ -143,6 +154,8 @@ struct kvt_cache_job {
 	uint64_t rfail[KVT_TIER_COUNT]; /* load: read failures by tier */
 	uint64_t t0;
 	kvt_cache_mem *mem;  /* the engine memory it reads or writes */
+	void *wait;          /* kvt_cache_io.wait: a device event the copies
+				into / out of engine memory wait for */
 	int memref;          /* c->smu: counted in mem->jobs */
 	kvt_cache_progress_fn *progress; /* j->mu: kvt_cache_io */
 	void *parg;
@@ -174,6 +187,8 @@ struct kvt_cache {
 	kvt_cache_mem *mems;             /* mu: every attached memory */
 	kvt_tier *stage;                 /* ssd -> GPU bounce, or NULL */
 	kvt_xfer *x;
+	struct kvti_cache_dev devs[KVTI_CACHE_MAX_DEVS]; /* mu */
+	int ndevs;                       /* mu */
 
 	pthread_mutex_t mu;
 	kvt_index *idx;
@@ -289,7 +304,22 @@ void kvti_cache_mem_unref(kvt_cache *c, kvt_cache_job *j);
 
 void *kvti_cache_worker_main(void *arg);
 
+/* ---- devices.c: host tiers registered with the devices ------------------- */
+
+/* c->mu held (or the cache not yet shared): register the host tiers (and
+ * the stage, once open) with device @id, once. */
+int kvti_cache_dev_use(kvt_cache *c, int id);
+/* Unregister and let go of every device (close: the transfer engine has
+ * stopped, the tiers are still mapped). */
+void kvti_cache_dev_release(kvt_cache *c);
+/* kvt_cache_config.devices at open. */
+int kvti_cache_devices_open(kvt_cache *c, const char *list);
+
 /* ---- cache.c ------------------------------------------------------------ */
+
+/* Open the ssd bounce tier if there is an ssd tier and it is not open
+ * (c->mu held or not yet shared). */
+int kvti_cache_open_stage(kvt_cache *c);
 
 /* c->mu held: per-page records of keys[0..n) (*info: kvt_free() it), and
  * how many are in the tree. */

@@ -296,6 +296,8 @@ static void dev_run(struct dev_thread *t, struct kvt_xfer_job *j)
 	int err;
 
 	kvti_job_started(j);
+	/* the engine's work on these blocks first (its IPC event) */
+	err = j->d.wait ? d->ops->stream_wait_event(t->s, j->d.wait) : 0;
 	r.m = r.n * r.kv;
 	r.hash_dst = side_dev(j->d.dst);
 	r.lsums = !!(j->d.flags & XFER_LAYER_SUMS);
@@ -303,7 +305,9 @@ static void dev_run(struct dev_thread *t, struct kvt_xfer_job *j)
 	r.progress = j->dl->kind != KVT_LAYOUT_PAGE_FIRST &&
 		     !(j->d.flags & KVT_XFER_VERIFY);
 	segs = r.m * r.L;
-	err = stage(t, r.m * r.L, segs, r.n * (r.lsums ? r.L : 1), r.L + 1);
+	if (!err)
+		err = stage(t, r.m * r.L, segs, r.n * (r.lsums ? r.L : 1),
+			    r.L + 1);
 	if (!err)
 		err = side_base(d, j->d.src, j->sbufs, &r.sdev);
 	if (!err)
@@ -481,6 +485,9 @@ int kvti_dev_check(struct kvt_xfer *x, struct kvt_xfer_job *j, int slot)
 	char *p;
 	int err;
 
+	if (j->d.wait && kvti_dev_event_dev(j->d.wait) != d)
+		return kvti_fail(-EINVAL, "the job waits on an event of another "
+				 "device than %s", d->name);
 	if (j->method == KVT_XFER_CUDA_BATCH && !(d->caps & KVTI_DEV_CAP_BATCH))
 		return kvti_fail(KVT_ENOTBUILT, "cuda-batch needs "
 				 "cudaMemcpyBatchAsync (CUDA 12.8 or later); %s "
@@ -517,6 +524,26 @@ void kvti_dev_stop(struct kvt_xfer *x)
 		xdev_free(x, xd);
 	}
 	pthread_mutex_unlock(&x->mu);
+}
+
+int kvt_xfer_devices(kvt_xfer *x, int *ids, struct kvt_dev_stat *st, int max)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&x->mu);
+	for (int i = 0; i < XFER_MAX_DEVS; i++) {
+		if (!x->dev[i])
+			continue;
+		if (n < max) {
+			if (ids)
+				ids[n] = x->dev[i]->id;
+			if (st)
+				kvt_dev_stat_get((kvt_dev *)x->dev[i]->dev, &st[n]);
+		}
+		n++;
+	}
+	pthread_mutex_unlock(&x->mu);
+	return n;
 }
 
 int kvti_dev_contig(int id, void *dst, const void *src, uint64_t n,
