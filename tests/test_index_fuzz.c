@@ -51,7 +51,7 @@ static kvt_index *X;
 /* what the runs exercised, summed over seeds (checked at the end) */
 static uint64_t n_evicted, n_demoted, n_copied, n_dropped, n_full, n_marks,
 	n_splits, n_pinfail, n_partial, n_pinned_inserts, n_qevicted,
-	n_quota_set, n_spilled, n_spill_low;
+	n_quota_set, n_spilled, n_spill_low, n_drops;
 /* the second pass: stores place by room (KVT_INSERT_SPILL) */
 static int spill_mode;
 static kvt_pool *pools[KVT_TIER_COUNT];
@@ -426,7 +426,7 @@ static int op_insert_spill(uint32_t tenant, const uint32_t *tok, int np,
 		CHECK_EQ(loc[i].tier, M.kind[__builtin_ctz(p->mask)]);
 		CHECK_EQ(loc[i].fresh, fr);
 		m_touch(path[i]);
-		if (t == 0 && (p->mask & 1) && p->tstate) {
+		if (t == 0 && p->tstate) { /* placed: the bytes are there */
 			p->tstate = 0;
 			p->ticket = p->ready = 0;
 		}
@@ -526,6 +526,55 @@ static void op_evict(int t, uint64_t n)
 		done++;
 	CHECK_EQ(freed, done);
 	CHECK_ERR(err, done == n ? 0 : KVT_EBUSY);
+}
+
+/* The copy of a random page in a random tier turned out bad
+ * (kvt_index_drop_copy(), spill seeds: their index has a mover). */
+static void op_drop(uint64_t pick, int t)
+{
+	uint32_t tok[64 * P];
+	int chain[64], d = 0, i, n = 0;
+	kvt_page_info pi[64];
+	size_t found;
+	kvt_prefix px;
+	struct mpage *p;
+	int err;
+
+	for (i = 0; i < M.top; i++)
+		n += M.pg[i].used && (M.pg[i].mask >> t & 1);
+	if (!n) {
+		CHECK_ERR(kvt_index_drop_copy(X, (kvt_tier_kind)M.kind[t], 0),
+			  KVT_ENOTFOUND);
+		return;
+	}
+	pick %= (uint64_t)n;
+	for (i = 0; i < M.top; i++)
+		if (M.pg[i].used && (M.pg[i].mask >> t & 1) && !pick--)
+			break;
+	p = &M.pg[i];
+	for (int j = i; j >= 0; j = M.pg[j].parent)
+		chain[d++] = j;
+	for (int k = 0; k < d; k++)
+		memcpy(tok + k * P, M.pg[chain[d - 1 - k]].key, sizeof(p->key));
+	px = pfx(p->tenant, tok, d);
+	CHECK_OK(kvt_index_inspect(X, &px, pi, 64, &found));
+	err = kvt_index_drop_copy(X, (kvt_tier_kind)M.kind[t],
+				  pi[d - 1].slot[M.kind[t]]);
+	if (p->mask == (1u << t) && p->pins) {
+		CHECK_ERR(err, KVT_EBUSY);
+		return;
+	}
+	CHECK_OK(err);
+	p->mask &= (uint8_t)~(1u << t);
+	n_drops++;
+	m_prune();
+}
+
+static void drop_release(void *arg, kvt_tier_kind tier, uint32_t slot)
+{
+	(void)arg;
+	(void)tier;
+	(void)slot;
 }
 
 /* A new quota for @tenant in tier t: its excess leaves at once. */
@@ -685,6 +734,8 @@ static void run(uint64_t seed, int steps)
 		CHECK_OK(kvt_pool_create(&pools[lay[t]], M.cap[t], 64));
 		cfg.pools[lay[t]] = pools[lay[t]];
 	}
+	if (spill_mode) /* a mover: the slot -> page map, drop_copy */
+		cfg.mover.release = drop_release;
 	CHECK_OK(kvt_index_create(&X, &cfg));
 	CHECK_OK(kvt_index_tenant_add(X, 1, 77));
 	for (int t = 0; quotas && t < M.nt; t++)
@@ -783,8 +834,12 @@ static void run(uint64_t seed, int steps)
 			}
 			break;
 		case 8:
-			op_evict((int)(test_rand(&r) % (uint64_t)M.nt),
-				 1 + test_rand(&r) % 4);
+			if (spill_mode && test_rand(&r) % 2)
+				op_drop(test_rand(&r), (int)(test_rand(&r) %
+					(uint64_t)M.nt));
+			else
+				op_evict((int)(test_rand(&r) % (uint64_t)M.nt),
+					 1 + test_rand(&r) % 4);
 			break;
 		default:
 			if (!transients) {
@@ -847,7 +902,7 @@ int main(int argc, char **argv)
 		"%llu partial, %llu pinned inserts, %llu pin/unpin refused, "
 		"%llu pages marked, %llu quotas set, %llu pages evicted for "
 		"their quota; by room: %llu pages kept, %llu placed below the "
-		"insert's tier\n",
+		"insert's tier; %llu bad copies dropped\n",
 		seeds, (unsigned long long)n_evicted,
 		(unsigned long long)n_demoted, (unsigned long long)n_copied,
 		(unsigned long long)n_dropped, (unsigned long long)n_splits,
@@ -856,7 +911,8 @@ int main(int argc, char **argv)
 		(unsigned long long)n_pinfail, (unsigned long long)n_marks,
 		(unsigned long long)n_quota_set,
 		(unsigned long long)n_qevicted,
-		(unsigned long long)n_spilled, (unsigned long long)n_spill_low);
+		(unsigned long long)n_spilled, (unsigned long long)n_spill_low,
+		(unsigned long long)n_drops);
 	/* the runs must have reached every path */
 	if (seeds < 96)
 		TEST_DONE();
@@ -865,7 +921,7 @@ int main(int argc, char **argv)
 	CHECK(n_partial > 10 && n_pinfail > 10 && n_marks > 100);
 	CHECK(n_pinned_inserts > 100);
 	CHECK(n_quota_set > 100 && n_qevicted > 100);
-	CHECK(n_spilled > 1000 && n_spill_low > 100);
+	CHECK(n_spilled > 1000 && n_spill_low > 100 && n_drops > 100);
 	CHECK_EQ(kvt_alloc_live(), live);
 	TEST_DONE();
 }

@@ -88,6 +88,10 @@ struct kvt_index {
 	uint64_t slot_bytes[KVT_TIER_COUNT];
 	kvt_index_mover mover;
 	int hooked;              /* watermarks hooked */
+	/* with a mover: per tier, slot -> the page holding it (node, page
+	 * index), for kvt_index_drop_copy(); NULL without one */
+	struct knode **rn[KVT_TIER_COUNT];
+	uint32_t *rj[KVT_TIER_COUNT];
 
 	struct tab_ent *tab;     /* child table: (parent id, fp) -> node */
 	size_t tabcap, tabcount;
@@ -153,6 +157,16 @@ static inline uint32_t *nslot(const kvt_index *x, struct knode *n,
 static inline int mask_needs_copy(const kvt_index *x, uint8_t m)
 {
 	return m && !(m & (m - 1)) && m < (1u << (x->nt - 1));
+}
+
+/* Page j of @n now holds slot @s of tier t (the reverse map, if kept). */
+static inline void kvti_rev_set(kvt_index *x, int t, uint32_t s,
+				struct knode *n, uint32_t j)
+{
+	if (x->rn[t]) {
+		x->rn[t][s] = n;
+		x->rj[t][s] = j;
+	}
 }
 
 /* A page is transient if its node is marked and it is not in the fastest

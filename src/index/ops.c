@@ -331,6 +331,7 @@ static uint64_t take_slots(kvt_index *x, struct pk *k, size_t np, int t,
 						nb = 0;
 				}
 				s[t] = buf[used++];
+				kvti_rev_set(x, t, s[t], n, j);
 				kvti_set_mask(x, n, j, b | (uint8_t)(1u << t));
 				add++;
 				if (l) {
@@ -404,10 +405,11 @@ static int shape_prefix(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 	return 0;
 }
 
+/* End @n's transient mark if its pages are in the fastest tier (@arg
+ * non-NULL: if they have a copy anywhere, KVT_INSERT_SPILL). */
 static void clear_mark_fn(kvt_index *x, struct knode *n, void *arg)
 {
-	(void)arg;
-	if (n->tstate && n->cnt[0] == n->npages) {
+	if (n->tstate && (arg || n->cnt[0] == n->npages)) {
 		x->transient -= n->npages;
 		n->tstate = 0;
 		n->ticket = 0;
@@ -460,7 +462,8 @@ static void insert_end(kvt_index *x, struct pk *k, int t, unsigned flags,
 	int minus = -1;
 
 	if (t == 0)
-		for_path(x, k, cut, clear_mark_fn, NULL);
+		for_path(x, k, cut, clear_mark_fn,
+			 flags & KVT_INSERT_SPILL ? k : NULL);
 	if (!(flags & KVT_INSERT_PIN)) {
 		policy(x, k, np);
 		for_path(x, k, np, pin_fn, &minus);
@@ -519,6 +522,7 @@ static uint64_t spill_slots(kvt_index *x, struct pk *k, size_t np, int t0,
 						break;
 				}
 				s[t] = buf[used++];
+				kvti_rev_set(x, t, s[t], n, j);
 				left[t]--;
 				kvti_set_mask(x, n, j, TBIT(t));
 				add[t]++;
@@ -801,6 +805,7 @@ int kvt_index_restore(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 			if (b & (1u << t))
 				continue;
 			*nslot(x, n, j, t) = slots[w.i - got + j];
+			kvti_rev_set(x, t, slots[w.i - got + j], n, j);
 			kvti_set_mask(x, n, j, b | (uint8_t)(1u << t));
 			add++;
 		}
