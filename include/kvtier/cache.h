@@ -45,10 +45,13 @@
  * memory, by a checksum kernel on the device for device memory (the same
  * XXH3-64 bit for bit, src/dev/xxh3.h: no CPU thread reads a page byte on
  * the way to a GPU, ssd loads included). So layer l is reported ready as
- * soon as layer l is verified; the whole page need not be. A page that fails is reported in the job's failed-block list (the
- * engine recomputes it) and the failing copy is marked bad: never served
- * again, its slot reclaimed by eviction or rewritten by the next store of
- * the page.
+ * soon as layer l is verified; the whole page need not be. A page that
+ * fails is reported in the job's failed-block list (the engine recomputes
+ * it) and the failing copy is marked bad: never served again, and out of
+ * the index at once (the page no longer counts it as a copy, its slot is
+ * back in its pool). The same holds for every copy that fails to land — a
+ * demotion to a full disk, a store's write — so errors cost the copies,
+ * never the room.
  *
  * COMMIT. A page becomes visible to lookup and load only once its bytes
  * are in place and summed: a store in progress, a cancelled store and a
@@ -355,8 +358,7 @@ KVT_API int kvt_cache_load(kvt_cache *c, uint32_t tenant,
  * parents), in any tier: KVT_ENOTFOUND names the first that is not. The
  * stored pages become visible when the job is done and every page
  * verified (COMMIT above); a cancelled or failed store leaves nothing
- * visible (its slots are marked bad until eviction or the next store of
- * the same pages reuses them).
+ * visible (its slots go back to their pools as the job ends).
  *
  * Returns 0 and *@out; -EINVAL, KVT_ENOTFOUND, KVT_EBUSY as for load;
  * -ENOMEM; submit errors. On error nothing was started or reserved.

@@ -93,6 +93,7 @@ static void cache_free(kvt_cache *c)
 		kvt_tier_close(m->t);
 		kvt_free(m);
 	}
+	kvt_free(c->bad);
 	kvt_free(c->cur.mv);
 	kvt_free(c->cur.sums);
 	pthread_mutex_destroy(&c->mu);

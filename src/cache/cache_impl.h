@@ -91,11 +91,16 @@ struct meta {
 	uint64_t n;
 };
 
+/* A slot that went BAD, to be taken out of the index (slot.c). */
+struct badslot {
+	uint32_t slot;
+	uint8_t tier;
+};
+
 /* One copy the index asked for (mover.c). */
 struct move {
-	uint8_t src, dst;
-	uint8_t ok;          /* the source held a page (committed or on its
-				way): bytes to move, marks taken */
+	uint8_t src, dst;    /* the source holds a page (committed or on its
+				way): marks taken at decision */
 	uint32_t ss, ds;
 	uint32_t wave;
 	int err;
@@ -201,6 +206,8 @@ struct kvt_cache {
 	pthread_cond_t scv;
 	struct meta m[KVT_TIER_COUNT];
 	kvtp *persist;                   /* ssd records ('persist'), or NULL */
+	struct badslot *bad;             /* slots gone BAD, not yet out of */
+	size_t nbad, badcap;             /*  the index (kvti_cache_reclaim) */
 	kvt_cache_stat st;
 	uint32_t run_next;               /* the batch id whose turn it is */
 	int jobs;                        /* jobs not yet finished */
@@ -260,6 +267,13 @@ void kvti_cache_persist_gone(kvt_cache *c, int t, uint32_t s);
 void kvti_cache_persist_ok(kvt_cache *c, int t, uint32_t s);
 void kvti_cache_slot_pend(kvt_cache *c, int t, uint32_t s, uint32_t batch);
 int kvti_cache_best_copy(kvt_cache *c, const kvt_page_info *pi, int *pend);
+/* c->smu held: slot @s of @t failed (a copy into it, or its check): BAD,
+ * its record gone, queued to leave the index. */
+void kvti_cache_slot_bad(kvt_cache *c, int t, uint32_t s);
+/* c->mu held: the queued BAD slots leave the index at once (their pages
+ * lose those copies, the slots go back to their pools); one that is a
+ * leased page's only copy waits for the next call. */
+void kvti_cache_reclaim(kvt_cache *c);
 
 /* ---- mover.c: the index's copies, background demotion ------------------- */
 

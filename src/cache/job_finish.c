@@ -18,8 +18,11 @@
 #include <string.h>
 #include <unistd.h>
 
-static void load_finish(kvt_cache *c, kvt_cache_job *j)
+/* Returns 1 if a slot went BAD (to reclaim). */
+static int load_finish(kvt_cache *c, kvt_cache_job *j)
 {
+	int nbad = 0;
+
 	pthread_mutex_lock(&c->smu);
 	for (int k = 0; k < j->nsub; k++) {
 		struct sub *s = &j->sub[k];
@@ -37,9 +40,9 @@ static void load_finish(kvt_cache *c, kvt_cache_job *j)
 							 KVT_ECORRUPT);
 				j->rfail[s->src]++;
 				if (c->m[s->src].state[s->ss[i]] == ST_OK) {
-					c->m[s->src].state[s->ss[i]] = ST_BAD;
-					kvti_cache_persist_gone(c, s->src,
-								s->ss[i]);
+					kvti_cache_slot_bad(c, s->src,
+							    s->ss[i]);
+					nbad++;
 				}
 				c->st.corrupt++;
 			} else {
@@ -56,11 +59,14 @@ static void load_finish(kvt_cache *c, kvt_cache_job *j)
 	c->st.verified += j->st.verified;
 	c->st.failed_blocks += j->st.failed;
 	pthread_mutex_unlock(&c->smu);
+	return nbad > 0;
 }
 
-static void store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
+/* Returns 1 if a slot went BAD (to reclaim). */
+static int store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 {
 	const uint32_t L = c->L;
+	int nbad = 0;
 
 	pthread_mutex_lock(&c->smu);
 	for (int k = 0; k < j->nsub; k++) {
@@ -74,9 +80,13 @@ static void store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 			if (ok)
 				memcpy(m->sums + (uint64_t)s->ds[i] * L,
 				       s->sums + i * L, L * sizeof(uint64_t));
-			m->state[s->ds[i]] = ok ? ST_OK : ST_BAD;
-			if (ok)
+			if (ok) {
+				m->state[s->ds[i]] = ST_OK;
 				kvti_cache_persist_ok(c, s->dst, s->ds[i]);
+			} else {
+				kvti_cache_slot_bad(c, s->dst, s->ds[i]);
+				nbad++;
+			}
 			if (ok)
 				j->st.copied++;
 			else
@@ -93,24 +103,27 @@ static void store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 	c->st.store_bytes += j->st.bytes;
 	pthread_cond_broadcast(&c->scv);
 	pthread_mutex_unlock(&c->smu);
+	return nbad > 0;
 }
 
 static void job_finish(kvt_cache *c, kvt_cache_job *j)
 {
 	uint64_t one = 1;
 	double wait_s;
-	int cancel;
+	int cancel, bad;
 
 	pthread_mutex_lock(&j->mu);
 	cancel = j->cancel;
 	pthread_mutex_unlock(&j->mu);
 	if (j->kind == JOB_LOAD)
-		load_finish(c, j);
+		bad = load_finish(c, j);
 	else
-		store_finish(c, j, cancel);
-	if (j->pinned) {
+		bad = store_finish(c, j, cancel);
+	if (j->pinned || bad) {
 		pthread_mutex_lock(&c->mu);
 		kvti_cache_job_unpin(c, j);
+		/* the slots that went bad leave the index, now unleased */
+		kvti_cache_reclaim(c);
 		/* the write policy's copies run here, without the lock */
 		j->st.wait_s += kvti_cache_unlock(c);
 	}

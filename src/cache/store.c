@@ -64,6 +64,7 @@ static int place(kvt_cache *c, kvt_cache_job *j, kvt_page_loc *locs)
 	size_t placed;
 	int err;
 
+	kvti_cache_reclaim(c); /* failed copies give their room back first */
 	if (j->pin_each) {
 		/* each page its own prefix; one that finds no room fails
 		 * alone (the call fails only for the tenant) */
