@@ -311,13 +311,13 @@ int kvt_index_drop_copy(kvt_index *x, kvt_tier_kind tier, uint32_t slot)
 				 "not managed by this index", (int)tier,
 				 (unsigned)tier < KVT_TIER_COUNT ?
 				 kvt_tier_kind_name(tier) : "?");
-	if (!x->rn[t])
+	if (!x->rev)
 		return kvti_fail(-EINVAL, "drop copy: an index without a mover "
 				 "keeps no slot -> page map");
-	if (slot >= kvt_pool_slots(x->pool[t]) || !(n = x->rn[t][slot]))
+	if (slot >= kvt_pool_slots(x->pool[t]) || !(n = x->rev->n[t][slot]))
 		return kvti_fail(KVT_ENOTFOUND, "drop copy: %s slot %u holds no "
 				 "page", kvt_tier_kind_name(tier), slot);
-	j = x->rj[t][slot];
+	j = x->rev->j[t][slot];
 	bit = (uint8_t)(1u << t);
 	m = nmask(x, n)[j] & (uint8_t)~bit;
 	if (!m && n->pins)
