@@ -15,7 +15,7 @@
  *                 batches run in dependency waves, background demotion
  *   job.c         a job's life: creation, submission, progress from the
  *                 transfer engine, waiting, results, freeing
- *   job_finish.c  the worker thread: finishing jobs (commit or mark bad,
+ *   job_finish.c  the worker threads: finishing jobs (commit or mark bad,
  *                 unpin) and running staged ssd loads
  *   load.c        kvt_cache_load(): lease, pick each page's copy, submit
  *   store.c       kvt_cache_store(): insert, reserve slots, submit
@@ -40,9 +40,10 @@
  *   engine threads      lookup, load, store (setup under mu, then submit)
  *   xfer threads        layer callbacks -> job progress (j->mu only);
  *                       done callbacks -> queue the job for the worker
- *   worker thread       finishes jobs (commit, unpin under mu, then the
- *                       write-through copies that decided, without it),
- *                       runs staged ssd loads
+ *   worker threads      (KVTI_CACHE_WORKERS) finish jobs, several at
+ *                       once (commit, unpin under mu, then the write-
+ *                       through copies that decided, without it), run
+ *                       staged ssd loads (one at a time: c->stage_mu)
  *   background thread   demotes above the high watermark: decides under
  *                       mu, copies without it, commits under smu
  *
@@ -69,6 +70,7 @@ enum { JOB_LOAD = 1, JOB_STORE = 2 };
 					 store: one per destination tier;
 					 the last is the start hold */
 #define HOLD (MAX_SUBS - 1)
+#define KVTI_CACHE_WORKERS 4   /* threads finishing jobs, in parallel */
 
 /* A device the cache serves: its host tiers registered with it
  * (devices.c). reg[k]: the base the cache registered (unregistered at
@@ -217,8 +219,9 @@ struct kvt_cache {
 	pthread_cond_t wcv, bgcv;
 	kvt_cache_job *wq, *wq_tail;
 	int stopping, bg_kick, bg_busy;
-	pthread_t worker, bg;
-	int have_worker, have_bg;
+	pthread_t workers[KVTI_CACHE_WORKERS], bg;
+	int nworkers, have_bg;
+	pthread_mutex_t stage_mu;        /* one staged ssd load at a time */
 	const struct kvti_cache_ext *ext; /* the remote tier's hooks, or
 					    NULL (cache_ext.h); set at open */
 	void *ext_arg;
@@ -311,10 +314,12 @@ void kvti_cache_sub_end(struct sub *s, int err);
 /* j->mu held: layers landed in every sub; 1 when every block failed. */
 uint32_t kvti_cache_job_ready(kvt_cache_job *j);
 int kvti_cache_job_all_failed(kvt_cache_job *j);
+/* The transfer engine's layer callback of a sub (arg: the sub). */
+void kvti_cache_sub_layer(kvt_xfer_job *xj, uint32_t layer, void *arg);
 /* c->smu held: the job no longer counts against its memory. */
 void kvti_cache_mem_unref(kvt_cache *c, kvt_cache_job *j);
 
-/* ---- job_finish.c: the worker thread ------------------------------------ */
+/* ---- job_finish.c: the worker threads ----------------------------------- */
 
 void *kvti_cache_worker_main(void *arg);
 

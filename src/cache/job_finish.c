@@ -1,6 +1,7 @@
 /*
- * job_finish.c — the worker thread: it finishes every job once all its
- * transfers are done, and runs the staged ssd -> engine loads.
+ * job_finish.c — the worker threads (KVTI_CACHE_WORKERS of them, so one
+ * slow job never holds up the others): they finish every job once all its
+ * transfers are done, and run the staged ssd -> engine loads.
  *
  *   load:  each page landed and verified counts; one that did not verify
  *          goes on the failed list and its source copy is marked BAD
@@ -173,41 +174,62 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	pthread_mutex_unlock(&c->smu);
 }
 
-/* ssd -> stage -> engine, STAGE_SLOTS pages at a time (worker thread). The
- * ssd read verifies every layer sum; the stage -> engine copy verifies
- * again what landed. Layers are reported when the last round is in. */
+/* Wait for and free a transfer; its result, or @err if that came first. */
+static int xj_end(kvt_xfer_job **xj, int err)
+{
+	int e;
+
+	if (!*xj)
+		return err;
+	e = kvt_xfer_wait(*xj, -1);
+	kvt_xfer_job_free(*xj);
+	*xj = NULL;
+	return err ? err : e;
+}
+
+/*
+ * ssd -> stage -> engine (a worker thread, one staged load at a time: the
+ * stage is one bounce tier of STAGE_SLOTS pages). Rounds of half the stage
+ * each, double-buffered: while round r copies stage -> engine out of one
+ * half, round r + 1 reads ssd -> stage into the other. The last round's
+ * copy reports its layers to the job as they land (the earlier rounds are
+ * in place by then), so a load sees layer l ready before its last layer
+ * lands, not all of them at the end. Into host memory the ssd read
+ * verifies every layer sum and the copy verifies again what landed; into
+ * device memory the device verifies what landed (no CPU thread reads a
+ * page byte on the way to a GPU: a page damaged on the ssd fails at the
+ * second hop, counted against the ssd tier).
+ */
 static int staged_run(kvt_cache *c, struct sub *s)
 {
+	const uint32_t half = STAGE_SLOTS / 2;
 	uint32_t st_slots[STAGE_SLOTS];
+	kvt_xfer_job *copy[2] = { NULL, NULL };
 	kvt_tier_desc ed;
 	int err = 0, dev;
 
-	/* into device memory the second hop is verified by the device over
-	 * what landed, against the same sums: the first hop (ssd -> bounce)
-	 * is not verified on the CPU, so no CPU thread reads a page byte
-	 * on the way to a GPU (a page damaged on the ssd still fails, at
-	 * the second hop, and is counted against the ssd tier) */
 	kvt_tier_info(s->cj->mem->t, &ed);
 	dev = !ed.hostdev;
-
 	for (uint32_t i = 0; i < STAGE_SLOTS; i++)
 		st_slots[i] = i;
-	for (size_t off = 0; off < s->n && !err; off += STAGE_SLOTS) {
-		size_t k = KVT_MIN(STAGE_SLOTS, s->n - off);
+	pthread_mutex_lock(&c->stage_mu);
+	for (size_t off = 0, r = 0; off < s->n && !err; off += half, r++) {
+		size_t k = KVT_MIN(half, s->n - off);
+		int h = (int)(r % 2), last = off + k == s->n;
 		kvt_xfer_desc a = {
 			.src = c->tiers[KVT_TIER_SSD], .dst = c->stage,
-			.src_slots = s->ss + off, .dst_slots = st_slots,
+			.src_slots = s->ss + off, .dst_slots = st_slots + h * half,
 			.npages = k, .prio = KVT_XFER_PRIO_HIGH,
 			.sums = c->verify && !dev ? s->sums + off * c->L : NULL,
 			.bad = c->verify && !dev ? s->bad + off : NULL,
 			.flags = c->verify && !dev ? KVT_XFER_LVERIFY : 0,
 		};
 		kvt_xfer_desc b = a;
-		kvt_xfer_job *xj;
+		kvt_xfer_job *xj = NULL;
 
 		b.src = c->stage;
 		b.dst = s->cj->mem->t;
-		b.src_slots = st_slots;
+		b.src_slots = st_slots + h * half;
 		b.dst_slots = s->ds + off;
 		b.sums = c->verify ? s->sums + off * c->L : NULL;
 		b.bad = c->verify ? s->bad + off : NULL;
@@ -217,14 +239,21 @@ static int staged_run(kvt_cache *c, struct sub *s)
 		if (s->cj->cancel)
 			err = -ECANCELED;
 		pthread_mutex_unlock(&s->cj->mu);
-		for (int step = 0; step < 2 && !err; step++) {
-			err = kvt_xfer_submit(c->x, step ? &b : &a, &xj);
-			if (!err) {
-				err = kvt_xfer_wait(xj, -1);
-				kvt_xfer_job_free(xj);
-			}
+		/* this half's previous copy out is over before the read in */
+		err = xj_end(&copy[h], err);
+		if (!err && !(err = kvt_xfer_submit(c->x, &a, &xj)))
+			err = xj_end(&xj, 0);
+		if (last) { /* every earlier round in place, then layer by layer */
+			err = xj_end(&copy[!h], err);
+			b.layer = kvti_cache_sub_layer;
+			b.arg = s;
 		}
+		if (!err)
+			err = kvt_xfer_submit(c->x, &b, &copy[h]);
 	}
+	err = xj_end(&copy[0], err);
+	err = xj_end(&copy[1], err);
+	pthread_mutex_unlock(&c->stage_mu);
 	return err;
 }
 
@@ -235,6 +264,7 @@ void *kvti_cache_worker_main(void *arg)
 	pthread_mutex_lock(&c->wmu);
 	for (;;) {
 		kvt_cache_job *j = c->wq;
+		struct sub *staged = NULL;
 
 		if (!j) {
 			if (c->stopping)
@@ -246,23 +276,20 @@ void *kvti_cache_worker_main(void *arg)
 		if (!c->wq)
 			c->wq_tail = NULL;
 		pthread_mutex_unlock(&c->wmu);
-		int staged;
-
 		pthread_mutex_lock(&j->mu);
-		staged = j->stage_todo;
+		if (j->stage_todo)
+			for (int k = 0; k < j->nsub && !staged; k++)
+				if (j->sub[k].staged)
+					staged = &j->sub[k];
 		j->stage_todo = 0;
 		pthread_mutex_unlock(&j->mu);
-		if (staged) {
-			/* a staged load handed over at start; its last
-			 * kvti_cache_sub_end() queues the job again to
-			 * finish it */
-			for (int k = 0; k < j->nsub; k++)
-				if (j->sub[k].staged)
-					kvti_cache_sub_end(&j->sub[k],
-						staged_run(c, &j->sub[k]));
-		} else {
+		/* a staged load handed over at start (one staged sub: ssd);
+		 * its kvti_cache_sub_end() may queue the job again to finish
+		 * it, on another worker: nothing of it is touched after */
+		if (staged)
+			kvti_cache_sub_end(staged, staged_run(c, staged));
+		else
 			job_finish(c, j);
-		}
 		pthread_mutex_lock(&c->wmu);
 	}
 	pthread_mutex_unlock(&c->wmu);
