@@ -17,11 +17,12 @@ from .client import (KVT_EBUSY, KVT_ECONFIG, KVT_ECORRUPT, KVT_EFULL,
                      KVT_EPRESET, KVT_EPROTO, KVT_ESPEC, Client,
                      ConnectionLost, Geometry, Job, JobStat, KvtierError,
                      LookupResult, Memory, version)
-from .keys import KEY_BYTES, keys_from_hashes
+from .keys import KEY_BYTES, Keys, keys_from_hashes
 
 __all__ = [
     "Client", "ConnectionLost", "Geometry", "Job", "JobStat", "KvtierError",
-    "LookupResult", "Memory", "KEY_BYTES", "keys_from_hashes", "version",
+    "LookupResult", "Memory", "KEY_BYTES", "Keys", "keys_from_hashes",
+    "version",
     "KVT_EBUSY", "KVT_ECONFIG", "KVT_ECORRUPT", "KVT_EFULL", "KVT_EGEOM",
     "KVT_ENODEV", "KVT_ENOTBUILT", "KVT_ENOTFOUND", "KVT_EPRESET",
     "KVT_EPROTO", "KVT_ESPEC",
