@@ -39,39 +39,49 @@ HOW IT MAPS
     that this step completes, and the preempted requests; request_finished()
     answers delay_free=True for a request with stores (or a load) the
     workers may still be running, which then return it in finished_sending.
-  * Worker side. register_kv_caches() makes vLLM's KV tensors memory the
-    daemon maps (a sealed memfd): CPU torch tensors are RE-HOMED in place
-    (Tensor.set_ onto a memfd view, contents copied) before any KV is in
-    them; NumPy arrays cannot be re-homed and must already be views of
-    host_kv_buffer() memory. The tensors have FlashAttention's shape
-    (2, num_blocks, block_size, kv_heads, head_dim) per layer; their
-    strides become the registered layout. GPU tensors: the daemon cannot
-    register GPU memory yet, so pages move through a staging pool of
-    host blocks it can map (kvtier.staging; "staging": "auto", the
-    default; "staging_blocks" sets its size, else 2 GiB worth): a load
-    copies each layer to the GPU as soon as the daemon reports it ready,
-    a store copies the step's pages out after the forward pass
-    (wait_for_save) and hands them to the daemon. "staging": true stages
-    host caches too; false refuses GPU caches (KVT_ENOTBUILT). The GPU
-    copies have not run on a GPU yet. start_load_kv() starts one load job per
-    request; async loads are reported by get_finished() when their job
-    is done, their failed blocks by get_block_ids_with_load_errors() in
-    the same step (vLLM recomputes them). With "load_mode": "layerwise"
-    loads are synchronous and wait_for_layer_load() waits per layer
-    (Job.wait_layer, a futex: no round trip). save_kv_layer() copies
-    nothing (the daemon reads the registered memory itself);
-    wait_for_save() submits the step's store jobs (not waited: the blocks
-    stay the request's until get_finished() returns it in finished_sending,
-    and handle_preemptions() cancels a preempted request's stores before
-    vLLM reuses its blocks).
+  * Worker side. register_kv_caches() shares vLLM's KV tensors with the
+    daemon. GPU tensors are registered BY HANDLE (CUDA IPC handles of the
+    allocator's segments and offsets, as PyTorch's storage sharing gives
+    them: kvtier.torch_dev): the daemon opens them on the same GPU and
+    moves pages straight between its page-locked tiers and them — loads
+    by its gather kernel, stores by batched copy-engine DMA, both
+    verified by a checksum kernel on the GPU; no CPU copy of a page byte.
+    Host tensors are memory the daemon maps (a sealed memfd): CPU torch
+    tensors are RE-HOMED in place (Tensor.set_ onto a memfd view, contents
+    copied) before any KV is in them; NumPy arrays must already be views
+    of host_kv_buffer() memory — or, with "device": "emu", of
+    emu_kv_buffer() memory: the emulated device (CI), registered by handle
+    like a GPU's. The tensors have FlashAttention's shape (2, num_blocks,
+    block_size, kv_heads, head_dim) per layer; their strides become the
+    registered layout. start_load_kv() starts one load job per request;
+    async loads are reported by get_finished() when their job is done,
+    their failed blocks by get_block_ids_with_load_errors() in the same
+    step (vLLM recomputes them). With "load_mode": "layerwise" loads are
+    synchronous: wait_for_layer_load() makes the compute stream wait for
+    the layer (a stream wait on the job slot's word: the layer's
+    attention starts once the layer has landed and been verified, no CPU
+    round trip) on a GPU, and waits on the job's futex otherwise.
+    save_kv_layer() copies nothing (the daemon reads the registered memory
+    itself); wait_for_save() records an IPC event on the compute stream
+    (GPU) and submits the step's store jobs naming it, so the daemon reads
+    the blocks only after the step's KV writes — nothing is waited for or
+    copied there: the blocks stay the request's until get_finished()
+    returns it in finished_sending, and handle_preemptions() cancels a
+    preempted request's stores before vLLM reuses its blocks.
+  * "staging": true moves GPU KV through a pool of host blocks instead
+    (kvtier.staging; "staging_blocks" sets its size, else 2 GiB worth):
+    an explicit choice with a cost, printed at start (the pages cross host
+    memory several times and the GPU copies run inside the step). Never a
+    fallback: a GPU cache the daemon cannot open is an error.
 
 A daemon that goes away is not an error for vLLM: lookups answer no hit,
 loads fail every block (recomputed), stores are counted as errors; both
 sides reconnect at most every 5 s, the worker registering its caches
 again.
 
-Not done: registering GPU memory with the daemon (staged instead, above); hybrid (HMA) models with several KV cache
-groups (refused: one group only); MLA layouts; KV events (take_events).
+Not done: hybrid (HMA) models with several KV cache groups (refused: one
+group only); MLA layouts; KV events (take_events). The GPU path has run on
+the emulated device only (CI); scripts/gpu-check runs it on a GPU.
 """
 from __future__ import annotations
 
@@ -154,6 +164,23 @@ def host_kv_buffer(nbytes: int) -> memoryview:
     base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
     _BUFFERS.append(_HostBuffer(fd, mm, base, nbytes))
     return memoryview(mm)
+
+
+_EMU: List[Any] = []   # [Device, [DeviceMemory ...]] of emu_kv_buffer()
+
+
+def emu_kv_buffer(nbytes: int) -> memoryview:
+    """@nbytes of zeroed emulated-device memory (kvtier.Device("emu")):
+    allocate KV caches in it for "device": "emu" (CI's stand-in for GPU
+    memory: the daemon opens it by handle and moves pages with device
+    copies). Lives as long as the process."""
+    from .device import Device
+    if not _EMU:
+        _EMU.extend([Device("emu"), []])
+    mem = _EMU[0].alloc(nbytes)
+    _EMU[1].append(mem)
+    return memoryview((ctypes.c_char * nbytes).from_address(mem.ptr)
+                      ).cast("B")
 
 
 def _buffer_of(addr: int, end: int) -> Optional[_HostBuffer]:
@@ -246,7 +273,7 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
 
 _STAT_KEYS = ("loads", "load_pages", "load_failed_blocks", "stores",
               "store_pages", "store_failed_blocks", "store_errors",
-              "store_dropped_pages", "cancelled")
+              "store_dropped_pages", "cancelled", "stop_timeouts")
 
 
 @dataclasses.dataclass
@@ -312,7 +339,7 @@ class KvtierConnector(KVConnectorBase_V1):
         known = {"socket", "tenant", "namespace", "model_config", "salt",
                  "model", "load_mode", "save", "inflight_wait_s",
                  "require_hash_seed", "timeout_ms", "staging",
-                 "staging_blocks"}
+                 "staging_blocks", "device"}
         unknown = sorted(set(extra) - known)
         if unknown:
             raise ValueError(f"kvtier.vllm: unknown kv_connector_extra_config "
@@ -337,6 +364,10 @@ class KvtierConnector(KVConnectorBase_V1):
         if self._staging_mode not in ("auto", True, False):
             raise ValueError(f"kvtier.vllm: staging must be \"auto\", true "
                              f"or false, not {self._staging_mode!r}")
+        self._device_mode = extra.get("device", "auto")
+        if self._device_mode not in ("auto", "emu"):
+            raise ValueError(f"kvtier.vllm: device must be \"auto\" or "
+                             f"\"emu\", not {self._device_mode!r}")
         self._staging_blocks = int(extra.get("staging_blocks", 0))
         if self._staging_blocks < 0:
             raise ValueError("kvtier.vllm: staging_blocks must be >= 0 "
@@ -386,6 +417,10 @@ class KvtierConnector(KVConnectorBase_V1):
         # worker state
         self._mem: Optional[Memory] = None
         self._register: Tuple[Any, ...] = ()
+        self._dev: Any = None          # device path: the kvtier.Device
+        self._torch_dev = False        # ... of torch CUDA tensors
+        self._ipc_event: Any = None    # (torch event, id) for stores
+        self._kv_list: List[Any] = []
         self._staging: Optional[StagingPool] = None
         self._layer_index: Dict[str, int] = {}
         self._load_jobs: Dict[str, Job] = {}
@@ -601,11 +636,22 @@ class KvtierConnector(KVConnectorBase_V1):
         if len(kv_caches) != g.layers:
             raise ValueError(f"kvtier.vllm: {len(kv_caches)} KV cache layers "
                              f"for a model of {g.layers} layers")
-        on_gpu = any(_is_torch(t) and t.device.type != "cpu"
+        on_gpu = any(_is_torch(t) and t.device.type == "cuda"
                      for t in kv_caches.values())
-        if self._staging_mode is True or (on_gpu and
-                                          self._staging_mode == "auto"):
+        if self._staging_mode is not True:
+            other = {str(t.device) for t in kv_caches.values()
+                     if _is_torch(t) and t.device.type not in ("cpu", "cuda")}
+            if other:
+                raise ValueError(
+                    f"kvtier.vllm: KV caches on {', '.join(sorted(other))}: "
+                    f"the daemon opens CUDA memory by handle, or maps host "
+                    f"memory (\"staging\": true moves other devices' KV "
+                    f"through host blocks)")
+        if self._staging_mode is True:
             self._register_staging(kv_caches)
+            return
+        if on_gpu or self._device_mode == "emu":
+            self._register_device(kv_caches, on_gpu)
             return
         if any(_is_torch(t) for t in kv_caches.values()):
             for t in kv_caches.values():
@@ -651,9 +697,54 @@ class KvtierConnector(KVConnectorBase_V1):
         self._mem = self._client.register_fd(*self._register)
         self._layer_index = {n: i for i, n in enumerate(kv_caches)}
 
+    def _register_device(self, kv_caches: Dict[str, Any],
+                         on_gpu: bool) -> None:
+        """Device memory by handle: torch CUDA tensors (their IPC
+        handles), or NumPy views of emu_kv_buffer() memory."""
+        tensors = list(kv_caches.values())
+        self._layer_index = {n: i for i, n in enumerate(kv_caches)}
+        self._kv_list = tensors
+        if on_gpu:
+            from .device import Device
+            self._torch_dev = True
+            self._dev = Device(tensors[0].device.index or 0)
+            self._register = ("torch",)
+            self._mem = self._client.register_torch(tensors)
+            log.info("kvtier.vllm: GPU KV caches registered with the daemon "
+                     "by IPC handle on %s: loads and stores are the "
+                     "daemon's device copies, verified on the GPU",
+                     self._dev.name)
+            return
+        g = self._geom
+        descs = [_describe(t) for t in tensors]
+        if not _EMU or not all(any(m.ptr <= d[0] < m.ptr + m.nbytes
+                                   for m in _EMU[1]) for d in descs):
+            raise ValueError("kvtier.vllm: \"device\": \"emu\" takes KV "
+                             "caches in emu_kv_buffer() memory")
+        kv_stride, block_stride, token_stride = descs[0][2][:3]
+        if token_stride != g.kv_heads * g.head_dim * g.dtype_bytes:
+            raise ValueError("kvtier.vllm: each token's heads must be "
+                             "contiguous in the KV cache")
+        self._dev = _EMU[0]
+        self._register = ("emu", [d[0] for d in descs], descs[0][1][1],
+                          block_stride, kv_stride, token_stride)
+        self._mem = self._client.register_device(self._dev, *self._register[1:])
+
+    def _store_event(self) -> Any:
+        """GPU: an IPC event recorded now on the compute stream, after
+        the step's KV writes (the daemon's store copies wait for it)."""
+        if not self._torch_dev:
+            return None
+        import torch
+        from .torch_dev import ipc_event
+        if self._ipc_event is None:
+            self._ipc_event = ipc_event(self._client)
+        self._ipc_event[0].record(torch.cuda.current_stream())
+        return self._ipc_event[1]
+
     def _register_staging(self, kv_caches: Dict[str, Any]) -> None:
-        """KV caches the daemon cannot map (GPU): move pages through a
-        staging pool of host blocks it can (kvtier.staging)."""
+        """"staging": true — move pages through a pool of host blocks the
+        daemon maps (kvtier.staging), at a cost said at start."""
         g = self._geom
         nblocks = tuple(next(iter(kv_caches.values())).shape)[1]
         n = self._staging_blocks or min(
@@ -661,22 +752,31 @@ class KvtierConnector(KVConnectorBase_V1):
         self._staging = StagingPool(self._client, list(kv_caches.values()),
                                     n)
         self._layer_index = {name: i for i, name in enumerate(kv_caches)}
-        log.info("kvtier.vllm: KV caches staged through %d host blocks (%s)",
-                 n, self._staging.pinned)
+        log.warning(
+            "kvtier.vllm: \"staging\": true — KV moves through %d host "
+            "blocks (%s, %.1f GiB): a load's bytes are copied by the "
+            "daemon's CPU into staging, gathered and copied to the device "
+            "per layer inside the step, a store's copied out of the device "
+            "synchronously in wait_for_save; each byte crosses host memory "
+            "two or three times. Leave \"staging\" unset for the direct "
+            "path (the daemon DMAs into GPU memory it opens by handle).",
+            n, self._staging.pinned, n * g.page_bytes / (1 << 30))
 
     def _load(self, keys: List[bytes], blocks: List[int], first: int) -> Any:
         if self._staging is not None:
             return self._staging.load(keys, blocks, first)
         return self._client.load(self._need_mem(), keys, blocks, first)
 
-    def _store(self, keys: List[bytes], blocks: List[int], first: int) -> Any:
+    def _store(self, keys: List[bytes], blocks: List[int], first: int,
+               event: Any = None) -> Any:
         if self._staging is not None:
             st = self._staging.store(keys, blocks, first)
             st.copy_all()  # the step's forward is done: every layer written
             st.submit()
             self._stats.data["store_dropped_pages"] += st.dropped
             return st
-        return self._client.store(self._need_mem(), keys, blocks, first)
+        return self._client.store(self._need_mem(), keys, blocks, first,
+                                  event=event)
 
     def _need_mem(self) -> Memory:
         if self._mem is None:
@@ -686,15 +786,41 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def handle_preemptions(self, kv_connector_metadata: Any) -> None:
         """Before vLLM reuses a preempted request's blocks: cancel its
-        stores and loads and wait for them to stop."""
+        stores and loads and wait for them to stop — at most the daemon's
+        lease plus the request timeout (Client.job_stop_s); a job still
+        running then means a hung daemon: the connection is dropped (the
+        client returns once the daemon let go, or says it did not) and
+        re-made at the next step."""
         for rid in getattr(kv_connector_metadata, "preempted", ()):
             jobs = self._store_jobs.pop(rid, [])
             job = self._load_jobs.pop(rid, None)
             for j in jobs + ([job] if job else []):
-                if j.cancel():
-                    self._stats.data["cancelled"] += 1
-                j.wait()
+                try:
+                    if j.cancel():
+                        self._stats.data["cancelled"] += 1
+                    j.wait(timeout=self._stop_s())
+                except TimeoutError:
+                    self._stop_timeout(rid)
+                except KvtierError as e:
+                    self._note_down(e)
                 j.close()
+
+    def _stop_s(self) -> float:
+        try:
+            return self._client.job_stop_s
+        except (KvtierError, ValueError):
+            return self._timeout_ms / 1000.0  # closed: waits return
+
+    def _stop_timeout(self, rid: str) -> None:
+        """A job of @rid did not stop in time: drop the connection (its
+        jobs end as the daemon lets go; the worker reconnects)."""
+        self._stats.data["stop_timeouts"] += 1
+        log.error("kvtier.vllm: a job of request %s did not stop %.0f s "
+                  "after its cancel: dropping the connection to the daemon",
+                  rid, self._stop_s())
+        self._client.close()
+        if self._down_since is None:
+            self._down_since = time.monotonic()
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         """Start this step's load jobs; take the requests whose blocks
@@ -731,8 +857,19 @@ class KvtierConnector(KVConnectorBase_V1):
         if not self._sync_jobs:
             return
         layer = self._layer_index[layer_name]
-        for _, job in self._sync_jobs:
-            job.wait_layer(layer)
+        if self._torch_dev:
+            # the compute stream waits for the layer: no CPU round trip
+            import torch
+            s = self._dev.wrap_stream(torch.cuda.current_stream().cuda_stream)
+            for _, job in self._sync_jobs:
+                if isinstance(job, Job):
+                    job.stream_wait(layer, s)
+            return
+        for rid, job in self._sync_jobs:
+            try:
+                job.wait_layer(layer, timeout=self._stop_s())
+            except TimeoutError:  # a hung daemon: its blocks all fail
+                self._stop_timeout(rid)
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any,
                       attn_metadata: Any, **kwargs: Any) -> None:
@@ -752,6 +889,7 @@ class KvtierConnector(KVConnectorBase_V1):
         assert isinstance(meta, KvtierConnectorMetadata)
         if self._staging is None:
             self._need_mem()
+        event = self._store_event() if meta.saves else None
         for ss in meta.saves:
             jobs = self._store_jobs.setdefault(ss.req_id, [])
             if ss.req_id in tainted:
@@ -759,7 +897,8 @@ class KvtierConnector(KVConnectorBase_V1):
                 # it wrote is wrong and vLLM recomputes it; store nothing
                 continue
             try:
-                job = self._store(ss.keys, ss.blocks[ss.first:], ss.first)
+                job = self._store(ss.keys, ss.blocks[ss.first:], ss.first,
+                                  event)
             except KvtierError as e:
                 self._note_down(e)
                 if e.code != KVT_ENOTFOUND or ss.first == 0:
@@ -767,13 +906,17 @@ class KvtierConnector(KVConnectorBase_V1):
                     log.warning("kvtier.vllm: store of %s: %s", ss.req_id, e)
                     continue
                 # a parent page left the cache: store the prefix whole
-                job = self._store(ss.keys, ss.blocks, 0)
+                job = self._store(ss.keys, ss.blocks, 0, event)
             jobs.append(job)
             self._stats.data["stores"] += 1
             self._stats.data["store_pages"] += len(ss.keys) - ss.first
 
     def _end_load(self, job: Job) -> List[int]:
-        failed = job.wait()
+        try:
+            failed = job.wait(timeout=self._stop_s())
+        except TimeoutError:  # a hung daemon: drop it, every block fails
+            self._stop_timeout("(load)")
+            failed = job.wait(timeout=self._stop_s())
         self._load_errors.update(failed)
         self._stats.data["load_failed_blocks"] += len(failed)
         job.close()
@@ -849,6 +992,10 @@ class KvtierConnector(KVConnectorBase_V1):
             if self._staging is not None:
                 staging = StagingPool(cl, self._staging.kv,
                                       self._staging.nblocks)
+            elif self._register[0] == "torch":
+                mem = cl.register_torch(self._kv_list)
+            elif self._register[0] == "emu":
+                mem = cl.register_device(self._dev, *self._register[1:])
             else:
                 mem = cl.register_fd(*self._register)
         except KvtierError as e:
@@ -861,6 +1008,7 @@ class KvtierConnector(KVConnectorBase_V1):
         # closed (and its staging memory freed) once they have
         self._retired.append((self._client, self._staging))
         self._client = cl
+        self._ipc_event = None  # registered with the old daemon
         if self._staging is not None:
             self._staging = staging
         else:

@@ -1,7 +1,8 @@
 /*
  * job_finish.c — the worker threads (KVTI_CACHE_WORKERS of them, so one
  * slow job never holds up the others): they finish every job once all its
- * transfers are done, and run the staged ssd -> engine loads.
+ * transfers are done, and run the staged transfers through the ssd bounce
+ * (ssd -> engine loads, device memory -> ssd stores).
  *
  *   load:  each page landed and verified counts; one that did not verify
  *          goes on the failed list and its source copy is marked BAD
@@ -188,25 +189,30 @@ static int xj_end(kvt_xfer_job **xj, int err)
 }
 
 /*
- * ssd -> stage -> engine (a worker thread, one staged load at a time: the
- * stage is one bounce tier of STAGE_SLOTS pages). Rounds of half the stage
- * each, double-buffered: while round r copies stage -> engine out of one
- * half, round r + 1 reads ssd -> stage into the other. The last round's
- * copy reports its layers to the job as they land (the earlier rounds are
- * in place by then), so a load sees layer l ready before its last layer
- * lands, not all of them at the end. Into host memory the ssd read
- * verifies every layer sum and the copy verifies again what landed; into
- * device memory the device verifies what landed (no CPU thread reads a
- * page byte on the way to a GPU: a page damaged on the ssd fails at the
- * second hop, counted against the ssd tier).
+ * Staged transfers through the ssd bounce tier (a worker thread, one at a
+ * time: the bounce is one tier of STAGE_SLOTS pages), in rounds of half
+ * the bounce each, double-buffered: while round r's second hop runs out
+ * of one half, round r + 1's first hop fills the other.
+ *
+ *   load   ssd -> stage -> engine: into host memory both hops verify every
+ *          layer; into device memory only the second, by the device over
+ *          what landed, against the same sums — no CPU thread reads a
+ *          page byte on the way to a GPU (a page damaged on the ssd still
+ *          fails there, counted against the ssd tier). The last round's
+ *          copy reports its layers to the job as they land (the earlier
+ *          rounds are in place by then): layer l is ready before the last
+ *          layer lands, not all of them at the end.
+ *   store  engine (device memory) -> stage -> ssd: the first hop takes the
+ *          layer sums on the device over the engine's blocks (after the
+ *          engine's event), the second writes the bounce out.
  */
 static int staged_run(kvt_cache *c, struct sub *s)
 {
 	const uint32_t half = STAGE_SLOTS / 2;
 	uint32_t st_slots[STAGE_SLOTS];
-	kvt_xfer_job *copy[2] = { NULL, NULL };
+	kvt_xfer_job *second[2] = { NULL, NULL };
 	kvt_tier_desc ed;
-	int err = 0, dev;
+	int err = 0, dev, store = s->src == ENGINE;
 
 	kvt_tier_info(s->cj->mem->t, &ed);
 	dev = !ed.hostdev;
@@ -216,43 +222,58 @@ static int staged_run(kvt_cache *c, struct sub *s)
 	for (size_t off = 0, r = 0; off < s->n && !err; off += half, r++) {
 		size_t k = KVT_MIN(half, s->n - off);
 		int h = (int)(r % 2), last = off + k == s->n;
-		kvt_xfer_desc a = {
-			.src = c->tiers[KVT_TIER_SSD], .dst = c->stage,
-			.src_slots = s->ss + off, .dst_slots = st_slots + h * half,
-			.npages = k, .prio = KVT_XFER_PRIO_HIGH,
-			.sums = c->verify && !dev ? s->sums + off * c->L : NULL,
-			.bad = c->verify && !dev ? s->bad + off : NULL,
-			.flags = c->verify && !dev ? KVT_XFER_LVERIFY : 0,
-		};
-		kvt_xfer_desc b = a;
+		uint64_t *sums = c->verify ? s->sums + off * c->L : NULL;
+		kvt_xfer_desc a = { .dst = c->stage,
+				    .dst_slots = st_slots + h * half,
+				    .npages = k, .sums = sums };
+		kvt_xfer_desc b = { .src = c->stage,
+				    .src_slots = st_slots + h * half,
+				    .npages = k };
 		kvt_xfer_job *xj = NULL;
 
-		b.src = c->stage;
-		b.dst = s->cj->mem->t;
-		b.src_slots = st_slots + h * half;
-		b.dst_slots = s->ds + off;
-		b.sums = c->verify ? s->sums + off * c->L : NULL;
-		b.bad = c->verify ? s->bad + off : NULL;
-		b.flags = c->verify ? KVT_XFER_LVERIFY : 0;
-		b.wait = s->cj->wait;
+		if (store) {
+			a.src = s->cj->mem->t;
+			a.src_slots = s->ss + off;
+			a.prio = b.prio = KVT_XFER_PRIO_NORMAL;
+			a.flags = c->verify ? KVT_XFER_LSUM : 0;
+			a.wait = s->cj->wait;
+			b.dst = c->tiers[KVT_TIER_SSD];
+			b.dst_slots = s->ds + off;
+		} else {
+			a.src = c->tiers[KVT_TIER_SSD];
+			a.src_slots = s->ss + off;
+			a.prio = b.prio = KVT_XFER_PRIO_HIGH;
+			a.bad = c->verify && !dev ? s->bad + off : NULL;
+			a.flags = c->verify && !dev ? KVT_XFER_LVERIFY : 0;
+			if (dev)
+				a.sums = NULL;
+			b.dst = s->cj->mem->t;
+			b.dst_slots = s->ds + off;
+			b.sums = sums;
+			b.bad = c->verify ? s->bad + off : NULL;
+			b.flags = c->verify ? KVT_XFER_LVERIFY : 0;
+			b.wait = s->cj->wait;
+		}
 		pthread_mutex_lock(&s->cj->mu);
 		if (s->cj->cancel)
 			err = -ECANCELED;
 		pthread_mutex_unlock(&s->cj->mu);
-		/* this half's previous copy out is over before the read in */
-		err = xj_end(&copy[h], err);
+		/* this half's previous second hop is over before it refills */
+		err = xj_end(&second[h], err);
 		if (!err && !(err = kvt_xfer_submit(c->x, &a, &xj)))
 			err = xj_end(&xj, 0);
-		if (last) { /* every earlier round in place, then layer by layer */
-			err = xj_end(&copy[!h], err);
-			b.layer = kvti_cache_sub_layer;
-			b.arg = s;
+		if (last) { /* every earlier round in place first */
+			err = xj_end(&second[!h], err);
+			if (!store) {
+				b.layer = kvti_cache_sub_layer;
+				b.arg = s;
+			}
 		}
 		if (!err)
-			err = kvt_xfer_submit(c->x, &b, &copy[h]);
+			err = kvt_xfer_submit(c->x, &b, &second[h]);
 	}
-	err = xj_end(&copy[0], err);
-	err = xj_end(&copy[1], err);
+	err = xj_end(&second[0], err);
+	err = xj_end(&second[1], err);
 	pthread_mutex_unlock(&c->stage_mu);
 	return err;
 }

@@ -181,6 +181,15 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 				       j->pin_each ? 0 : p);
 	}
 	j->st.skipped = j->n - copied - j->st.failed;
+	/* device memory into ssd: through the page-locked bounce (a worker
+	 * runs it), summed on the device */
+	{
+		kvt_tier_desc ed;
+
+		kvt_tier_info(j->mem->t, &ed);
+		j->sub[KVT_TIER_SSD].staged = !ed.hostdev &&
+					      j->sub[KVT_TIER_SSD].n > 0;
+	}
 	pthread_mutex_unlock(&c->smu);
 	/* the evictions that made room copy now, without c->mu; then each
 	 * fresh slot waits until no copy still reads or writes it */

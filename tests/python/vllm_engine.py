@@ -64,7 +64,8 @@ class Engine:
 
     def __init__(self, extra: Optional[Dict[str, Any]], num_blocks: int = 64,
                  model_config: Optional[dict] = None, use_torch: bool = False,
-                 block_size: int = P, staged: bool = False) -> None:
+                 block_size: int = P, staged: bool = False,
+                 emu: bool = False) -> None:
         cfg = model_config or tinymodel.CONFIG
         self.config = vllm_config(extra, cfg, block_size)
         self.block_size = block_size
@@ -86,7 +87,8 @@ class Engine:
         self.kv = self.runner.initialize_kv_cache(
             num_blocks, block_size, cfg["num_key_value_heads"],
             cfg["head_dim"], dtype,
-            allocator=None if staged else kvtier.vllm.host_kv_buffer,
+            allocator=None if staged else kvtier.vllm.emu_kv_buffer if emu
+            else kvtier.vllm.host_kv_buffer,
             use_torch=use_torch)
         self.hasher = get_request_block_hasher(block_size)
         self.invalid: List[int] = []
@@ -174,14 +176,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="KV caches in memory the daemon cannot map, moved "
                     "through the connector's staging pool of BLOCKS blocks "
                     "(the GPU path)")
+    ap.add_argument("--device", default="", help="emu: KV caches in the "
+                    "emulated device's memory, registered by handle (the "
+                    "GPU path, on CI)")
     a = ap.parse_args(argv)
     tokens = [int(t) for t in a.tokens.split(",")]
     extra = {"socket": a.socket, "load_mode": a.load_mode,
              "save": not a.no_save}
     if a.staging:
         extra.update(staging=True, staging_blocks=a.staging)
+    if a.device == "emu":
+        extra.update(device="emu")
     eng = Engine(extra, num_blocks=len(tokens) // P + 4, use_torch=a.torch,
-                 staged=a.staging > 0)
+                 staged=a.staging > 0, emu=a.device == "emu")
     model = tinymodel.TinyModel(seed=a.seed)
     eng.add("r0", tokens)
     eng.run(tiny_forward(eng, model))
