@@ -13,7 +13,8 @@
  *     load(keys -> blocks)       copy pages into the engine's blocks,
  *                                layer by layer, verified       (async job)
  *     store(blocks -> keys)      copy computed pages out of the engine's
- *                                blocks into the fastest owned tier
+ *                                blocks into the owned tiers, the
+ *                                fastest that has room first
  *                                                               (async job)
  *
  *   engine KV memory (registered, never allocated by kvtier)
@@ -44,10 +45,13 @@
  * memory, by a checksum kernel on the device for device memory (the same
  * XXH3-64 bit for bit, src/dev/xxh3.h: no CPU thread reads a page byte on
  * the way to a GPU, ssd loads included). So layer l is reported ready as
- * soon as layer l is verified; the whole page need not be. A page that fails is reported in the job's failed-block list (the
- * engine recomputes it) and the failing copy is marked bad: never served
- * again, its slot reclaimed by eviction or rewritten by the next store of
- * the page.
+ * soon as layer l is verified; the whole page need not be. A page that
+ * fails is reported in the job's failed-block list (the engine recomputes
+ * it) and the failing copy is marked bad: never served again, and out of
+ * the index at once (the page no longer counts it as a copy, its slot is
+ * back in its pool). The same holds for every copy that fails to land — a
+ * demotion to a full disk, a store's write — so errors cost the copies,
+ * never the room.
  *
  * COMMIT. A page becomes visible to lookup and load only once its bytes
  * are in place and summed: a store in progress, a cancelled store and a
@@ -382,22 +386,27 @@ KVT_API int kvt_cache_load(kvt_cache *c, uint32_t tenant,
 /**
  * kvt_cache_store() - start copying pages first..nkeys-1 of the prefix
  * keys[0..nkeys) out of engine blocks blocks[0..nkeys-first) into the
- * fastest owned tier. The blocks must hold their final bytes and must not
- * change until the job is done (kvt_cache_job_wait()).
+ * owned tiers. The blocks must hold their final bytes and must not change
+ * until the job is done (kvt_cache_job_wait()).
  *
- * Pages already cached (committed or being stored) are skipped. The pages
- * before @first must be cached or being stored (the prefix's parents):
- * KVT_ENOTFOUND names the first that is not. The stored pages become
- * visible when the job is done and every page verified (COMMIT above); a
- * cancelled or failed store leaves nothing visible (its slots are marked
- * bad until eviction or the next store of the same pages reuses them).
- * Pages before @first that live only in lower tiers are promoted into the
- * top tier by the same job (the index keeps each tier prefix-closed).
+ * PLACED BY ROOM. The new pages go into the fastest owned tier while it
+ * has room (making room by demoting, EVICTION above), the rest straight into the
+ * next tiers down, leading pages first: a prompt longer than the top tier
+ * is storable. Pages already cached (committed or being stored) are
+ * skipped and stay where they are: nothing is brought back up. Pages that
+ * fit in no tier (everything there leased, or the tenant at its quotas)
+ * are not an error of the call: their blocks go on the job's failed list
+ * (KVT_EFULL), as a load's absent pages do, and the pages before them are
+ * stored.
+ *
+ * The pages before @first must be cached or being stored (the prefix's
+ * parents), in any tier: KVT_ENOTFOUND names the first that is not. The
+ * stored pages become visible when the job is done and every page
+ * verified (COMMIT above); a cancelled or failed store leaves nothing
+ * visible (its slots go back to their pools as the job ends).
  *
  * Returns 0 and *@out; -EINVAL, KVT_ENOTFOUND, KVT_EBUSY as for load;
- * KVT_EFULL if the top tier cannot hold the pages even after evicting
- * (everything else leased); -ENOMEM; submit errors. On error nothing was
- * started or reserved.
+ * -ENOMEM; submit errors. On error nothing was started or reserved.
  */
 KVT_API int kvt_cache_store(kvt_cache *c, uint32_t tenant,
 			    const kvt_page_key *keys, size_t nkeys,

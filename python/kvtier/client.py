@@ -33,6 +33,7 @@ inside the library.
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import errno
 import fcntl
@@ -148,13 +149,25 @@ def _timeout_ns(timeout: Optional[float]) -> int:
 
 
 def _u32_array(values: Sequence[int], what: str) -> "ctypes.Array[c_uint32]":
-    arr = (c_uint32 * len(values))()
-    for i, v in enumerate(values):
-        v = int(v)
-        if not 0 <= v < (1 << 32):
-            raise ValueError(f"kvtier: {what}[{i}] = {v} is out of range")
-        arr[i] = v
-    return arr
+    """@values as a C uint32 array: converted in C (array.array), one
+    buffer shared with ctypes; an out-of-range value is named."""
+    n = len(values)
+    try:
+        a = array.array("I", values)
+    except (OverflowError, TypeError):
+        a = None
+    if a is None or a.itemsize != 4:
+        arr = (c_uint32 * n)()
+        for i, v in enumerate(values):
+            v = int(v)
+            if not 0 <= v < (1 << 32):
+                raise ValueError(f"kvtier: {what}[{i}] = {v} is out of "
+                                 f"range")
+            arr[i] = v
+        return arr
+    if not n:
+        return (c_uint32 * 1)()
+    return (c_uint32 * n).from_buffer(a)
 
 
 def shared_memfd(size: int, name: str = "kvtier-kv"
@@ -434,9 +447,11 @@ class Client(_Closable):
 
     # -- keys and lookup ----------------------------------------------------
 
-    def hash_tokens(self, tokens: Sequence[int]) -> List[bytes]:
+    def hash_tokens(self, tokens: Sequence[int]) -> "_keys.Keys":
         """The chained page keys of @tokens for this client's tenant: one
-        per full page (a partial last page has none)."""
+        per full page (a partial last page has none), as kvtier.Keys (a
+        sequence of 16-byte keys in one buffer, which lookup(), load()
+        and store() pass to C as it is)."""
         n = len(tokens)
         npages = n // self.geometry.page_tokens
         arr = _u32_array(tokens, "tokens")

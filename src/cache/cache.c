@@ -36,9 +36,9 @@ static void stop_threads(kvt_cache *c)
 	pthread_mutex_unlock(&c->wmu);
 	if (c->have_bg)
 		pthread_join(c->bg, NULL);
-	if (c->have_worker)
-		pthread_join(c->worker, NULL);
-	c->have_bg = c->have_worker = 0;
+	for (int i = 0; i < c->nworkers; i++)
+		pthread_join(c->workers[i], NULL);
+	c->have_bg = c->nworkers = 0;
 }
 
 /* A persistent ssd tier: its records, and the index rebuilt from them
@@ -93,11 +93,13 @@ static void cache_free(kvt_cache *c)
 		kvt_tier_close(m->t);
 		kvt_free(m);
 	}
+	kvt_free(c->bad);
 	kvt_free(c->cur.mv);
 	kvt_free(c->cur.sums);
 	pthread_mutex_destroy(&c->mu);
 	pthread_mutex_destroy(&c->smu);
 	pthread_mutex_destroy(&c->wmu);
+	pthread_mutex_destroy(&c->stage_mu);
 	pthread_cond_destroy(&c->scv);
 	pthread_cond_destroy(&c->wcv);
 	pthread_cond_destroy(&c->bgcv);
@@ -207,6 +209,7 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_mutex_init(&c->smu, NULL);
 	pthread_mutex_init(&c->wmu, NULL);
+	pthread_mutex_init(&c->stage_mu, NULL);
 	kvti_cond_init_mono(&c->scv);
 	c->run_next = 1; /* the first batch id */
 	kvti_cond_init_mono(&c->wcv);
@@ -243,12 +246,12 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 	if ((err = kvt_index_create(&c->idx, &ic)) ||
 	    (err = persist_open(c)))
 		goto fail;
-	if ((err = -pthread_create(&c->worker, NULL, kvti_cache_worker_main,
-				    c))) {
-		kvti_fail(err, "cache: starting the worker thread");
-		goto fail;
-	}
-	c->have_worker = 1;
+	for (; c->nworkers < KVTI_CACHE_WORKERS; c->nworkers++)
+		if ((err = -pthread_create(&c->workers[c->nworkers], NULL,
+					   kvti_cache_worker_main, c))) {
+			kvti_fail(err, "cache: starting the worker threads");
+			goto fail;
+		}
 	if (c->background) {
 		if ((err = -pthread_create(&c->bg, NULL, kvti_cache_bg_main,
 					   c))) {
