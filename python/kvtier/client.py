@@ -406,7 +406,8 @@ class Client(_Closable):
 
     def alloc_memfd(self, size: int, layer_offsets: Sequence[int],
                     nblocks: int, block_stride: int, kv_stride: int,
-                    token_stride: int) -> "Memory":
+                    token_stride: int, head_stride: Optional[int] = None
+                    ) -> "Memory":
         """@size bytes of zeroed host memory in a layout of the caller's:
         a memfd sealed against shrinking, mapped here and registered with
         the daemon. Layer l's block 0 (K) is at byte layer_offsets[l];
@@ -415,7 +416,8 @@ class Client(_Closable):
         fd, mm = shared_memfd(size)
         try:
             mem = self.register_fd(fd, layer_offsets, nblocks, block_stride,
-                                   kv_stride, token_stride, _map=mm)
+                                   kv_stride, token_stride, _map=mm,
+                                   head_stride=head_stride)
         except BaseException:
             mm.close()
             raise
@@ -425,22 +427,27 @@ class Client(_Closable):
 
     def register_fd(self, fd: int, layer_offsets: Sequence[int], nblocks: int,
                     block_stride: int, kv_stride: int, token_stride: int,
-                    device: int = -1, *, _map: Optional[mmap.mmap] = None
-                    ) -> "Memory":
+                    device: int = -1, *, head_stride: Optional[int] = None,
+                    _map: Optional[mmap.mmap] = None) -> "Memory":
         """Register a memfd @fd (sealed F_SEAL_SHRINK) the caller laid out:
         layer l's block 0 (K) starts at byte layer_offsets[l]; a block's
-        chunk at + block*block_stride + kv*kv_stride, token t at
-        + t*token_stride. The fd stays the caller's. @device must be -1:
-        GPU memory registration is not implemented yet (KVT_ENOTBUILT)."""
+        chunk at + block*block_stride + kv*kv_stride, token t, head h at
+        + t*token_stride + h*head_stride (default D*s: a token's heads
+        packed; other strides keep a chunk in rows, kvt_cache_attach_rows()
+        — heads before tokens, layers between tokens). The fd stays the
+        caller's. @device must be -1: GPU memory registration is not
+        implemented yet (KVT_ENOTBUILT)."""
         g = self.geometry
         if len(layer_offsets) != g.layers:
             raise ValueError(f"kvtier: {len(layer_offsets)} layer offsets "
                              f"for a model of {g.layers} layers")
         offs = (c_uint64 * g.layers)(*[int(o) for o in layer_offsets])
         m = c_void_p()
-        _check(lib.kvt_client_register_fd(self._handle(), fd, offs, g.layers,
-                                          nblocks, block_stride, kv_stride,
-                                          token_stride, device, byref(m)),
+        if head_stride is None:
+            head_stride = g.head_dim * g.dtype_bytes
+        _check(lib.kvt_client_register_fd_rows(
+            self._handle(), fd, offs, g.layers, nblocks, block_stride,
+            kv_stride, token_stride, head_stride, device, byref(m)),
                "register memory")
         view = memoryview(_map) if _map is not None else None
         addrs = [0] * g.layers
@@ -449,6 +456,7 @@ class Client(_Closable):
             addrs = [base + int(o) for o in layer_offsets]
         mem = Memory(self, m.value, nblocks, block_stride, kv_stride,
                      token_stride, addrs, view, _map)
+        mem.head_stride = head_stride
         self._adopt(mem)
         return mem
 
@@ -536,7 +544,8 @@ class Client(_Closable):
 class Memory(_Closable):
     """Engine KV memory the daemon has mapped.
 
-    nblocks, block_stride, kv_stride, token_stride: the layout;
+    nblocks, block_stride, kv_stride, token_stride, head_stride: the
+    layout (head_stride D*s unless registered in rows);
     layer_addrs: the address of block 0's K chunk of each layer (0 when
     the caller mapped it itself: register_fd);
     buffer: a writable memoryview of the whole mapping, when this package
@@ -553,6 +562,8 @@ class Memory(_Closable):
         self.block_stride = block_stride
         self.kv_stride = kv_stride
         self.token_stride = token_stride
+        self.head_stride = client.geometry.head_dim * \
+            client.geometry.dtype_bytes
         self.layer_addrs = layer_addrs
         self.buffer = buffer
         self._map = mapping

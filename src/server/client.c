@@ -333,10 +333,14 @@ int kvt_client_fd(kvt_client *cl)
 
 /* ---- memory ------------------------------------------------------------------ */
 
+/* REGISTER, or REGISTER_ROWS when @hs is not the packed head stride (a
+ * daemon older than REGISTER_ROWS still takes every packed layout). */
 static int reg_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
 		  uint32_t nlayers, uint64_t nblocks, uint64_t bs, uint64_t ks,
-		  uint64_t ts, int device, uint32_t *id)
+		  uint64_t ts, uint64_t hs, int device, uint32_t *id)
 {
+	uint64_t row = (uint64_t)cl->g.head_dim * cl->g.dtype_bytes;
+	int rows = hs != row && cl->g.kv_heads > 1;
 	kvtd_rd rd;
 	int err;
 
@@ -344,13 +348,15 @@ static int reg_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
 		return kvti_fail(-EINVAL, "client register: %u layer offsets",
 				 nlayers);
 	pthread_mutex_lock(&cl->mu);
-	begin(cl, KVTD_MSG_REGISTER);
+	begin(cl, rows ? KVTD_MSG_REGISTER_ROWS : KVTD_MSG_REGISTER);
 	kvtd_put_u32(&cl->out, (uint32_t)device);
 	kvtd_put_u32(&cl->out, nlayers);
 	kvtd_put_u64(&cl->out, nblocks);
 	kvtd_put_u64(&cl->out, bs);
 	kvtd_put_u64(&cl->out, ks);
 	kvtd_put_u64(&cl->out, ts);
+	if (rows)
+		kvtd_put_u64(&cl->out, hs);
 	for (uint32_t l = 0; l < nlayers; l++)
 		kvtd_put_u64(&cl->out, layer_off[l]);
 	err = rpc(cl, &fd, 1, &rd);
@@ -376,6 +382,22 @@ int kvt_client_register_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
 			   uint64_t token_stride, int device,
 			   kvt_client_mem **out)
 {
+	if (!cl)
+		return kvti_fail(-EINVAL, "client register: bad arguments");
+	return kvt_client_register_fd_rows(cl, fd, layer_off, nlayers, nblocks,
+					   block_stride, kv_stride,
+					   token_stride,
+					   (uint64_t)cl->g.head_dim *
+					   cl->g.dtype_bytes, device, out);
+}
+
+int kvt_client_register_fd_rows(kvt_client *cl, int fd,
+				const uint64_t *layer_off, uint32_t nlayers,
+				uint64_t nblocks, uint64_t block_stride,
+				uint64_t kv_stride, uint64_t token_stride,
+				uint64_t head_stride, int device,
+				kvt_client_mem **out)
+{
 	kvt_client_mem *m;
 	int err;
 
@@ -387,7 +409,7 @@ int kvt_client_register_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
 	m->cl = cl;
 	m->fd = -1;
 	err = reg_fd(cl, fd, layer_off, nlayers, nblocks, block_stride,
-		     kv_stride, token_stride, device, &m->id);
+		     kv_stride, token_stride, head_stride, device, &m->id);
 	if (err) {
 		kvt_free(m);
 		return err;
@@ -439,8 +461,8 @@ int kvt_client_mem_alloc(kvt_client *cl, uint64_t nblocks, void **base,
 	for (uint32_t l = 0; l < g->layers; l++)
 		off[l] = l * layer;
 	err = reg_fd(cl, m->fd, off, g->layers, nblocks, chunk, nblocks * chunk,
-		     (uint64_t)g->kv_heads * g->head_dim * g->dtype_bytes, -1,
-		     &m->id);
+		     (uint64_t)g->kv_heads * g->head_dim * g->dtype_bytes,
+		     (uint64_t)g->head_dim * g->dtype_bytes, -1, &m->id);
 	if (err)
 		goto fail;
 	if (base)

@@ -543,10 +543,11 @@ static int do_register(struct conn *c, const kvtd_req *q, int fd,
 		       uint32_t *id)
 {
 	const kvt_geom *g = c->d->g;
-	uint64_t chunk = kvt_geom_chunk_bytes(g), kv = kvt_geom_kv(g);
+	uint64_t hs = q->u.reg.head_stride;
 	uint32_t L = q->u.reg.nlayers;
 	void *base[KVTD_MAX_LAYERS];
 	struct cmem *cm = NULL;
+	kvt_layout lay;
 	struct stat st;
 	int seals, err;
 
@@ -575,17 +576,22 @@ static int do_register(struct conn *c, const kvtd_req *q, int fd,
 	if (!q->u.reg.nblocks || q->u.reg.nblocks > KVT_POOL_MAX_SLOTS)
 		return kvti_fail(-EINVAL, "REGISTER: %llu blocks",
 				 (unsigned long long)q->u.reg.nblocks);
+	if (!hs) /* REGISTER: packed rows */
+		hs = (uint64_t)g->head_dim * g->dtype_bytes;
+	/* the layout's own checks (rows, overlaps, overflow), and its span:
+	 * from a layer's base to the end of its last row */
+	if ((err = kvt_layout_init_rows(&lay, g, q->u.reg.nblocks,
+					q->u.reg.block_stride,
+					q->u.reg.kv_stride,
+					q->u.reg.token_stride, hs)))
+		return err;
 	for (uint32_t l = 0; l < L; l++) {
 		uint64_t off = kvtd_u64_at(q->u.reg.layer_off, l), end;
-		/* the last chunk's end, overflow-checked */
-		uint64_t a = q->u.reg.nblocks - 1, bs = q->u.reg.block_stride;
-		uint64_t ks = kv > 1 ? q->u.reg.kv_stride : 0;
 
-		if ((bs && a > (UINT64_MAX / 4) / bs) || ks > UINT64_MAX / 4 ||
-		    off > UINT64_MAX / 4)
+		if (off > UINT64_MAX / 4 || lay.buf_bytes > UINT64_MAX / 4)
 			return kvti_fail(-EINVAL, "REGISTER: layer %u: strides "
 					 "out of range", l);
-		end = off + a * bs + (kv - 1) * ks + chunk;
+		end = off + lay.buf_bytes;
 		if (end > (uint64_t)st.st_size)
 			return kvti_fail(-EINVAL, "REGISTER: layer %u ends at "
 					 "byte %llu, the memfd has %lld", l,
@@ -601,9 +607,9 @@ static int do_register(struct conn *c, const kvtd_req *q, int fd,
 	}
 	for (uint32_t l = 0; l < L; l++)
 		base[l] = (uint8_t *)cm->map + kvtd_u64_at(q->u.reg.layer_off, l);
-	err = kvt_cache_attach(c->d->c, base, L, q->u.reg.nblocks,
-			       q->u.reg.block_stride, q->u.reg.kv_stride,
-			       q->u.reg.token_stride, -1, &cm->m);
+	err = kvt_cache_attach_rows(c->d->c, base, L, q->u.reg.nblocks,
+				    q->u.reg.block_stride, q->u.reg.kv_stride,
+				    q->u.reg.token_stride, hs, -1, &cm->m);
 	if (err) {
 		munmap(cm->map, cm->len);
 		cm->map = NULL;
@@ -857,7 +863,8 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, int fd)
 			  (int)c->cred.pid, (unsigned)c->cred.uid, c->t->name,
 			  c->rank);
 		return 0;
-	case KVTD_MSG_REGISTER: {
+	case KVTD_MSG_REGISTER:
+	case KVTD_MSG_REGISTER_ROWS: {
 		uint32_t id = 0;
 
 		if (fd < 0)

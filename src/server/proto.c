@@ -19,6 +19,7 @@ static const char *op_names[] = {
 	[KVTD_MSG_RELEASE] = "RELEASE", [KVTD_MSG_STATS] = "STATS",
 	[KVTD_MSG_QUIESCE] = "QUIESCE", [KVTD_MSG_LOAD_EACH] = "LOAD_EACH",
 	[KVTD_MSG_STORE_EACH] = "STORE_EACH",
+	[KVTD_MSG_REGISTER_ROWS] = "REGISTER_ROWS",
 };
 
 const char *kvtd_msg_name(uint16_t op)
@@ -29,7 +30,7 @@ const char *kvtd_msg_name(uint16_t op)
 
 int kvtd_msg_fds(uint16_t op)
 {
-	return op == KVTD_MSG_REGISTER ? 1 : 0;
+	return op == KVTD_MSG_REGISTER || op == KVTD_MSG_REGISTER_ROWS ? 1 : 0;
 }
 
 int kvtd_hdr_decode(const uint8_t *buf, kvtd_hdr *h, int reply)
@@ -158,12 +159,15 @@ int kvtd_req_decode(const uint8_t *buf, size_t len, kvtd_req *q)
 		}
 		break;
 	case KVTD_MSG_REGISTER:
+	case KVTD_MSG_REGISTER_ROWS:
 		q->u.reg.device = (int32_t)kvtd_get_u32(&r);
 		q->u.reg.nlayers = kvtd_get_u32(&r);
 		q->u.reg.nblocks = kvtd_get_u64(&r);
 		q->u.reg.block_stride = kvtd_get_u64(&r);
 		q->u.reg.kv_stride = kvtd_get_u64(&r);
 		q->u.reg.token_stride = kvtd_get_u64(&r);
+		q->u.reg.head_stride = op == KVTD_MSG_REGISTER_ROWS ?
+				       kvtd_get_u64(&r) : 0;
 		if (!r.err && (!q->u.reg.nlayers ||
 			       q->u.reg.nlayers > KVTD_MAX_LAYERS))
 			return kvti_fail(KVT_EPROTO, "protocol: REGISTER of %u "

@@ -43,6 +43,9 @@
  *              u64 kv_stride, u64 token_stride, u64 layer_off[nlayers];
  *              fd: a memfd sealed F_SEAL_SHRINK
  *     reply    u32 mem_id
+ *   REGISTER_ROWS  as REGISTER with u64 head_stride after token_stride:
+ *              chunks kept in rows (kvt_cache_attach_rows()); a client
+ *              sends it only for such memory, REGISTER otherwise
  *   UNREGISTER u32 mem_id                              reply: (none)
  *   HASH       u32 ntokens, u32 tokens[ntokens]
  *     reply    u32 nkeys, nkeys * (u64 lo, u64 hi)
@@ -113,7 +116,8 @@ enum kvtd_msg {
 	KVTD_MSG_QUIESCE = 11,
 	KVTD_MSG_LOAD_EACH = 12,
 	KVTD_MSG_STORE_EACH = 13,
-	KVTD_MSG_MAX = 13,
+	KVTD_MSG_REGISTER_ROWS = 14,
+	KVTD_MSG_MAX = 14,
 };
 
 typedef struct kvtd_hdr {
@@ -137,6 +141,7 @@ typedef struct kvtd_req {
 			int32_t device;
 			uint32_t nlayers;
 			uint64_t nblocks, block_stride, kv_stride, token_stride;
+			uint64_t head_stride; /* REGISTER: D*s (packed) */
 			const uint8_t *layer_off; /* nlayers u64 */
 		} reg;
 		struct {

@@ -174,7 +174,15 @@ static void cuda_run(struct kvt_xfer *x, struct cuda_thread *ct,
 	int err;
 
 	kvti_job_started(j);
-	err = kvti_cu_stage(ct->cu, m * j->layers, j->layers, &dsts, &srcs);
+	/* the kernel and the DMA copy chunks whole: memory registered in rows
+	 * (geom.h "ROWS") is host memory, moved by the cpu lane */
+	if (kvt_layout_rows(j->sl) > 1 || kvt_layout_rows(j->dl) > 1)
+		err = kvti_fail(KVT_ENOTBUILT, "cuda lane: a chunk kept in "
+				"rows (token/head strides) is not copied by "
+				"the GPU path");
+	else
+		err = kvti_cu_stage(ct->cu, m * j->layers, j->layers, &dsts,
+				    &srcs);
 	if (!err)
 		err = side_base(ct, j, j->d.src, j->sbufs, &sdev);
 	if (!err)
