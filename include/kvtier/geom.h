@@ -125,6 +125,13 @@ KVT_API int kvt_geom_from_json(kvt_geom *g, const char *json, const char *name,
 		       uint32_t page_tokens, uint32_t tp_size,
 		       uint32_t tp_rank);
 
+/** Bytes of one element of type @name ("bfloat16", "bf16", "float16",
+ *  "fp16", "float32", "fp8", "float8_e4m3fn", "float8_e5m2", ...: the
+ *  config.json torch_dtype names and short ones); 0 or KVT_ECONFIG. An
+ *  engine whose KV cache is fp8 while its model is bf16 (vLLM's
+ *  --kv-cache-dtype fp8) sets the geometry's dtype_bytes from this. */
+KVT_API int kvt_geom_dtype_bytes(const char *name, uint32_t *out);
+
 /** Split kv_heads_total over the TP ranks into kv_heads and check every
  *  field; 0 or KVT_EGEOM. Used by the constructors above. */
 KVT_API int kvt_geom_finish(kvt_geom *g);

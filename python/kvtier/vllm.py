@@ -91,6 +91,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import \
 from . import (KVT_ENOTBUILT, KVT_ENOTFOUND, Client, ConnectionLost,
                Geometry, Job, KvtierError)
 from . import Memory, keys_from_hashes
+from . import layout as _layout
+from . import vllm_compat as _compat
 from .client import shared_memfd
 from .staging import StagingPool
 
@@ -169,46 +171,87 @@ def _is_torch(t: Any) -> bool:
     return type(t).__module__.startswith("torch")
 
 
-def _describe(t: Any) -> Tuple[int, Tuple[int, ...], Tuple[int, ...], int]:
-    """(address, shape, byte strides, item size) of a torch tensor or a
-    NumPy array."""
-    if _is_torch(t):
-        if t.device.type != "cpu":
-            raise KvtierError(KVT_ENOTBUILT, "kvtier.vllm: register KV caches",
-                              f"KV caches on {t.device} cannot be shared with "
-                              f"the daemon: GPU memory registration is not "
-                              f"implemented; leave \"staging\" at \"auto\" "
-                              f"(or true) to move pages through host "
-                              f"staging blocks")
-        isz = t.element_size()
-        return (t.data_ptr(), tuple(t.shape),
-                tuple(s * isz for s in t.stride()), isz)
-    ai = getattr(t, "__array_interface__", None)
-    if ai is None:
-        raise TypeError(f"kvtier.vllm: a KV cache must be a torch tensor or a "
-                        f"NumPy array, not {type(t).__name__}")
-    return (ai["data"][0], tuple(t.shape), tuple(t.strides), t.itemsize)
+def _check_host(t: Any) -> None:
+    """KVT_ENOTBUILT for a tensor the daemon could only reach through GPU
+    registration (not implemented): say to stage it instead."""
+    if _is_torch(t) and t.device.type != "cpu":
+        raise KvtierError(KVT_ENOTBUILT, "kvtier.vllm: register KV caches",
+                          f"KV caches on {t.device} cannot be shared with "
+                          f"the daemon: GPU memory registration is not "
+                          f"implemented; leave \"staging\" at \"auto\" "
+                          f"(or true) to move pages through host staging "
+                          f"blocks")
 
 
 def _rehome_torch(caches: Dict[str, Any]) -> None:
-    """Move CPU torch tensors into one host_kv_buffer(), in place
-    (Tensor.set_): every holder of the tensor sees the new memory."""
+    """Move CPU torch tensors into one host_kv_buffer(), in place: each
+    distinct storage is copied once into memory the daemon can map and
+    every tensor viewing it is re-pointed there (Tensor.set_, same offset,
+    sizes and strides: permuted layouts such as HND stay as they were)."""
     import torch
-    total = 0
-    offs = []
+    storages: Dict[int, Any] = {}
     for t in caches.values():
-        offs.append(total)
-        nb = t.numel() * t.element_size()
-        total += (nb + 4095) // 4096 * 4096
+        st = t.untyped_storage() if hasattr(t, "untyped_storage") \
+            else t.storage()
+        storages.setdefault(st.data_ptr(), (st, t))
+    total = 0
+    place: Dict[int, int] = {}
+    for ptr, (st, _) in storages.items():
+        place[ptr] = total
+        total += (st.nbytes() + 4095) // 4096 * 4096
     buf = host_kv_buffer(total)
-    for off, t in zip(offs, caches.values()):
-        if not t.is_contiguous():
-            raise ValueError("kvtier.vllm: a KV cache tensor to re-home must "
-                             "be contiguous")
-        new = torch.frombuffer(buf, dtype=t.dtype, count=t.numel(),
-                               offset=off).view(t.shape)
-        new.copy_(t)
-        t.set_(new)
+    new_of: Dict[int, Any] = {}
+    for ptr, (st, t) in storages.items():
+        n = st.nbytes()
+        raw = torch.frombuffer(buf, dtype=torch.uint8, count=n,
+                               offset=place[ptr])
+        raw.copy_(torch.frombuffer(
+            (ctypes.c_char * n).from_address(ptr), dtype=torch.uint8,
+            count=n))
+        new_of[ptr] = raw
+    for t in caches.values():
+        st = t.untyped_storage() if hasattr(t, "untyped_storage") \
+            else t.storage()
+        raw = new_of[st.data_ptr()]
+        view = raw.view(t.dtype) if t.element_size() != 1 else raw
+        t.set_(view.untyped_storage() if hasattr(view, "untyped_storage")
+               else view.storage(), t.storage_offset(), t.size(),
+               t.stride())
+
+
+_FP8 = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
+        "fp8_e5m2": "float8_e5m2", "fp8_inc": "float8_e4m3fn",
+        "fp8_ds_mla": "float8_e4m3fn"}
+
+
+def _kv_dtype_config(cfg: Any, cache_dtype: str) -> Any:
+    """The model config with the KV cache's element type: vLLM's
+    --kv-cache-dtype fp8* stores 1-byte elements whatever the model's
+    dtype (the daemon must serve the same: `kvtier serve --kv-dtype`)."""
+    kvd = _FP8.get(str(cache_dtype or "auto"))
+    if kvd is None:
+        if str(cache_dtype or "auto") not in ("auto", "bfloat16", "float16",
+                                             "half", "float32", "float"):
+            raise ValueError(f"kvtier.vllm: --kv-cache-dtype {cache_dtype} "
+                             f"is not supported")
+        if str(cache_dtype or "auto") == "auto":
+            return cfg
+        kvd = {"half": "float16", "float": "float32"}.get(
+            str(cache_dtype), str(cache_dtype))
+    if isinstance(cfg, (str, os.PathLike)) and not str(cfg).lstrip() \
+            .startswith("{"):
+        with open(cfg, encoding="utf-8") as f:
+            import json
+            cfg = json.load(f)
+    elif isinstance(cfg, str):
+        import json
+        cfg = json.loads(cfg)
+    cfg = dict(cfg)
+    if "text_config" in cfg and isinstance(cfg["text_config"], dict):
+        cfg["text_config"] = dict(cfg["text_config"], torch_dtype=kvd)
+    cfg["torch_dtype"] = kvd
+    cfg.pop("dtype", None)
+    return cfg
 
 
 # -- metadata and stats ------------------------------------------------------------
@@ -312,7 +355,7 @@ class KvtierConnector(KVConnectorBase_V1):
         known = {"socket", "tenant", "namespace", "model_config", "salt",
                  "model", "load_mode", "save", "inflight_wait_s",
                  "require_hash_seed", "timeout_ms", "staging",
-                 "staging_blocks"}
+                 "staging_blocks", "kv_shape"}
         unknown = sorted(set(extra) - known)
         if unknown:
             raise ValueError(f"kvtier.vllm: unknown kv_connector_extra_config "
@@ -348,23 +391,20 @@ class KvtierConnector(KVConnectorBase_V1):
         model = str(extra.get("model") or served or mc.model)
         self._salt = f"vllm|{tenant}|{self._ns}|{model}|" \
                      f"{extra.get('salt', '')}".encode()
-        if role == KVConnectorRole.SCHEDULER and \
-                extra.get("require_hash_seed", True) and \
-                os.environ.get("PYTHONHASHSEED") is None:
-            raise ValueError(
-                "kvtier.vllm: PYTHONHASHSEED is not set: vLLM then seeds its "
-                "block hashes at random per process and no other process (or "
-                "restart) can hit this cache. Set the same PYTHONHASHSEED for "
-                "every vLLM sharing the daemon, or set "
-                "\"require_hash_seed\": false")
-        groups = getattr(kv_cache_config, "kv_cache_groups", None)
-        if groups is not None and len(groups) != 1:
-            raise ValueError(f"kvtier.vllm: {len(groups)} KV cache groups "
-                             f"(a hybrid model): not implemented, one only")
+        _compat.require_hash_seed(extra, role == KVConnectorRole.SCHEDULER)
+        _compat.check_kv_cache_config(kv_cache_config)
+        self._kv_shape = extra.get("kv_shape")
+        if self._kv_shape is not None and \
+                self._kv_shape not in _layout.VLLM_SHAPES:
+            raise ValueError(f"kvtier.vllm: kv_shape must be one of "
+                             f"{sorted(_layout.VLLM_SHAPES)}, not "
+                             f"{self._kv_shape!r}")
         cfg = extra.get("model_config")
         if cfg is None:
             hf = mc.hf_config
             cfg = hf.to_dict() if hasattr(hf, "to_dict") else dict(hf)
+        cfg = _kv_dtype_config(cfg, getattr(vllm_config.cache_config,
+                                            "cache_dtype", "auto"))
         pc = vllm_config.parallel_config
         tp = int(getattr(pc, "tensor_parallel_size", 1))
         rank = 0
@@ -484,7 +524,7 @@ class KvtierConnector(KVConnectorBase_V1):
         """Record the blocks vLLM allocated (for the load when
         @num_external_tokens > 0)."""
         rid = request.request_id
-        ids = list(blocks.get_block_ids()[0])
+        ids = _compat.block_ids(blocks)
         st = self._reqs.get(rid)
         if st is None:
             self._reqs[rid] = st = _SchedReq(request, ids)
@@ -527,13 +567,13 @@ class KvtierConnector(KVConnectorBase_V1):
             self._plan_save(meta, nr.req_id, st,
                             nr.num_computed_tokens + sched.get(nr.req_id, 0))
         cr = scheduler_output.scheduled_cached_reqs
+        resumed = _compat.resumed_ids(cr)
         for i, rid in enumerate(cr.req_ids):
             st = self._reqs.get(rid)
             if st is None:
                 continue
             new = cr.new_block_ids[i]
-            if cr.resumed_from_preemption[i] if hasattr(
-                    cr, "resumed_from_preemption") else False:
+            if rid in resumed:   # its new blocks replace the old ones
                 st.block_ids = list(new[0]) if new else []
             elif new:
                 st.block_ids += list(new[0])
@@ -546,6 +586,7 @@ class KvtierConnector(KVConnectorBase_V1):
         keys = self._keys(st.request)
         upto = min(computed_after // self._block_size, len(keys),
                    len(st.block_ids))
+        upto = _compat.publishable_blocks(st.request, upto)
         if upto <= st.saved:
             return
         meta.saves.append(SaveSpec(rid, keys[:upto], st.saved,
@@ -594,72 +635,96 @@ class KvtierConnector(KVConnectorBase_V1):
     # ==========================================================================
 
     def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
-        """Register vLLM's per-layer KV caches (FlashAttention shape
-        (2, num_blocks, block_size, kv_heads, head_dim)) with the daemon;
-        CPU torch tensors are re-homed into daemon-mappable memory first."""
+        """Register vLLM's per-layer KV caches with the daemon, in whatever
+        layout the attention backend chose (kvtier.layout: FlashAttention
+        NHD / HND, FlashInfer, the CPU backend, MLA; fp8 caches are 1-byte
+        elements); CPU torch tensors are re-homed into daemon-mappable
+        memory first, GPU tensors staged (kvtier.staging)."""
         g = self._geom
         if len(kv_caches) != g.layers:
             raise ValueError(f"kvtier.vllm: {len(kv_caches)} KV cache layers "
                              f"for a model of {g.layers} layers")
+        roles = self._roles(kv_caches)
         on_gpu = any(_is_torch(t) and t.device.type != "cpu"
                      for t in kv_caches.values())
         if self._staging_mode is True or (on_gpu and
                                           self._staging_mode == "auto"):
-            self._register_staging(kv_caches)
+            self._register_staging(kv_caches, roles)
             return
-        if any(_is_torch(t) for t in kv_caches.values()):
-            for t in kv_caches.values():
-                _describe(t)    # GPU: KVT_ENOTBUILT before anything moves
-            if not all(_buffer_of(t.data_ptr(), t.data_ptr() + 1)
-                       for t in kv_caches.values()):
-                _rehome_torch(kv_caches)
-        descs = [_describe(t) for t in kv_caches.values()]
-        want = (2, None, g.page_tokens, g.kv_heads, g.head_dim)
-        addr0, shape0, strides0, isz = descs[0]
-        for name, (addr, shape, strides, sz) in zip(kv_caches, descs):
-            if len(shape) != 5 or shape[0] != 2 or shape[2:] != want[2:]:
-                raise ValueError(
-                    f"kvtier.vllm: layer {name}: KV cache of shape {shape}; "
-                    f"expected (2, num_blocks, {g.page_tokens}, {g.kv_heads}, "
-                    f"{g.head_dim}) (FlashAttention layout; block size = the "
-                    f"daemon's --page-tokens, heads per TP rank)")
-            if sz != g.dtype_bytes:
-                raise ValueError(f"kvtier.vllm: layer {name}: {sz}-byte "
-                                 f"elements, the daemon's model has "
-                                 f"{g.dtype_bytes}")
-            if shape != shape0 or strides != strides0:
-                raise ValueError(f"kvtier.vllm: layer {name}: shape/strides "
-                                 f"differ from the first layer's")
-        kv_stride, block_stride, token_stride, head_stride, elem = strides0
-        if elem != isz or head_stride != g.head_dim * isz or \
-                token_stride != g.kv_heads * g.head_dim * isz:
-            raise ValueError("kvtier.vllm: each token's heads must be "
-                             "contiguous in the KV cache")
-        nblocks = shape0[1]
-        span = kv_stride + (nblocks - 1) * block_stride + \
-            g.page_tokens * token_stride
-        buf = _buffer_of(min(d[0] for d in descs),
-                         max(d[0] for d in descs) + span)
+        for t in kv_caches.values():
+            _check_host(t)  # GPU: KVT_ENOTBUILT before anything moves
+        infos = [_layout.describe(t) for t in kv_caches.values()]
+        if any(_is_torch(t) for t in kv_caches.values()) and \
+                not all(_buffer_of(i.addr, i.addr + 1) for i in infos):
+            _rehome_torch(kv_caches)
+            infos = [_layout.describe(t) for t in kv_caches.values()]
+        try:
+            lay = _layout.derive(infos, roles, g.page_tokens, g.kv_heads,
+                                 g.head_dim, g.kv, layers=g.layers)
+        except _layout.LayoutError as e:
+            raise ValueError(f"{e} (block size = the daemon's --page-tokens, "
+                             f"heads per TP rank)") from None
+        if lay.itemsize != g.dtype_bytes:
+            raise ValueError(f"kvtier.vllm: {lay.itemsize}-byte KV cache "
+                             f"elements ({lay.dtype}), the daemon's model "
+                             f"has {g.dtype_bytes}: start the daemon with "
+                             f"--kv-dtype matching vLLM's --kv-cache-dtype")
+        lo, hi = lay.extent()
+        buf = _buffer_of(lo, hi)
         if buf is None:
             raise ValueError(
                 "kvtier.vllm: the KV caches are not in memory the daemon can "
                 "map: NumPy arrays must be views of kvtier.vllm."
                 "host_kv_buffer() (torch CPU tensors are re-homed)")
-        offs = [d[0] - buf.base for d in descs]
-        self._register = (buf.fd, offs, nblocks, block_stride, kv_stride,
-                          token_stride)
-        self._mem = self._client.register_fd(*self._register)
+        self._register = (buf.fd, lay.offsets(buf.base), lay.nblocks,
+                          lay.block_stride, lay.kv_stride, lay.token_stride,
+                          lay.head_stride)
+        self._mem = self._register_mem(self._client)
         self._layer_index = {n: i for i, n in enumerate(kv_caches)}
+        log.info("kvtier.vllm: %d KV cache layers registered (%s, roles %s)",
+                 g.layers, "rows" if lay.rows else "packed", roles)
 
-    def _register_staging(self, kv_caches: Dict[str, Any]) -> None:
+    def _register_mem(self, cl: Client) -> Memory:
+        fd, offs, nb, bs, ks, ts, hs = self._register
+        return cl.register_fd(fd, offs, nb, bs, ks, ts, head_stride=hs)
+
+    def _roles(self, kv_caches: Dict[str, Any]) -> Tuple[str, ...]:
+        """Which dimension of the layer caches is which: the attention
+        backend's get_kv_cache_shape when vLLM lets it be asked (its
+        layers in the static forward context), else the shapes kvtier
+        knows ("kv_shape" in the extra config picks one)."""
+        g = self._geom
+        name, t = next(iter(kv_caches.items()))
+        shape = tuple(t.shape)
+        if self._kv_shape:
+            return _layout.VLLM_SHAPES[self._kv_shape]
+        shape_fn = None
+        cc = getattr(self._vllm_config, "compilation_config", None)
+        layer = (getattr(cc, "static_forward_context", None) or {}).get(name)
+        if layer is not None:
+            backend = layer.get_attn_backend() if hasattr(
+                layer, "get_attn_backend") else getattr(layer, "attn_backend",
+                                                        None)
+            shape_fn = getattr(backend, "get_kv_cache_shape", None)
+        try:
+            return _layout.vllm_roles(shape, g.page_tokens, g.kv_heads,
+                                      g.head_dim, g.mla, shape_fn)
+        except _layout.LayoutError as e:
+            raise ValueError(f"{e}; set kv_connector_extra_config "
+                             f"\"kv_shape\" to one of "
+                             f"{sorted(_layout.VLLM_SHAPES)}") from None
+
+    def _register_staging(self, kv_caches: Dict[str, Any],
+                          roles: Tuple[str, ...]) -> None:
         """KV caches the daemon cannot map (GPU): move pages through a
         staging pool of host blocks it can (kvtier.staging)."""
         g = self._geom
-        nblocks = tuple(next(iter(kv_caches.values())).shape)[1]
+        nblocks = tuple(next(iter(kv_caches.values())).shape)[
+            roles.index("block")]
         n = self._staging_blocks or min(
             nblocks, max(64, _STAGING_BYTES // g.page_bytes))
         self._staging = StagingPool(self._client, list(kv_caches.values()),
-                                    n)
+                                    n, roles=roles)
         self._layer_index = {name: i for i, name in enumerate(kv_caches)}
         log.info("kvtier.vllm: KV caches staged through %d host blocks (%s)",
                  n, self._staging.pinned)
@@ -686,8 +751,11 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def handle_preemptions(self, kv_connector_metadata: Any) -> None:
         """Before vLLM reuses a preempted request's blocks: cancel its
-        stores and loads and wait for them to stop."""
-        for rid in getattr(kv_connector_metadata, "preempted", ()):
+        stores and loads and wait for them to stop. vLLM v0.12-v0.15 pass
+        the preempted request ids (a set, only in steps that preempted),
+        later releases this step's connector metadata (every step): both
+        are taken (kvtier.vllm_compat.preempted_ids)."""
+        for rid in _compat.preempted_ids(kv_connector_metadata):
             jobs = self._store_jobs.pop(rid, [])
             job = self._load_jobs.pop(rid, None)
             for j in jobs + ([job] if job else []):
@@ -848,9 +916,10 @@ class KvtierConnector(KVConnectorBase_V1):
             cl = self._connect()
             if self._staging is not None:
                 staging = StagingPool(cl, self._staging.kv,
-                                      self._staging.nblocks)
+                                      self._staging.nblocks,
+                                      roles=self._staging.roles)
             else:
-                mem = cl.register_fd(*self._register)
+                mem = self._register_mem(cl)
         except KvtierError as e:
             if cl is not None:
                 cl.close()
