@@ -285,6 +285,10 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
     # finished requests whose blocks vLLM keeps until the workers return
     # them in finished_sending (request_finished said delay_free)
     delayed: Set[str] = dataclasses.field(default_factory=set)
+    # finished (aborted) requests whose async load vLLM still waits for:
+    # stop it, report it in finished_recving once it has stopped (vLLM
+    # frees the blocks then; never in finished_sending, which it asserts)
+    aborted: Set[str] = dataclasses.field(default_factory=set)
 
 
 _STAT_KEYS = ("loads", "load_pages", "load_failed_blocks", "stores",
@@ -421,6 +425,8 @@ class KvtierConnector(KVConnectorBase_V1):
         self._loading: Set[str] = set()
         self._ever_saved: Set[str] = set()
         self._delayed: Set[str] = set()
+        self._aborted: Set[str] = set()
+        self._awaiting: Set[str] = set()   # reported by the workers yet
         self._waiting_since: Dict[str, float] = {}
         self._key_cache: Dict[str, Tuple[int, List[bytes]]] = {}
         # worker state
@@ -546,9 +552,11 @@ class KvtierConnector(KVConnectorBase_V1):
                              ) -> KvtierConnectorMetadata:
         """This step's loads, stores and preemptions for the workers."""
         meta = KvtierConnectorMetadata(loads=self._loads_to_send,
-                                       delayed=self._delayed)
+                                       delayed=self._delayed,
+                                       aborted=self._aborted)
         self._loads_to_send = []
         self._delayed = set()
+        self._aborted = set()
         for rid in getattr(scheduler_output, "preempted_req_ids", None) or ():
             meta.preempted.add(rid)
             st = self._reqs.get(rid)
@@ -600,6 +608,9 @@ class KvtierConnector(KVConnectorBase_V1):
         once vLLM has recomputed it."""
         for rid in connector_output.finished_recving or ():
             self._loading.discard(rid)
+            self._awaiting.discard(rid)
+        for rid in connector_output.finished_sending or ():
+            self._awaiting.discard(rid)
         bad = connector_output.invalid_block_ids
         if bad:
             for st in self._reqs.values():
@@ -609,19 +620,35 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def request_finished(self, request: Any, block_ids: List[int]
                          ) -> Tuple[bool, Optional[Dict[str, Any]]]:
-        """delay_free=True while workers may still read (store) or write
-        (load) the request's blocks: they return it in finished_sending."""
+        """delay_free=True while workers may still read the request's
+        blocks (stores): they return it in finished_sending. A request
+        aborted while its async load runs is not delayed here: vLLM keeps
+        its blocks itself until the load is reported in finished_recving
+        (it frees them then, and asserts nothing else reports them), so
+        the workers stop the load and report it there."""
         rid = request.request_id
         self._reqs.pop(rid, None)
         self._pending_load.pop(rid, None)
         self._key_cache.pop(rid, None)
         self._waiting_since.pop(rid, None)
-        busy = rid in self._ever_saved or rid in self._loading
+        loading = rid in self._loading
+        busy = rid in self._ever_saved and not loading
         self._ever_saved.discard(rid)
         self._loading.discard(rid)
+        if loading:
+            self._aborted.add(rid)
+            self._awaiting.add(rid)
         if busy:
             self._delayed.add(rid)
+            self._awaiting.add(rid)
         return busy, None
+
+    def has_pending_push_work(self) -> bool:
+        """True while a finished request's blocks wait for the workers
+        (stores still reading them, an aborted load stopping): vLLM (the
+        releases that ask) keeps stepping, so they are freed as soon as
+        the workers are done rather than at the next request."""
+        return bool(self._awaiting)
 
     def reset_cache(self) -> bool:
         """The daemon's cache is the node's, shared with other engines:
@@ -771,6 +798,7 @@ class KvtierConnector(KVConnectorBase_V1):
         assert isinstance(meta, KvtierConnectorMetadata)
         for rid in meta.delayed:
             self._finishing.add(rid)
+        for rid in meta.aborted:
             job = self._load_jobs.get(rid)
             if job is not None and rid not in self._aborted_loads:
                 job.cancel()
@@ -861,8 +889,10 @@ class KvtierConnector(KVConnectorBase_V1):
             if job.poll():
                 del self._load_jobs[rid]
                 if rid in self._aborted_loads:
+                    # stopped: vLLM frees the blocks on finished_recving
                     self._aborted_loads.discard(rid)
                     job.close()
+                    recving.add(rid)
                 else:
                     self._end_load(job)
                     recving.add(rid)
