@@ -1,13 +1,16 @@
 /*
  * cache_remote.c — the node cache's remote tier (include/kvtier/cache.h,
  * "The remote tier"): write-through after stores, remote runs in lookups,
- * prefetch into the top tier. Only the cache's public calls and
- * kvtier/remote.h are used; the bytes go through two staging areas that
- * the cache sees as attached host memory in page-first order (a block is
- * a page: base[l] = buf + l*kv*chunk, block stride = page bytes), which is
- * also the remote tier's value layout, so no conversion is needed.
+ * prefetch into the top tier. Only the cache's public calls, its
+ * extension hooks (cache_ext.h: told of committed stores, asked after
+ * lookups) and kvtier/remote.h are used; the bytes go through two staging
+ * areas that the cache sees as attached host memory in page-first order
+ * (a block is a page: base[l] = buf + l*kv*chunk, block stride = page
+ * bytes), which is also the remote tier's value layout, so no conversion
+ * is needed. Stores out of the staging areas are not written through
+ * (kvti_cache_ext_quiet(): their pages came from the remote tier).
  *
- *   store job done --progress hook--> queue (keys) --writer thread-->
+ *   store job done --stored hook--> queue (keys) --writer thread-->
  *       EXISTS; load_ex(top tier -> wstage); kvt_remote_set(absent pages)
  *
  *   prefetch: kvt_remote_get(-> pstage); store_ex(pstage -> top tier)
@@ -16,12 +19,13 @@
  * (cr->r) never waits behind a write batch.
  *
  * Locks: cr->mu guards the queue and the counters; it is a leaf (taken
- * inside a job's progress callback, never held across a cache call).
- * cr->pmu serializes prefetches (one staging area).
+ * inside the stored hook, under a job's lock; never held across a cache
+ * call). cr->pmu serializes prefetches (one staging area).
  */
-#include "cache/cache_remote.h"
+#include "cache/cache_ext.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
@@ -38,15 +42,7 @@ struct wentry {
 	kvt_page_key keys[];
 };
 
-/* A store's progress hook: forwards to the caller's, queues at done. */
-struct fwd {
-	struct kvti_cremote *cr;
-	kvt_cache_progress_fn *fn;
-	void *arg;
-	struct wentry *e;
-};
-
-struct kvti_cremote {
+struct cremote {
 	kvt_cache *c;
 	kvt_remote *r;                /* lookups and prefetches */
 	kvt_remote *rw;               /* the writer's own: a lookup never
@@ -70,9 +66,24 @@ struct kvti_cremote {
 	kvt_cache_remote_stat st;     /* mu (remote: filled on read) */
 };
 
+static void remote_stored(void *arg, uint32_t tenant, const kvt_page_key *keys,
+			  size_t nkeys, size_t first);
+static void remote_lookup(void *arg, const kvt_page_key *keys, size_t nkeys,
+			  kvt_cache_lookup_result *r);
+static void remote_stop(void *arg);
+static void remote_free(void *arg);
+
+/* What the cache calls (cache_ext.h). */
+static const struct kvti_cache_ext remote_ext = {
+	.stored = remote_stored,
+	.lookup = remote_lookup,
+	.stop = remote_stop,
+	.free = remote_free,
+};
+
 /* ---- staging areas -------------------------------------------------------- */
 
-static int stage_attach(struct kvti_cremote *cr, uint8_t **buf,
+static int stage_attach(struct cremote *cr, uint8_t **buf,
 			kvt_cache_mem **mem)
 {
 	const kvt_geom *g = kvt_cache_geom(cr->c);
@@ -90,6 +101,8 @@ static int stage_attach(struct kvti_cremote *cr, uint8_t **buf,
 			       chunk, (uint64_t)g->kv_heads * g->head_dim *
 			       g->dtype_bytes, -1, mem);
 	kvt_free(base);
+	if (!err) /* what it stores came from the remote tier */
+		kvti_cache_ext_quiet(*mem);
 	return err;
 }
 
@@ -97,7 +110,7 @@ static int stage_attach(struct kvti_cremote *cr, uint8_t **buf,
 
 /* Write pages first..nkeys-1 of one committed store, a staging area at a
  * time. */
-static void write_entry(struct kvti_cremote *cr, const struct wentry *e)
+static void write_entry(struct cremote *cr, const struct wentry *e)
 {
 	uint64_t written = 0, present = 0, dropped = 0, failed = 0;
 	kvt_cache_io io = KVT_CACHE_IO_INIT;
@@ -167,7 +180,7 @@ static void write_entry(struct kvti_cremote *cr, const struct wentry *e)
 
 static void *writer_main(void *arg)
 {
-	struct kvti_cremote *cr = arg;
+	struct cremote *cr = arg;
 
 	pthread_mutex_lock(&cr->mu);
 	for (;;) {
@@ -192,100 +205,46 @@ static void *writer_main(void *arg)
 	return NULL;
 }
 
-/* Runs under the store job's lock: record and wake only. */
-static void fwd_progress(void *arg, const kvt_cache_progress *p)
+/* The stored hook (cache_ext.h): runs under the store job's lock, record
+ * and wake only. */
+static void remote_stored(void *arg, uint32_t tenant, const kvt_page_key *keys,
+			  size_t nkeys, size_t first)
 {
-	struct fwd *f = arg;
-	struct kvti_cremote *cr = f->cr;
+	struct cremote *cr = arg;
+	uint64_t n = nkeys - first;
+	struct wentry *e = kvt_malloc(sizeof(*e) + nkeys * sizeof(*keys));
 
-	if (p->done) {
-		struct wentry *e = f->e;
-		uint64_t n = e->nkeys - e->first;
-
-		pthread_mutex_lock(&cr->mu);
-		if (p->result == 0 && !cr->stop && cr->pending + n <= QUEUE_MAX) {
-			e->next = NULL;
-			if (cr->tail)
-				cr->tail->next = e;
-			else
-				cr->head = e;
-			cr->tail = e;
-			cr->pending += n;
-			cr->st.queued += n;
-			pthread_cond_signal(&cr->cv);
-			e = NULL;
-		} else if (p->result == 0) {
-			cr->st.dropped += n;
-		}
-		pthread_mutex_unlock(&cr->mu);
-		kvt_free(e);
+	pthread_mutex_lock(&cr->mu);
+	if (e && !cr->stop && cr->pending + n <= QUEUE_MAX) {
+		e->next = NULL;
+		e->tenant = tenant;
+		e->nkeys = nkeys;
+		e->first = first;
+		memcpy(e->keys, keys, nkeys * sizeof(*keys));
+		if (cr->tail)
+			cr->tail->next = e;
+		else
+			cr->head = e;
+		cr->tail = e;
+		cr->pending += n;
+		cr->st.queued += n;
+		pthread_cond_signal(&cr->cv);
+		e = NULL;
+	} else {
+		cr->st.dropped += n;
 	}
-	if (f->fn)
-		f->fn(f->arg, p);
-	if (p->done)
-		kvt_free(f);
+	pthread_mutex_unlock(&cr->mu);
+	kvt_free(e);
 }
 
-int kvti_cache_remote_wants(const struct kvti_cremote *cr,
-			    const kvt_cache_io *io)
+int kvt_cache_remote_flush(kvt_cache *c, int64_t timeout_ns)
 {
-	return !io || (io->progress != fwd_progress && io->mem != cr->pmem &&
-		       io->mem != cr->wmem);
-}
-
-int kvti_cache_remote_store(struct kvti_cremote *cr, uint32_t tenant,
-			    const kvt_page_key *keys, size_t nkeys,
-			    size_t first, const uint32_t *blocks,
-			    const kvt_cache_io *io, kvt_cache_job **out)
-{
-	kvt_cache_io my = KVT_CACHE_IO_INIT, o = KVT_CACHE_IO_INIT;
-	struct fwd *f;
-	int err;
-
-	/* what the plain call refuses, it refuses without the hook */
-	if (!keys || first >= nkeys ||
-	    (io && (io->size < sizeof(uint32_t) || io->size > sizeof(o))))
-		return kvt_cache_store_ex(cr->c, tenant, keys, nkeys, first,
-					  blocks, io, out);
-	if (io)
-		memcpy(&o, io, io->size);
-	/* one-page prefixes of their own are not written through: remote
-	 * values are named by chained prefixes (and looked up as such) */
-	if (o.flags & KVT_CACHE_IO_EACH)
-		return kvt_cache_store_ex(cr->c, tenant, keys, nkeys, first,
-					  blocks, io, out);
-	f = kvt_calloc(1, sizeof(*f));
-	if (!f)
-		return -ENOMEM;
-	f->e = kvt_malloc(sizeof(*f->e) + nkeys * sizeof(kvt_page_key));
-	if (!f->e) {
-		kvt_free(f);
-		return -ENOMEM;
-	}
-	f->cr = cr;
-	f->fn = o.progress;
-	f->arg = o.arg;
-	my.mem = o.mem;
-	f->e->tenant = tenant;
-	f->e->nkeys = nkeys;
-	f->e->first = first;
-	memcpy(f->e->keys, keys, nkeys * sizeof(kvt_page_key));
-	my.progress = fwd_progress;
-	my.arg = f;
-	err = kvt_cache_store_ex(cr->c, tenant, keys, nkeys, first, blocks,
-				 &my, out);
-	if (err) { /* nothing started: no callback will come */
-		kvt_free(f->e);
-		kvt_free(f);
-	}
-	return err;
-}
-
-int kvti_cache_remote_flush(struct kvti_cremote *cr, int64_t timeout_ns)
-{
+	struct cremote *cr = kvti_cache_ext_arg(c, &remote_ext);
 	struct timespec ts;
 	int err = 0;
 
+	if (!cr)
+		return kvti_fail(KVT_ENOTFOUND, "cache: no remote tier");
 	if (timeout_ns >= 0)
 		kvti_deadline(&ts, timeout_ns);
 	pthread_mutex_lock(&cr->mu);
@@ -298,10 +257,11 @@ int kvti_cache_remote_flush(struct kvti_cremote *cr, int64_t timeout_ns)
 
 /* ---- lookup and prefetch --------------------------------------------------- */
 
-void kvti_cache_remote_lookup(struct kvti_cremote *cr,
-			      const kvt_page_key *keys, size_t nkeys,
-			      kvt_cache_lookup_result *r)
+/* The lookup hook (cache_ext.h): no cache lock held. */
+static void remote_lookup(void *arg, const kvt_page_key *keys, size_t nkeys,
+			  kvt_cache_lookup_result *r)
 {
+	struct cremote *cr = arg;
 	size_t lead = 0;
 
 	if (r->inflight || r->pages >= nkeys)
@@ -318,7 +278,7 @@ void kvti_cache_remote_lookup(struct kvti_cremote *cr,
 
 /* Bring pages first..nkeys-1 in, @batch pages a time, until one is not
  * there, @cut is set (checked between batches) or the cache closes. */
-static int fetch_run(struct kvti_cremote *cr, uint32_t tenant,
+static int fetch_run(struct cremote *cr, uint32_t tenant,
 		     const kvt_page_key *keys, size_t nkeys, size_t first,
 		     size_t batch, atomic_int *cut, uint64_t *pages)
 {
@@ -364,10 +324,16 @@ static int fetch_run(struct kvti_cremote *cr, uint32_t tenant,
 	return err;
 }
 
-int kvti_cache_remote_prefetch(struct kvti_cremote *cr, uint32_t tenant,
-			       const kvt_page_key *keys, size_t nkeys,
-			       size_t first, uint64_t *pages)
+int kvt_cache_prefetch(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
+		       size_t nkeys, size_t first, uint64_t *pages)
 {
+	struct cremote *cr = kvti_cache_ext_arg(c, &remote_ext);
+
+	kvti_errclear();
+	if (!c || !pages || (nkeys && !keys) || first > nkeys)
+		return kvti_fail(-EINVAL, "cache prefetch: bad arguments");
+	if (!cr)
+		return kvti_fail(KVT_ENOTFOUND, "cache prefetch: no remote tier");
 	return fetch_run(cr, tenant, keys, nkeys, first, cr->slots, NULL,
 			 pages);
 }
@@ -375,7 +341,7 @@ int kvti_cache_remote_prefetch(struct kvti_cremote *cr, uint32_t tenant,
 /* ---- asynchronous prefetch ------------------------------------------------ */
 
 struct kvt_cache_fetch {
-	struct kvti_cremote *cr;
+	struct cremote *cr;
 	uint32_t tenant;
 	size_t nkeys, first;
 	atomic_int cut;
@@ -388,7 +354,7 @@ struct kvt_cache_fetch {
 static void *fetch_main(void *arg)
 {
 	kvt_cache_fetch *f = arg;
-	struct kvti_cremote *cr = f->cr;
+	struct cremote *cr = f->cr;
 	/* small batches: a cut-off waits for at most one of them */
 	size_t batch = (size_t)KVT_MAX(1, KVT_MIN(cr->slots,
 						  FETCH_BATCH_BYTES / cr->page));
@@ -402,14 +368,20 @@ static void *fetch_main(void *arg)
 	return NULL;
 }
 
-int kvti_cache_remote_fetch_start(struct kvti_cremote *cr, uint32_t tenant,
-				  const kvt_page_key *keys, size_t nkeys,
-				  size_t first, kvt_cache_fetch **out)
+int kvt_cache_prefetch_start(kvt_cache *c, uint32_t tenant,
+			     const kvt_page_key *keys, size_t nkeys,
+			     size_t first, kvt_cache_fetch **out)
 {
-	kvt_cache_fetch *f = kvt_calloc(1, sizeof(*f) + nkeys * sizeof(*keys));
+	struct cremote *cr = kvti_cache_ext_arg(c, &remote_ext);
+	kvt_cache_fetch *f;
 	int err;
 
-	if (!f)
+	kvti_errclear();
+	if (!c || !out || (nkeys && !keys) || first > nkeys)
+		return kvti_fail(-EINVAL, "cache prefetch: bad arguments");
+	if (!cr)
+		return kvti_fail(KVT_ENOTFOUND, "cache prefetch: no remote tier");
+	if (!(f = kvt_calloc(1, sizeof(*f) + nkeys * sizeof(*keys))))
 		return -ENOMEM;
 	f->cr = cr;
 	f->tenant = tenant;
@@ -446,13 +418,15 @@ int kvt_cache_prefetch_end(kvt_cache_fetch *f, int cut, uint64_t *pages)
 	return err;
 }
 
-void kvti_cache_remote_stat(struct kvti_cremote *cr,
-			    kvt_cache_remote_stat *st)
+int kvt_cache_remote_stat_get(kvt_cache *c, kvt_cache_remote_stat *st)
 {
+	struct cremote *cr = kvti_cache_ext_arg(c, &remote_ext);
 	kvt_remote_stat w;
 	uint64_t *a = (uint64_t *)&st->remote;
 	const uint64_t *b = (const uint64_t *)&w;
 
+	if (!cr)
+		return kvti_fail(KVT_ENOTFOUND, "cache: no remote tier");
 	pthread_mutex_lock(&cr->mu);
 	*st = cr->st;
 	pthread_mutex_unlock(&cr->mu);
@@ -467,14 +441,14 @@ void kvti_cache_remote_stat(struct kvti_cremote *cr,
 	st->remote.lat_ns_max = KVT_MAX(st->remote.lat_ns_max, w.lat_ns_max);
 	st->remote.nodes = KVT_MAX(st->remote.nodes, w.nodes);
 	st->remote.nodes_up = KVT_MAX(st->remote.nodes_up, w.nodes_up);
+	return 0;
 }
 
 /* ---- open and close --------------------------------------------------------- */
 
-int kvti_cache_remote_open(kvt_cache *c, const char *spec,
-			   struct kvti_cremote **out)
+int kvti_cache_remote_open(kvt_cache *c, const char *spec)
 {
-	struct kvti_cremote *cr = kvt_calloc(1, sizeof(*cr));
+	struct cremote *cr = kvt_calloc(1, sizeof(*cr));
 	int err;
 
 	if (!cr)
@@ -504,20 +478,20 @@ int kvti_cache_remote_open(kvt_cache *c, const char *spec,
 		goto fail;
 	}
 	cr->have_thread = 1;
-	*out = cr;
+	kvti_cache_ext_set(c, &remote_ext, cr);
 	return 0;
 fail:
-	kvti_cache_remote_stop(cr);
+	remote_stop(cr);
 	kvt_cache_detach(cr->wmem);
 	kvt_cache_detach(cr->pmem);
-	kvti_cache_remote_free(cr);
+	remote_free(cr);
 	return err;
 }
 
-void kvti_cache_remote_stop(struct kvti_cremote *cr)
+static void remote_stop(void *arg)
 {
-	if (!cr)
-		return;
+	struct cremote *cr = arg;
+
 	atomic_store(&cr->closing, 1);
 	pthread_mutex_lock(&cr->mu);
 	cr->stop = 1;
@@ -543,10 +517,10 @@ void kvti_cache_remote_stop(struct kvti_cremote *cr)
 	pthread_mutex_unlock(&cr->mu);
 }
 
-void kvti_cache_remote_free(struct kvti_cremote *cr)
+static void remote_free(void *arg)
 {
-	if (!cr)
-		return;
+	struct cremote *cr = arg;
+
 	kvt_remote_close(cr->r);
 	kvt_remote_close(cr->rw);
 	kvt_free(cr->wbuf);

@@ -1,7 +1,8 @@
 /*
  * persist.h — the node cache's restart-safe ssd tier (inside; not
  * installed). persist.c's header comment has the picture, the record
- * format and the crash argument; cache.c calls these hooks at the points
+ * format and the crash argument; the cache calls these hooks (slot.c,
+ * mover.c, store.c; open and tenants in cache.c) at the points
  * where a slot's state changes, all with the cache's slot lock (c->smu)
  * held, except open-time rebuild and free (single-threaded).
  */

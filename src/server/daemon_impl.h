@@ -1,0 +1,211 @@
+/*
+ * daemon_impl.h — the inside of kvtierd, shared by its files. Internal to
+ * libkvtier (server.h is what `kvtier serve` sees).
+ *
+ * FILES
+ *
+ *   daemon.c  open, run (accept, SO_PEERCRED, max_clients), stop, close
+ *             (drain); the socket; the lease reaper; the metrics collect
+ *             hook.
+ *   tenant.c  the tenant table: --tenants parsing, peer-credential checks,
+ *             the cache's tenant ids (tenant x TP rank), quotas.
+ *   conn.c    a connection's thread: the request loop, replies, HELLO and
+ *             its job-slot page, dispatch of every op, teardown.
+ *   mem.c     REGISTER / UNREGISTER: a client's memory, checked, mapped,
+ *             attached to the cache.
+ *   job.c     LOAD / STORE / CANCEL / RELEASE: jobs in job slots, their
+ *             progress on the shared page, the remote prefetch a LOOKUP
+ *             starts.
+ *
+ * THE OBJECTS
+ *
+ *   struct kvtd ----- ten[nten]  (fixed after kvtd_open)
+ *        |
+ *        +-- conns --> struct conn --> next ...      (d->mu)
+ *                        | jobs[MAX_JOBS] --> struct job (c->mu)
+ *                        | mems[MAX_MEMS]     struct cmem (conn thread)
+ *                        | slots: MAX_JOBS * KVTD_SLOT_BYTES, shared with
+ *                        |        the client read-only
+ *                        | t --> struct tenant (one of d->ten[])
+ *
+ * LOCKS (a field not named here is fixed once set, or owned by the one
+ * thread that uses it)
+ *
+ *   d->mu     d->conns, d->nconns, d->next_id, d->stopping, d->registered,
+ *             each conn's @next; d->cv is signalled when nconns drops and
+ *             at stop. Taken before any c->mu (the reaper, close).
+ *   c->mu     c->jobs[] and c->njobs as the reaper and close read them;
+ *             each job's @expired. Only the connection thread writes
+ *             jobs[] (under c->mu), so it reads them without the lock.
+ *   none      everything else in struct conn belongs to its thread:
+ *             hello, monitor, t, rank, itenant, mems, fetch, in, out. The
+ *             cache's threads touch only a job's slot (on_progress) and
+ *             the conn's efd, both fixed while the job lives.
+ *   metrics   a tenant's @evicted is read and written by the collect hook
+ *             only, which the metrics registry runs under its own mutex.
+ *
+ * No lock is held across a cache call that waits, except that close waits
+ * for jobs (a lease at most) under d->mu and c->mu.
+ */
+#ifndef KVT_SERVER_DAEMON_IMPL_H
+#define KVT_SERVER_DAEMON_IMPL_H
+
+#include "server/server.h"
+#include "server/metrics.h"
+#include "server/proto.h"
+#include "core/core.h"
+
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/un.h>
+
+#define MAX_JOBS 1024
+#define MAX_MEMS 8
+#define MAX_TENANTS 64
+#define MAX_IDS 16
+
+struct tenant {
+	char name[KVTD_METRICS_NAME_MAX + 1];
+	uint32_t id;
+	uint64_t salt;
+	uid_t uid[MAX_IDS];
+	gid_t gid[MAX_IDS];
+	int nuid, ngid;
+	uint64_t quota[KVT_TIER_COUNT]; /* bytes per owned tier; 0: none */
+	uint64_t evicted[KVT_TIER_COUNT]; /* collect(): evictions seen */
+	kvtd_mtenant *mt;
+};
+
+struct conn;
+
+struct job {
+	struct conn *c;
+	kvt_cache_job *cj;
+	uint64_t pages;      /* the prefix it pins */
+	uint32_t slot;
+	int store;
+	uint64_t t0, deadline;
+	int expired;         /* c->mu */
+};
+
+struct cmem {
+	uint32_t id;          /* 0: unused */
+	kvt_cache_mem *m;
+	void *map;
+	size_t len;
+};
+
+struct conn {
+	kvtd *d;
+	int fd;
+	struct ucred cred;
+	int hello;
+	int monitor;                 /* HELLO without geometry: STATS only */
+	struct tenant *t;
+	uint32_t rank, itenant, id;
+	int slot_fd, efd;
+	uint8_t *slots;
+	pthread_mutex_t mu;          /* jobs[] */
+	struct job *jobs[MAX_JOBS];
+	int njobs;
+	struct cmem mems[MAX_MEMS];
+	uint32_t next_mem;
+	kvt_cache_fetch *fetch;      /* a remote prefetch this client's lookup
+					started, ended by its next LOAD */
+	kvtd_buf in, out;
+	struct conn *next;           /* d->mu */
+};
+
+struct kvtd {
+	kvtd_config cfg;
+	kvt_cache *c;
+	const kvt_geom *g;
+	char ns[KVTD_NS_MAX + 1];
+	struct tenant ten[MAX_TENANTS];
+	int nten;
+	int lfd, stopfd;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	kvtd_metrics *m;
+	kvtd_http *http;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct conn *conns;
+	int nconns;
+	int stopping;
+	pthread_t reaper;
+	int have_reaper;
+	uint64_t registered; /* bytes */
+	uint32_t next_id;
+};
+
+/* ---- tenant.c ---------------------------------------------------------- */
+
+/* Parse @spec ("NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE]" joined
+ * by ';'; empty: "default:0" for the daemon's uid) into d->ten[]. */
+int kvti_tenants_parse(kvtd *d, const char *spec);
+
+/* Make every (tenant, rank) a tenant of the cache, with its salt and its
+ * share of the quotas; a metrics block per tenant. */
+int kvti_tenants_open(kvtd *d);
+
+/* The tenant a HELLO may act as: the one with id @id, or for a @monitor
+ * the first that allows the peer; -EACCES / KVT_ENOTFOUND, detail set. */
+int kvti_tenant_resolve(kvtd *d, const struct ucred *cr, int monitor,
+			uint32_t id, int *ti);
+
+/* The cache's tenant id of d->ten[@ti] at TP rank @rank. */
+static inline uint32_t kvti_itenant(const kvtd *d, int ti, uint32_t rank)
+{
+	return 1 + (uint32_t)ti * d->g->tp_size + rank;
+}
+
+/* ---- conn.c ------------------------------------------------------------ */
+
+/* The connection thread (detached); frees @arg (a struct conn) at the end. */
+void *kvti_conn_main(void *arg);
+
+/* Cancel and free everything @c holds, close it, drop it from d->conns. */
+void kvti_conn_free(struct conn *c);
+
+/* Count a refused request (why), pass @err through. */
+int kvti_perr(struct conn *c, enum kvtd_proto_err why, int err);
+
+/* A reply to @h: status (with kvt_errdetail() when nonzero), then the
+ * caller's body into c->out, then send. */
+void kvti_reply_begin(struct conn *c, const kvtd_hdr *h, int status);
+int kvti_reply_send(struct conn *c, const int *fds, int nfds);
+int kvti_reply_status(struct conn *c, const kvtd_hdr *h, int status);
+
+/* ---- mem.c ------------------------------------------------------------- */
+
+/* REGISTER: check, map and attach the memfd @fd; *@id its mem id. */
+int kvti_mem_register(struct conn *c, const kvtd_req *q, int fd,
+		      uint32_t *id);
+/* Detach (waits for its jobs), unmap, forget. */
+void kvti_mem_drop(struct conn *c, struct cmem *cm);
+/* @c's memory @id, or NULL. */
+struct cmem *kvti_mem_find(struct conn *c, uint32_t id);
+
+/* ---- job.c ------------------------------------------------------------- */
+
+/* LOAD / STORE (@store) [_EACH (@each)]: start a job in its slot. */
+int kvti_job_start(struct conn *c, const kvtd_req *q, int store, int each);
+/* CANCEL of slot @s. */
+int kvti_job_cancel(struct conn *c, uint32_t s);
+/* RELEASE of slot @s: the reply (result, stats, failed blocks) is sent. */
+int kvti_job_release(struct conn *c, const kvtd_hdr *h, uint32_t s);
+/* Free the job in slot @s, if any (cancels and waits if it runs). */
+void kvti_job_free(struct conn *c, uint32_t s);
+
+/* @n wire keys at @p as kvt_page_keys (kvt_malloc'd), or NULL. */
+kvt_page_key *kvti_keys_copy(const uint8_t *p, uint32_t n);
+/* Start prefetching keys[first..nkeys) from the remote tier (one at a
+ * time per client: ends the last one). */
+void kvti_fetch_start(struct conn *c, const kvt_page_key *keys, size_t nkeys,
+		      size_t first);
+/* End this client's prefetch: @cut 1 keeps what arrived and stops. */
+void kvti_fetch_end(struct conn *c, int cut);
+
+#endif /* KVT_SERVER_DAEMON_IMPL_H */
