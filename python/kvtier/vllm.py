@@ -650,7 +650,7 @@ class KvtierConnector(KVConnectorBase_V1):
         the workers are done rather than at the next request."""
         return bool(self._awaiting)
 
-    def reset_cache(self) -> bool:
+    def reset_cache(self) -> Optional[bool]:
         """The daemon's cache is the node's, shared with other engines:
         an engine does not drop it. Returns False (not reset)."""
         log.warning("kvtier.vllm: reset_cache: the kvtier cache is shared "

@@ -75,7 +75,7 @@ class KVConnectorBase_V1(ABC):
     def has_connector_metadata(self) -> bool:
         return self._connector_metadata is not None
 
-    def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         return
 
     if _GEN == "v0.12":
@@ -137,11 +137,11 @@ class KVConnectorBase_V1(ABC):
     def update_connector_output(self, connector_output: Any) -> None:
         return
 
-    def request_finished(self, request: Any, block_ids: list
+    def request_finished(self, request: Any, block_ids: list[int]
                          ) -> Tuple[bool, Optional[Dict[str, Any]]]:
         return False, None
 
-    def take_events(self) -> Iterable[Any]:
+    def take_events(self) -> Iterable[KVCacheEvent]:
         return ()
 
     @classmethod
