@@ -162,6 +162,30 @@ KVT_API char *kvt_size_format(uint64_t bytes, char *buf, size_t len);
 KVT_API uint64_t kvt_now_ns(void);
 
 /* ------------------------------------------------------------------------
+ * Devices
+ *
+ * Where engine memory lives, as one integer (kvt_cache_register(),
+ * kvt_client_register_dev(), tier specs' device=):
+ *   KVT_DEVICE_HOST (-1)        host memory
+ *   0 .. KVT_DEVICE_EMU - 1     a CUDA GPU, by ordinal
+ *   KVT_DEVICE_EMU + n          emulated device n (n < KVT_DEVICE_EMU_MAX):
+ *                               no hardware; its memory is shared memory
+ *                               (a memfd), its streams are threads, its
+ *                               copies are CPU copies counted as the
+ *                               device's. The whole GPU data path runs on
+ *                               it in CI (docs/ARCHITECTURE.md "Devices").
+ * ------------------------------------------------------------------------ */
+#define KVT_DEVICE_HOST (-1)
+#define KVT_DEVICE_EMU 0x10000
+#define KVT_DEVICE_EMU_MAX 16
+
+/** Parse "host", "cuda:N" (or "N"), "emu" (emu:0) or "emu:N" into *@id:
+ *  0, or -EINVAL naming the forms. */
+KVT_API int kvt_device_parse(const char *s, int *id);
+/** "host", "cuda:N" or "emu:N" into @buf (16 bytes suffice); returns it. */
+KVT_API char *kvt_device_format(int id, char *buf, size_t len);
+
+/* ------------------------------------------------------------------------
  * Logging
  *
  * The library logs to stderr at or above a level set by KVT_LOG (error,

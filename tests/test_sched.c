@@ -20,8 +20,11 @@ static kvt_sched *mk(kvt_sched_policy p, uint32_t features_or_all)
 	kvt_sched *s = NULL;
 
 	CHECK_OK(kvt_sched_config_preset(&cfg, p));
+	/* the policies other than load-or-recompute, each on its own case
+	 * (test_recompute has that one) */
+	cfg.features &= ~(uint32_t)KVT_SCHED_RECOMPUTE;
 	if (features_or_all != UINT32_MAX)
-		cfg.features = features_or_all;
+		cfg.features = features_or_all & ~(uint32_t)KVT_SCHED_RECOMPUTE;
 	CHECK_OK(kvt_sched_create(&s, &cfg, &cost8));
 	return s;
 }
@@ -607,6 +610,164 @@ static void test_alloc_faults(void)
 	free(it);
 }
 
+/* load or recompute, per tier run: 8000 cached tokens, the first 4000 in
+ * dram, the next 4000 in ssd, then 500 new ones. A slow tier's run is
+ * recomputed, a fast one's loaded; the decision is counted per tier, the
+ * load priced at the caller's measured rates. */
+static kvt_sched_req split_req(void)
+{
+	kvt_sched_req r = waiting(1, 8500, 0, 4000);
+
+	r.tier[KVT_TIER_SSD] = 4000;
+	r.nruns = 2;
+	r.run_tier[0] = KVT_TIER_DRAM;
+	r.run_tokens[0] = 4000;
+	r.run_tier[1] = KVT_TIER_SSD;
+	r.run_tokens[1] = 4000;
+	return r;
+}
+
+static void test_recompute(void)
+{
+	kvt_sched_req q[1];
+	kvt_sched_item it[1];
+	kvt_sched_plan p;
+	kvt_sched_state st = state(0, 0);
+	kvt_sched_config cfg;
+	kvt_sched *s;
+	uint32_t lone, crowded;
+
+	CHECK_OK(kvt_sched_config_preset(&cfg, KVT_POLICY_KVTIER));
+	CHECK(cfg.features & KVT_SCHED_RECOMPUTE);
+	CHECK_OK(kvt_sched_create(&s, &cfg, &cost8));
+	/* dram at 40 GB/s, ssd at 0.5: the ssd run would take 1 s to land,
+	 * computing it ~0.15 s: recomputed but for the part that lands while
+	 * the rest computes (~500 tokens); the dram run loaded */
+	st.tier_gbps[KVT_TIER_DRAM] = 40;
+	st.tier_gbps[KVT_TIER_SSD] = 0.5;
+	q[0] = split_req();
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 1, it, &p));
+	CHECK_EQ(it[0].action, KVT_SACT_RUN);
+	CHECK_EQ(it[0].recompute_tier[KVT_TIER_DRAM], 0);
+	CHECK(it[0].recompute_tier[KVT_TIER_SSD] >= 3000);
+	CHECK(it[0].recompute_tier[KVT_TIER_SSD] < 4000);
+	CHECK_EQ(it[0].recompute, it[0].recompute_tier[KVT_TIER_SSD]);
+	CHECK_EQ(it[0].reuse + it[0].recompute, 8000);
+	CHECK_EQ(it[0].load, it[0].reuse);
+	CHECK(it[0].load >= 4000);
+	CHECK_EQ(it[0].load % 16, 0);
+	CHECK_EQ(p.recompute_tokens, it[0].recompute);
+	lone = it[0].recompute;
+
+	/* both fast: everything is loaded */
+	st.tier_gbps[KVT_TIER_SSD] = 40;
+	q[0] = split_req();
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 1, it, &p));
+	CHECK_EQ(it[0].recompute, 0);
+	CHECK_EQ(it[0].load, 8000);
+
+	/* the slow tier with a long queue ahead: recomputed too */
+	st.tier_gbps[KVT_TIER_SSD] = 40;
+	st.tier_free_at[KVT_TIER_SSD] = 5.0;
+	q[0] = split_req();
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 1, it, &p));
+	CHECK(it[0].recompute_tier[KVT_TIER_SSD] >= 3500);
+	CHECK_EQ(it[0].recompute_tier[KVT_TIER_DRAM], 0);
+	st.tier_free_at[KVT_TIER_SSD] = 0;
+
+	/* the first run slow instead (the rates, not the tier names,
+	 * decide): most of dram's run is computed, and the fast run after
+	 * it with it (a loaded prefix is contiguous) */
+	st.tier_gbps[KVT_TIER_DRAM] = 0.5;
+	st.tier_gbps[KVT_TIER_SSD] = 40;
+	q[0] = split_req();
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 1, it, &p));
+	CHECK(it[0].recompute_tier[KVT_TIER_DRAM] >= 1000);
+	CHECK_EQ(it[0].recompute_tier[KVT_TIER_SSD], 4000);
+
+	/* sharing the GPU with 200 decodes makes recomputing dearer */
+	st.tier_gbps[KVT_TIER_DRAM] = 40;
+	st.tier_gbps[KVT_TIER_SSD] = 2;
+	q[0] = split_req();
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 1, it, &p));
+	lone = it[0].recompute;
+	st = state(0, 200);
+	st.tier_gbps[KVT_TIER_DRAM] = 40;
+	st.tier_gbps[KVT_TIER_SSD] = 2;
+	q[0] = split_req();
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 1, it, &p));
+	crowded = it[0].recompute;
+	CHECK(crowded < lone);
+	kvt_sched_destroy(s);
+
+	/* without the policy (or in a baseline) the whole hit is loaded */
+	for (int pol = 0; pol < KVT_POLICY_COUNT; pol++) {
+		CHECK_OK(kvt_sched_config_preset(&cfg, (kvt_sched_policy)pol));
+		cfg.features &= ~(uint32_t)KVT_SCHED_RECOMPUTE;
+		cfg.hit_align = 0;
+		CHECK_OK(kvt_sched_create(&s, &cfg, &cost8));
+		st = state(0, 0);
+		st.tier_gbps[KVT_TIER_SSD] = 0.5;
+		q[0] = split_req();
+		CHECK_OK(kvt_sched_plan_step(s, &st, q, 1, it, &p));
+		CHECK_EQ(it[0].recompute, 0);
+		CHECK(it[0].action == KVT_SACT_RUN ||
+		      it[0].action == KVT_SACT_WAIT ||
+		      it[0].action == KVT_SACT_PREFETCH);
+		CHECK_EQ(it[0].load, 8000);
+		kvt_sched_destroy(s);
+	}
+
+	/* runs that disagree with tier[] are refused */
+	CHECK_OK(kvt_sched_config_preset(&cfg, KVT_POLICY_KVTIER));
+	CHECK_OK(kvt_sched_create(&s, &cfg, &cost8));
+	q[0] = split_req();
+	q[0].run_tokens[1] = 3000;
+	CHECK_ERR(kvt_sched_plan_step(s, &st, q, 1, it, &p), -EINVAL);
+	q[0] = split_req();
+	q[0].run_tier[1] = KVT_TIER_HBM;
+	CHECK_ERR(kvt_sched_plan_step(s, &st, q, 1, it, &p), -EINVAL);
+	q[0] = split_req();
+	q[0].nruns = KVT_SCHED_RUNS + 1;
+	CHECK_ERR(kvt_sched_plan_step(s, &st, q, 1, it, &p), -EINVAL);
+	kvt_sched_destroy(s);
+	(void)lone;
+}
+
+/* wait_loads (the demo's vllm policy): a request whose loads are not home
+ * never runs; it does not block the one behind it; its loads start. */
+static void test_wait_loads(void)
+{
+	kvt_sched_req q[2];
+	kvt_sched_item it[2];
+	kvt_sched_plan p;
+	kvt_sched_state st = state(0, 0);
+	kvt_sched_config cfg;
+	kvt_sched *s;
+
+	CHECK_OK(kvt_sched_config_preset(&cfg, KVT_POLICY_VLLM));
+	cfg.wait_loads = 1;
+	CHECK_OK(kvt_sched_create(&s, &cfg, &cost8));
+	q[0] = waiting(1, 8000, 0, 7000);
+	q[1] = waiting(2, 600, 0, 0);
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 2, it, &p));
+	CHECK_EQ(it[0].action, KVT_SACT_PREFETCH);
+	CHECK_EQ(it[0].load, 7000);
+	CHECK_EQ(it[1].action, KVT_SACT_RUN);
+	/* its loads in flight: still waiting */
+	q[0].loading = 7000;
+	q[0].loading_ready = 0.05;
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 1, it, &p));
+	CHECK(it[0].action != KVT_SACT_RUN);
+	CHECK_EQ(it[0].load, 0);
+	/* home: it runs, computing only its tail */
+	q[0].loading_ready = 0;
+	CHECK_OK(kvt_sched_plan_step(s, &st, q, 1, it, &p));
+	CHECK_EQ(it[0].action, KVT_SACT_RUN);
+	CHECK_EQ(it[0].compute, 1000);
+	kvt_sched_destroy(s);
+}
+
 int main(void)
 {
 	/* the fixture is built in: failing to build it is a regression,
@@ -625,5 +786,7 @@ int main(void)
 	test_invariants();
 	test_bad_input();
 	test_alloc_faults();
+	test_recompute();
+	test_wait_loads();
 	TEST_DONE();
 }

@@ -33,6 +33,7 @@ int bench_xfer(int argc, char **argv);
 int bench_cache(int argc, char **argv);
 int bench_remote(int argc, char **argv);
 int bench_server(int argc, char **argv);
+int bench_contend(int argc, char **argv);
 
 /* Print "kvtier <what>: <detail or strerror>" to stderr; returns
  * CLI_EXIT_FAIL (or CLI_EXIT_USAGE for spec/config errors). */

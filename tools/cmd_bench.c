@@ -19,6 +19,7 @@ static const struct {
 	{ "cache", bench_cache, "layer-wise cache load into engine memory vs bare copy" },
 	{ "remote", bench_remote, "batch GET of pages from Redis vs redis-benchmark" },
 	{ "server", bench_server, "daemon load into a client process vs the in-process cache" },
+	{ "contend", bench_contend, "one tenant's lookup latency while another's stores evict" },
 };
 
 static void bench_usage(FILE *f)

@@ -67,6 +67,23 @@
  *   STARVE     deferred requests keep their order, every round starts at
  *              the head, and a request passed over `max_skips` times runs
  *              next whatever the other policies say.
+ *   RECOMPUTE  load or recompute, by cost: of a waiting request's loadable
+ *              span, only the part that lands in time is loaded; the rest
+ *              is computed with the new tokens. The cut x (whole pages,
+ *              never inside loads already issued) minimises
+ *                  overlap(compute(prompt - hbm - x after hbm + x),
+ *                          load(x))
+ *                  + others * (compute(x) - compute(all loaded))
+ *              the request's ready time plus the GPU time its extra
+ *              compute takes from the `others` sequences sharing its steps
+ *              (running decodes and prefills), where load(x) lands the
+ *              span's first x tokens tier run by
+ *              tier run (kvt_sched_req.run_*) at each tier's rate (the
+ *              caller's measured kvt_sched_state.tier_gbps, else the cost
+ *              model's copy rate) behind that tier's queue, tiers in
+ *              parallel. So a slow tier's run is recomputed and a fast
+ *              one's loaded; the plan says how many cached tokens of each
+ *              tier it computes (kvt_sched_item.recompute_tier).
  *
  * The presets (kvt_sched_config_preset(); docs/SIMULATOR.md gives the
  * source of each):
@@ -89,6 +106,11 @@
  *            adds the page-contiguous GPU layout     loads)
  *            (vLLM >= 0.12)
  *   kvtier   layer-wise, GPU gather kernel           cache-aware all
+ *
+ * kvt_sched_config.wait_loads (vLLM's WAITING_FOR_REMOTE_KVS: a request
+ * whose loads are not all home never runs; it is skipped, not blocking the
+ * queue, and its loads start by PREFETCH) is set by none of the presets
+ * above; the demo's vllm policy sets it (src/engine/policy.c).
  *
  * CAPACITY: a request is admitted only when its whole prompt fits — no
  * preemption, so a prefill once started always has the pages for its next
@@ -276,11 +298,12 @@ enum kvt_sched_feature {
 	KVT_SCHED_BALANCE = 1u << 3,
 	KVT_SCHED_STALLHIDE = 1u << 4,
 	KVT_SCHED_STARVE = 1u << 5,
-	KVT_SCHED_ALL = (1u << 6) - 1,
+	KVT_SCHED_RECOMPUTE = 1u << 6,
+	KVT_SCHED_ALL = (1u << 7) - 1,
 };
 
 /** Name of one feature bit ("overlap", "prefetch", "delay-hit", "balance",
- *  "stall-hide", "starve"), NULL for anything else. */
+ *  "stall-hide", "starve", "recompute"), NULL for anything else. */
 KVT_API const char *kvt_sched_feature_name(uint32_t bit);
 
 /**
@@ -320,6 +343,10 @@ typedef struct kvt_sched_config {
 	double balance_ratio;     /* BALANCE: load <= ratio * compute (1.0) */
 	uint32_t max_skips;       /* STARVE: passes over before forced (8) */
 	uint32_t lookahead;       /* PREFETCH: waiting requests looked at (64) */
+	uint32_t wait_loads;      /* a waiting request runs only once its
+				   * loads are home; until then it is passed
+				   * over, never blocking those behind it
+				   * (vLLM's asynchronous connector API) */
 } kvt_sched_config;
 
 /**
@@ -329,6 +356,8 @@ typedef struct kvt_sched_config {
  * lookahead 64, object_tokens 256. Returns 0 or -EINVAL for a bad @p.
  */
 KVT_API int kvt_sched_config_preset(kvt_sched_config *c, kvt_sched_policy p);
+
+#define KVT_SCHED_RUNS 8 /* tier runs a request's loadable span may have */
 
 /** State of a request as the caller hands it over. */
 enum kvt_sreq_state {
@@ -368,6 +397,12 @@ typedef struct kvt_sched_req {
 	double arrival;
 	uint32_t skips;            /* in/out: times passed over; the caller
 				    * keeps it between calls */
+	/* optional: the loadable span as tier runs in prefix order (their
+	 * tokens add up to the sum of tier[]); nruns 0: tier[] fastest
+	 * first. Used by RECOMPUTE and by measured tier rates. */
+	uint32_t nruns;
+	uint32_t run_tier[KVT_SCHED_RUNS];
+	uint32_t run_tokens[KVT_SCHED_RUNS];
 } kvt_sched_req;
 
 /** Engine-wide state for one step. */
@@ -378,6 +413,13 @@ typedef struct kvt_sched_state {
 	uint64_t free_pages;       /* free hbm KV pages */
 	double link_free_at;       /* when loads already queued on the host
 				    * link are done (<= now: idle) */
+	/* optional: measured rates (GB/s) of loads from each tier into hbm
+	 * and when the loads queued from it are done. With any rate set,
+	 * loads are priced per tier (tiers move in parallel, each behind
+	 * its own queue; a tier without a rate gets the cost model's copy
+	 * rate) instead of on the one link. */
+	double tier_gbps[KVT_TIER_COUNT];
+	double tier_free_at[KVT_TIER_COUNT];
 } kvt_sched_state;
 
 enum kvt_sched_action {
@@ -407,6 +449,10 @@ typedef struct kvt_sched_item {
 	uint32_t reuse;    /* RUN of a WAITING request: tokens of its prefix
 			    * used as they are (hbm + loaded), so the first
 			    * computed token is at position reuse */
+	uint32_t recompute;/* RECOMPUTE: cached tokens after reuse that it
+			    * computes rather than loads ... */
+	uint32_t recompute_tier[KVT_TIER_COUNT]; /* ... by the tier they
+			    * are cached in */
 } kvt_sched_item;
 
 typedef struct kvt_sched_plan {
@@ -417,6 +463,8 @@ typedef struct kvt_sched_plan {
 	uint32_t decodes;       /* decode sequences in this step */
 	uint32_t compute_tokens;/* prefill tokens this step */
 	uint64_t load_tokens;   /* tokens whose loads start now */
+	uint64_t recompute_tokens; /* RECOMPUTE: cached tokens the running
+				  * requests compute rather than load */
 	uint64_t pages;         /* hbm pages the plan takes */
 	int decode_only;        /* STALLHIDE chose decodes alone */
 	double est_compute_s;   /* forward pass */

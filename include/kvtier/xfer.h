@@ -16,9 +16,10 @@
  *     cpu     host ⇄ host (incl.        worker     │             └ callback
  *             hostdev)                  threads    └─► per-layer progress
  *     io      ssd ⇄ host                io_uring (pread/pwrite fallback)
- *     cuda    hbm ⇄ host, hbm ⇄ hbm     one thread per direction, a stream
- *                                       each: kernel, batched DMA or one
- *                                       cudaMemcpyAsync per chunk
+ *     dev     hbm ⇄ host, hbm ⇄ hbm     per device (a GPU, or the emulated
+ *                                       device): one thread and stream per
+ *                                       direction: the gather kernel,
+ *                                       batched DMA or one copy per chunk
  *
  * Submission returns at once. Work is taken highest priority first, so a
  * load queued behind a long backup starts as soon as the piece of the
@@ -44,9 +45,9 @@
  * The value does not depend on where the page lives or which path moved
  * it, so a sum taken on store verifies the load from any tier. Jobs with
  * checksums hash whole pages, so their layers become ready all at once,
- * at the end, once every page is hashed (and verified). The io and cuda
- * lanes hash on the host side: after a read or the GPU copy, before a
- * write.
+ * at the end, once every page is hashed (and verified). The io lane
+ * hashes on the host side (after a read, before a write); the device lane
+ * hashes on the device, over the device side (below).
  *
  * LAYER SUMS. With KVT_XFER_LSUM / KVT_XFER_LVERIFY the sums are per page
  * and layer instead: sums[i * L + l] is the XXH3-64 of layer l of page i
@@ -54,9 +55,12 @@
  * load can report layer l ready as soon as layer l is verified. The cpu
  * lane hashes what landed in the destination, chunk by chunk right after
  * copying it (still in cache); the io lane hashes the page-first buffer the
- * I/O used (the slot itself, or its bounce buffer); the cuda lane hashes
- * the host side: the source of a load just before that layer's DMA, the
- * destination of a store after it. With @bad given, a page that fails
+ * I/O used (the slot itself, or its bounce buffer); the device lane
+ * hashes with a checksum kernel on the device side: what landed in device
+ * memory for a load (after that layer's copy, before the layer is
+ * reported), the device's blocks for a store — no CPU thread reads a page
+ * byte there (the same function bit for bit: src/dev/xxh3.h). With @bad
+ * given, a page that fails
  * LVERIFY is marked there (bad[i] = 1) and the job goes on with the other
  * pages (its layers are still reported: the caller must not use a bad
  * page); without @bad it fails the job with KVT_ECORRUPT like VERIFY.
@@ -106,6 +110,8 @@ typedef enum kvt_xfer_method {
 	KVT_XFER_CUDA_BATCH,  /* cudaMemcpyBatchAsync per layer */
 	KVT_XFER_CUDA_KERNEL, /* gather/scatter kernel, 1-2 blocks */
 	KVT_XFER_METHOD_COUNT
+	/* the three device methods mean the same operations on the emulated
+	 * device (one copy each, one batched call, the gather "kernel") */
 } kvt_xfer_method;
 
 /** "auto", "cpu", "uring", "pread", "cuda-chunk", "cuda-batch",
@@ -145,16 +151,16 @@ typedef struct kvt_xfer_config {
 	int cuda_load;         /* method for host -> hbm; default KERNEL */
 	int cuda_store;        /* method for hbm -> host; default BATCH */
 	unsigned cuda_blocks;  /* kernel thread blocks; default 2, max 64 */
-	int cuda_device;       /* GPU of the cuda lane; default: the hbm
-				  tier's device of the first cuda job */
+	int cuda_device;       /* > 0: the only device the engine serves;
+				  default: every device jobs name (up to 8) */
 } kvt_xfer_config;
 
 /**
  * kvt_xfer_create() - start an engine.
  * @cfg: settings, or NULL for the defaults; copied.
  *
- * Starts the cpu workers now; the io and cuda lanes start with their first
- * job. Returns 0 and *@out, -EINVAL for a bad field (kvt_errdetail() names
+ * Starts the cpu workers now; the io lane and each device's lanes start
+ * with their first job. Returns 0 and *@out, -EINVAL for a bad field (kvt_errdetail() names
  * it), KVT_ENODEV if ssd_io is URING and io_uring does not work here,
  * -ENOMEM, -EAGAIN (no threads). Free with kvt_xfer_destroy().
  */
@@ -203,12 +209,16 @@ typedef void (*kvt_xfer_layer_fn)(kvt_xfer_job *job, uint32_t layer,
  *   host ⇄ host (dram, fabric, hostdev)  cpu lane          (AUTO: CPU)
  *   ssd  ⇄ host                          io lane  (AUTO: URING or PREAD,
  *                                                  as configured)
- *   hbm  ⇄ host, hbm ⇄ hbm               cuda lane  (AUTO: cuda_load for
- *                                        host -> hbm, cuda_store for
- *                                        hbm -> host, CHUNK for hbm -> hbm)
+ *   hbm  ⇄ host, hbm ⇄ hbm               dev lane   (AUTO: cuda_load for
+ *   (hbm: a GPU's memory or the          of the     host -> hbm, cuda_store for
+ *   emulated device's)                   device     hbm -> host, CHUNK for
+ *                                                   hbm -> hbm)
  *   ssd ⇄ ssd, ssd ⇄ hbm                 -EOPNOTSUPP: stage through a host
  *                                        tier
- * The kernel method needs host tiers opened with 'pin' (cudaHostRegister).
+ * The device lane moves only host memory registered with the device (CUDA:
+ * a tier opened with 'pin'; KVT_ENODEV/-EINVAL otherwise, kvt_errdetail()
+ * says which tier): the copy engines would bounce pageable memory through
+ * the driver, and the kernel cannot reach it.
  *
  * Slots: @npages slots on each side, in range for the tier. Destination
  * slots must be distinct, and when @src == @dst no slot may be both read
@@ -304,6 +314,47 @@ typedef struct kvt_xfer_status {
 	uint64_t submit_ns, start_ns, end_ns; /* kvt_now_ns() clock; 0 = not yet */
 } kvt_xfer_status;
 KVT_API void kvt_xfer_status_get(kvt_xfer_job *job, kvt_xfer_status *st);
+
+/** Who moved a job's bytes (kvt_xfer_stat). */
+enum kvt_xfer_mover {
+	KVT_XFER_MOVER_CPU = 0,         /* the CPU: cpu lane workers */
+	KVT_XFER_MOVER_IO = 1,          /* storage: io_uring / pread (ssd) */
+	KVT_XFER_MOVER_COPY_ENGINE = 2, /* a device's copy engines (chunk,
+					   batch methods) */
+	KVT_XFER_MOVER_KERNEL = 3,      /* a device kernel (the gather) */
+	KVT_XFER_MOVER_COUNT = 4
+};
+/** Where a job's bytes went. */
+enum kvt_xfer_flow {
+	KVT_XFER_FLOW_RESTORE = 0, /* into engine memory (an hbm tier): the
+				      restore path */
+	KVT_XFER_FLOW_SAVE = 1,    /* out of engine memory */
+	KVT_XFER_FLOW_TIER = 2,    /* between host tiers and ssd */
+	KVT_XFER_FLOW_COUNT = 3
+};
+/** "cpu", "io", "copy_engine", "kernel"; "restore", "save", "tier". */
+KVT_API const char *kvt_xfer_mover_name(int mover);
+KVT_API const char *kvt_xfer_flow_name(int flow);
+
+/**
+ * struct kvt_xfer_stat - what the engine moved, since it was created
+ * (relaxed counters: each field is exact, the set a moment's view).
+ * On the emulated device "copy_engine" and "kernel" bytes are CPU copies
+ * made by its stream threads, counted as the device's.
+ */
+typedef struct kvt_xfer_stat {
+	uint64_t bytes[KVT_XFER_MOVER_COUNT][KVT_XFER_FLOW_COUNT];
+				/* page bytes of jobs that succeeded */
+	uint64_t cpu_hashed[KVT_XFER_FLOW_COUNT]; /* page bytes a CPU thread
+				   read to checksum them */
+	uint64_t dev_hashed[KVT_XFER_FLOW_COUNT]; /* page bytes a device's
+				   checksum kernel read */
+	uint64_t dev_verified;  /* page layers (or pages) checksummed on a
+				   device */
+	uint64_t dev_failed;    /* of which did not match (loads) */
+	uint64_t jobs, failed_jobs;
+} kvt_xfer_stat;
+KVT_API void kvt_xfer_stat_get(kvt_xfer *x, kvt_xfer_stat *st);
 
 /**
  * kvt_xfer_eventfd() - an eventfd (nonblocking, close-on-exec) the engine

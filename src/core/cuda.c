@@ -22,6 +22,11 @@ int kvti_cuda_built(void)
 	return 1;
 }
 
+int kvti_cuda_batch_built(void)
+{
+	return CUDART_VERSION >= 12080;
+}
+
 int kvti_cuda_device_count(int *n, char *note, size_t len)
 {
 	cudaError_t e = cudaGetDeviceCount(n);
@@ -129,6 +134,11 @@ static int not_built(void)
 }
 
 int kvti_cuda_built(void)
+{
+	return 0;
+}
+
+int kvti_cuda_batch_built(void)
 {
 	return 0;
 }

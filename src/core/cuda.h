@@ -11,6 +11,8 @@
 
 /* 1 if this build has CUDA. */
 int kvti_cuda_built(void);
+/* 1 if cudaMemcpyBatchAsync is built in (CUDA 12.8 or later). */
+int kvti_cuda_batch_built(void);
 /* Number of usable GPUs into *n (0 with a reason in @note). Returns 0 or
  * KVT_ENOTBUILT. */
 int kvti_cuda_device_count(int *n, char *note, size_t len);

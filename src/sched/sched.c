@@ -48,6 +48,7 @@ struct kvt_sched {
 
 static const char *const feature_names[] = {
 	"overlap", "prefetch", "delay-hit", "balance", "stall-hide", "starve",
+	"recompute",
 };
 
 const char *kvt_sched_feature_name(uint32_t bit)
@@ -84,8 +85,8 @@ int kvt_sched_features_parse(const char *s, uint32_t *features)
 		if (i == KVT_ARRAY_SIZE(feature_names))
 			return kvti_fail(KVT_ECONFIG, "unknown scheduler feature "
 					 "'%s' (overlap, prefetch, delay-hit, "
-					 "balance, stall-hide, starve, all, "
-					 "none)", tok);
+					 "balance, stall-hide, starve, "
+					 "recompute, all, none)", tok);
 		f = set ? f | 1u << i : f & ~(1u << i);
 	}
 	*features = f;
@@ -224,12 +225,228 @@ struct view {
 	uint32_t to_load;  /* loadable tokens not yet issued */
 	uint32_t need;     /* tokens to compute if it runs now */
 	uint32_t transient;/* of need, tokens another request computes */
+	uint32_t recompute;/* RECOMPUTE: cached tokens left to compute */
+	uint32_t recompute_tier[KVT_TIER_COUNT];
+	uint32_t issue[KVT_TIER_COUNT]; /* to_load, by source tier */
 };
 
-static int req_view(const kvt_sched *s, const kvt_sched_req *r, size_t i,
+/* The loadable span [hbm, hbm + n) as tier runs in prefix order. */
+struct runs {
+	uint32_t n;
+	uint32_t tier[KVT_SCHED_RUNS + KVT_TIER_COUNT];
+	uint32_t tokens[KVT_SCHED_RUNS + KVT_TIER_COUNT];
+};
+
+/* The request's runs (its own, or tier[] fastest first), cut to @len
+ * tokens. 0, or -EINVAL when its runs disagree with tier[]. */
+static int runs_of(const kvt_sched_req *r, uint32_t total, uint32_t len,
+		   struct runs *ru, size_t i)
+{
+	uint64_t sum = 0;
+
+	ru->n = 0;
+	if (r->nruns) {
+		if (r->nruns > KVT_SCHED_RUNS)
+			return kvti_fail(-EINVAL, "request %zu: %u tier runs "
+					 "(max %d)", i, r->nruns,
+					 KVT_SCHED_RUNS);
+		for (uint32_t k = 0; k < r->nruns; k++) {
+			if (r->run_tier[k] < 1 ||
+			    r->run_tier[k] >= KVT_TIER_COUNT)
+				return kvti_fail(-EINVAL, "request %zu: run %u "
+						 "of tier %u", i, k,
+						 r->run_tier[k]);
+			sum += r->run_tokens[k];
+		}
+		if (sum != total)
+			return kvti_fail(-EINVAL, "request %zu: tier runs add up "
+					 "to %llu tokens, tier[] to %u", i,
+					 (unsigned long long)sum, total);
+	}
+	for (uint32_t k = 0, left = len; left; k++) {
+		uint32_t t, n;
+
+		if (r->nruns) {
+			if (k >= r->nruns)
+				break;
+			t = r->run_tier[k];
+			n = r->run_tokens[k];
+		} else {
+			if (k + 1 >= KVT_TIER_COUNT)
+				break;
+			t = k + 1;
+			n = r->tier[t];
+		}
+		n = KVT_MIN(n, left);
+		if (!n)
+			continue;
+		ru->tier[ru->n] = t;
+		ru->tokens[ru->n++] = n;
+		left -= n;
+	}
+	return 0;
+}
+
+static int rated(const kvt_sched_state *st)
+{
+	for (int t = 1; t < KVT_TIER_COUNT; t++)
+		if (st->tier_gbps[t] > 0)
+			return 1;
+	return 0;
+}
+
+/* Bytes per second of loads from tier @t: measured, else the copy
+ * method's rate on the host link. */
+static double tier_rate(const kvt_sched *s, const kvt_sched_state *st, int t)
+{
+	if (st->tier_gbps[t] > 0)
+		return st->tier_gbps[t] * 1e9;
+	return kvt_cost_copy_gbps(&s->cost, s->cfg.method, s->chunk) * 1e9;
+}
+
+/* Tokens of the runs in [from, to), by tier. */
+static void runs_split(const struct runs *ru, uint32_t from, uint32_t to,
+		       uint32_t *by_tier)
+{
+	uint32_t at = 0;
+
+	memset(by_tier, 0, KVT_TIER_COUNT * sizeof(*by_tier));
+	for (uint32_t k = 0; k < ru->n && at < to; k++) {
+		uint32_t a = KVT_MAX(at, from), b = KVT_MIN(at + ru->tokens[k], to);
+
+		if (b > a)
+			by_tier[ru->tier[k]] += b - a;
+		at += ru->tokens[k];
+	}
+}
+
+/* Seconds from now until tokens [from, to) of the span are home if they
+ * were issued now: per tier behind its queue, tiers in parallel (rated),
+ * or in one stream on the host link. */
+static double span_load_s(const kvt_sched *s, const kvt_sched_state *st,
+			  const struct runs *ru, uint32_t from, uint32_t to)
+{
+	uint32_t by[KVT_TIER_COUNT];
+	double t = 0;
+
+	if (to <= from)
+		return 0;
+	if (!rated(st))
+		return KVT_MAX(0.0, st->link_free_at - st->now) +
+		       kvt_cost_copy_s(&s->cost, s->cfg.method, s->chunk,
+				       (uint64_t)(to - from) *
+				       s->cost.token_bytes);
+	runs_split(ru, from, to, by);
+	for (int k = 1; k < KVT_TIER_COUNT; k++) {
+		double q;
+
+		if (!by[k])
+			continue;
+		q = KVT_MAX(0.0, st->tier_free_at[k] - st->now) +
+		    (double)by[k] * (double)s->cost.token_bytes /
+			    tier_rate(s, st, k);
+		t = KVT_MAX(t, q);
+	}
+	return t;
+}
+
+/* RECOMPUTE: what loading the span's first x tokens (beyond hbm) and
+ * computing the rest costs: the request's ready time, plus the GPU time the
+ * extra compute takes from the @others sequences that share its steps
+ * (running decodes and prefills), once each. */
+struct cut {
+	const kvt_sched *s;
+	const kvt_sched_state *st;
+	const kvt_sched_req *r;
+	const struct runs *ru;
+	uint32_t hbm;
+	double others;
+	double c_full;     /* compute when all of it is loaded */
+};
+
+static double cut_cost(const struct cut *k, uint32_t x)
+{
+	const kvt_sched_req *r = k->r;
+	double ld = span_load_s(k->s, k->st, k->ru, r->loading, x), c;
+
+	if (r->loading)
+		ld = KVT_MAX(ld, r->loading_ready - k->st->now);
+	c = kvt_cost_prefill_s(&k->s->cost, r->prompt - k->hbm - x, k->hbm + x);
+	return kvt_cost_overlap_s(&k->s->cost, c, ld,
+				  k->s->cfg.features & KVT_SCHED_OVERLAP) +
+	       k->others * (c - k->c_full);
+}
+
+/* RECOMPUTE: the cut x in [lo, hi] minimising cut_cost(): the run
+ * boundaries, the ends, and in each run the point where its load catches
+ * up with the compute (the cost's minimum inside a run: load grows, compute
+ * shrinks), found by bisection and rounded to whole pages. Ties keep the
+ * longer load (less GPU work). */
+static uint32_t best_cut(const kvt_sched *s, const kvt_sched_state *st,
+			 const kvt_sched_req *r, const struct runs *ru,
+			 uint32_t hbm, uint32_t lo, uint32_t hi,
+			 uint32_t others)
+{
+	struct cut k = { s, st, r, ru, hbm, others,
+			 kvt_cost_prefill_s(&s->cost, r->prompt - hbm - hi,
+					    hbm + hi) };
+	uint32_t P = s->cost.page_tokens, best = hi, at = 0;
+	double bc = cut_cost(&k, hi);
+
+#define TRY(x) do {							\
+		uint32_t x_ = (x);					\
+		double c_;						\
+		if (x_ < lo || x_ > hi)					\
+			break;						\
+		c_ = cut_cost(&k, x_);					\
+		if (c_ < bc || (c_ == bc && x_ > best)) {		\
+			bc = c_;					\
+			best = x_;					\
+		}							\
+	} while (0)
+
+	TRY(lo);
+	for (uint32_t j = 0; j <= ru->n; j++) {
+		uint32_t a = KVT_MAX(at, lo), b;
+
+		TRY(a);
+		if (j == ru->n)
+			break;
+		b = KVT_MIN(at + ru->tokens[j], hi);
+		at += ru->tokens[j];
+		if (b <= a)
+			continue;
+		{
+			uint32_t l = a, h = b;
+
+			/* load(x) - compute-left(x) grows with x */
+			for (int it = 0; it < 20 && h - l > 1; it++) {
+				uint32_t m = l + (h - l) / 2;
+				double ld = span_load_s(s, st, ru, r->loading, m);
+				double c = kvt_cost_prefill_s(&s->cost,
+					r->prompt - hbm - m, hbm + m);
+
+				if (ld < c)
+					l = m;
+				else
+					h = m;
+			}
+			TRY(l / P * P);
+			TRY((l + P - 1) / P * P);
+		}
+		TRY(b);
+	}
+#undef TRY
+	return best;
+}
+
+static int req_view(const kvt_sched *s, const kvt_sched_state *st,
+		    const kvt_sched_req *r, size_t i, uint32_t others,
 		    struct view *v)
 {
-	uint32_t cap, hbm, loadable = 0;
+	uint32_t cap, hbm, loadable = 0, full;
+	struct runs ru = { 0 };
+	int err;
 
 	if (!r->prompt)
 		return kvti_fail(-EINVAL, "request %zu: empty prompt", i);
@@ -266,9 +483,21 @@ static int req_view(const kvt_sched *s, const kvt_sched_req *r, size_t i,
 
 		loadable = top > hbm ? top - hbm : 0;
 	}
+	full = loadable;
+	if ((err = runs_of(r, r->tier[1] + r->tier[2] + r->tier[3] +
+				      r->tier[4], loadable, &ru, i)))
+		return err;
+	if ((s->cfg.features & KVT_SCHED_RECOMPUTE) && loadable > r->loading) {
+		uint32_t lo = KVT_MIN(r->loading, loadable);
+
+		loadable = best_cut(s, st, r, &ru, hbm, lo, loadable, others);
+		v->recompute = full - loadable;
+		runs_split(&ru, loadable, full, v->recompute_tier);
+	}
 	v->reuse = hbm + loadable;
 	v->held = hbm + KVT_MIN(r->loading, loadable);
 	v->to_load = loadable > r->loading ? loadable - r->loading : 0;
+	runs_split(&ru, KVT_MIN(r->loading, loadable), loadable, v->issue);
 	v->need = r->prompt - v->reuse;
 	v->transient = KVT_MIN(r->transient, v->need - 1);
 	return 0;
@@ -294,6 +523,8 @@ struct build {
 	uint32_t seqs;         /* sequences left */
 	uint64_t pages;        /* hbm pages left */
 	double link_t;         /* link busy until, with this plan's loads */
+	int rated;             /* loads priced per tier (measured rates) */
+	double tier_t[KVT_TIER_COUNT]; /* rated: each tier's queue */
 	double ready;          /* latest load-ready time of running requests */
 	size_t npf;            /* prefills in s->pf */
 	size_t ngroups;
@@ -309,8 +540,8 @@ static double load_s(const struct build *b, uint32_t tokens)
 }
 
 /* When request i's loadable span would be home if its missing loads were
- * issued now (after everything already queued). */
-static double ready_at(const struct build *b, size_t i, double *link_after)
+ * issued now (after everything already queued). @commit: queue them. */
+static double ready_at(struct build *b, size_t i, int commit)
 {
 	const kvt_sched_req *r = &b->reqs[i];
 	const struct view *v = &b->v[i];
@@ -318,12 +549,28 @@ static double ready_at(const struct build *b, size_t i, double *link_after)
 				b->st->now;
 	double link = b->link_t;
 
-	if (v->to_load) {
-		link = KVT_MAX(link, b->st->now) + load_s(b, v->to_load);
-		t = KVT_MAX(t, link);
+	if (!v->to_load)
+		return t;
+	if (b->rated) {
+		for (int k = 1; k < KVT_TIER_COUNT; k++) {
+			double q;
+
+			if (!v->issue[k])
+				continue;
+			q = KVT_MAX(b->tier_t[k], b->st->now) +
+			    (double)v->issue[k] *
+				    (double)b->s->cost.token_bytes /
+				    tier_rate(b->s, b->st, k);
+			t = KVT_MAX(t, q);
+			if (commit)
+				b->tier_t[k] = q;
+		}
+		return t;
 	}
-	if (link_after)
-		*link_after = link;
+	link = KVT_MAX(link, b->st->now) + load_s(b, v->to_load);
+	t = KVT_MAX(t, link);
+	if (commit)
+		b->link_t = link;
 	return t;
 }
 
@@ -346,10 +593,11 @@ static uint32_t chunk_of(const struct build *b, size_t i)
 }
 
 /* Would request i's loads hide under the batch's compute with it added? */
-static int hidden(const struct build *b, size_t i)
+static int hidden(struct build *b, size_t i)
 {
 	kvt_cost_prefill x = { chunk_of(b, i), b->v[i].reuse };
-	double ready = KVT_MAX(b->ready, ready_at(b, i, NULL));
+	double mine = ready_at(b, i, 0);
+	double ready = KVT_MAX(b->ready, mine);
 	double load = ready - b->st->now;
 
 	if (load <= 0)
@@ -385,6 +633,16 @@ static int waits_for_context(const struct build *b, size_t i)
 	       r->group_tokens - b->v[i].reuse > thr && in_groups(b, r->group);
 }
 
+/* wait_loads: request i has loads to issue or still moving. */
+static int loads_away(const struct build *b, size_t i)
+{
+	const kvt_sched_req *r = &b->reqs[i];
+
+	return r->state == KVT_SREQ_WAITING &&
+	       (b->v[i].to_load ||
+		(r->loading && r->loading_ready > b->st->now));
+}
+
 /* Pages request i takes from free_pages when it runs or starts loading:
  * its whole prompt beyond what it holds (admission without preemption). */
 static uint64_t need_pages(const struct build *b, size_t i)
@@ -402,17 +660,20 @@ static int try_run(struct build *b, size_t i)
 	const struct view *v = &b->v[i];
 	uint32_t chunk = chunk_of(b, i);
 	uint64_t pages;
-	double link;
+	double ready;
 
 	if (!chunk || !b->seqs)
 		return KVT_SWHY_BUDGET;
 	pages = need_pages(b, i);
 	if (pages > b->pages)
 		return KVT_SWHY_CAPACITY;
-	b->ready = KVT_MAX(b->ready, ready_at(b, i, &link));
-	b->link_t = link;
+	ready = ready_at(b, i, 1); /* once: it queues the loads */
+	b->ready = KVT_MAX(b->ready, ready);
 	b->it[i] = (kvt_sched_item){ .action = KVT_SACT_RUN, .compute = chunk,
-				     .load = v->to_load, .reuse = v->reuse };
+				     .load = v->to_load, .reuse = v->reuse,
+				     .recompute = v->recompute };
+	memcpy(b->it[i].recompute_tier, v->recompute_tier,
+	       sizeof(v->recompute_tier));
 	b->s->pf[b->npf++] = (kvt_cost_prefill){ chunk, v->reuse };
 	if (r->group && b->ngroups < b->s->cfg.max_batch)
 		b->s->groups[b->ngroups++] = r->group;
@@ -441,7 +702,6 @@ static void prefetch(struct build *b)
 	for (size_t i = head; i < b->n && seen < b->s->cfg.lookahead; i++) {
 		const struct view *v = &b->v[i];
 		uint64_t pages, room;
-		double link;
 
 		if (b->reqs[i].state != KVT_SREQ_WAITING)
 			continue;
@@ -453,8 +713,7 @@ static void prefetch(struct build *b)
 				   (b->pages > keep ? b->pages - keep : 0);
 		if (pages > room)
 			break;
-		ready_at(b, i, &link);
-		b->link_t = link;
+		ready_at(b, i, 1);
 		b->pages -= pages;
 		if (i == head)
 			keep = 0;
@@ -493,6 +752,8 @@ static void finish_plan(struct build *b, kvt_sched_plan *p)
 		p->ndefer += x->action == KVT_SACT_DEFER;
 		p->compute_tokens += x->action == KVT_SACT_RUN ? x->compute : 0;
 		p->load_tokens += x->load;
+		p->recompute_tokens += x->action == KVT_SACT_RUN ?
+					       x->recompute : 0;
 	}
 	p->decodes = b->decodes;
 	p->pages = b->st->free_pages - b->pages;
@@ -555,6 +816,11 @@ static size_t pass_order(struct build *b, size_t *cand)
 			b->it[i].reason = KVT_SWHY_TRANSIENT;
 			continue;
 		}
+		if (b->s->cfg.wait_loads && loads_away(b, i)) {
+			/* vLLM: WAITING_FOR_REMOTE_KVS, skipped */
+			b->it[i].reason = KVT_SWHY_IO;
+			continue;
+		}
 		if (has(b, KVT_SCHED_BALANCE) &&
 		    b->reqs[i].state == KVT_SREQ_WAITING && !hidden(b, i)) {
 			b->it[i].reason = KVT_SWHY_IO;
@@ -602,6 +868,7 @@ int kvt_sched_plan_step(kvt_sched *s, const kvt_sched_state *st,
 {
 	struct view vbuf[256], *v = vbuf;
 	size_t cbuf[256], *cand = cbuf, nc;
+	uint32_t others = st ? st->decodes : 0;
 	struct build b;
 	int err = 0;
 
@@ -617,14 +884,18 @@ int kvt_sched_plan_step(kvt_sched *s, const kvt_sched_state *st,
 		}
 	}
 	for (size_t i = 0; i < n; i++)
-		if ((err = req_view(s, &reqs[i], i, &v[i])))
+		others += reqs[i].state == KVT_SREQ_PREFILL;
+	for (size_t i = 0; i < n; i++)
+		if ((err = req_view(s, st, &reqs[i], i, others, &v[i])))
 			goto out;
 	memset(items, 0, n * sizeof(*items));
 	b = (struct build){ .s = s, .st = st, .reqs = reqs, .it = items,
 			    .v = v, .n = n, .budget = s->cfg.token_budget,
 			    .seqs = s->cfg.max_batch, .pages = st->free_pages,
 			    .link_t = KVT_MAX(st->link_free_at, st->now),
-			    .ready = st->now };
+			    .ready = st->now, .rated = rated(st) };
+	for (int k = 0; k < KVT_TIER_COUNT; k++)
+		b.tier_t[k] = KVT_MAX(st->tier_free_at[k], st->now);
 	b.decodes = KVT_MIN(st->decodes, KVT_MIN(b.budget, b.seqs));
 	b.budget -= b.decodes;
 	b.seqs -= b.decodes;

@@ -91,7 +91,7 @@ static int rpc(kvt_client *cl, const int *fds, int nfds, kvtd_rd *rd)
 		return err;
 	err = kvtd_send(cl->fd, cl->out.p, cl->out.len, fds, nfds);
 	if (!err) {
-		err = kvtd_recv(cl->fd, &cl->in, &h, NULL, NULL, 1);
+		err = kvtd_recv(cl->fd, &cl->in, &h, NULL, NULL, 1, 0);
 		if (err == 1)
 			err = kvti_fail(-ECONNRESET, "client: the daemon closed "
 					"the connection");
@@ -249,8 +249,11 @@ int kvt_client_connect(kvt_client **out, const kvt_client_config *in)
 	kvtd_put_bytes(&cl->out, ns, strlen(ns));
 	if ((err = kvtd_end(&cl->out)))
 		goto fail;
-	/* HELLO's reply carries fds: receive it by hand */
-	if ((err = kvtd_send(cl->fd, cl->out.p, cl->out.len, NULL, 0)))
+	/* HELLO's reply carries fds: receive it by hand. A daemon that
+	 * refused us at accept has answered and closed already: the send
+	 * may fail, the reply says why. */
+	if ((err = kvtd_send(cl->fd, cl->out.p, cl->out.len, NULL, 0)) &&
+	    err != -EPIPE && err != -ECONNRESET)
 		goto fail;
 	{
 		char detail[256];
@@ -259,8 +262,10 @@ int kvt_client_connect(kvt_client **out, const kvt_client_config *in)
 		int32_t status;
 		kvtd_hdr h;
 
-		err = kvtd_recv(cl->fd, &cl->in, &h, fds, &nfds, 1);
-		if (err == 1)
+		int serr = err;
+
+		err = kvtd_recv(cl->fd, &cl->in, &h, fds, &nfds, 1, 0);
+		if (err == 1 || (err && serr))
 			err = kvti_fail(-ECONNRESET, "client: the daemon closed "
 					"the connection at HELLO");
 		if (err)

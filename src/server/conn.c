@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- replies ---------------------------------------------------------- */
@@ -108,22 +109,35 @@ static int do_hello(struct conn *c, const kvtd_req *q)
 			    g->layers, g->kv_heads, g->kv_heads_total,
 			    g->head_dim, g->dtype_bytes, g->page_tokens,
 			    g->tp_size, g->mla));
-	c->monitor = monitor;
-	c->t = &d->ten[ti];
+	if ((err = kvti_admit_hello(d, c, ti, monitor)))
+		return kvti_perr(c, KVTD_PERR_OTHER, err);
 	c->rank = q->u.hello.tp_rank;
 	c->itenant = kvti_itenant(d, ti, c->rank);
 	return 0;
 }
 
-/* The HELLO reply: the job-slot page and the done eventfd. */
-static int hello_reply(struct conn *c, const kvtd_hdr *h)
+/*
+ * The job-slot page: a memfd the daemon writes through its own mapping and
+ * the client maps read-only. It is sealed before the client sees it:
+ * F_SEAL_SHRINK and _GROW (a page that shrank would make the daemon's next
+ * write a SIGBUS), F_SEAL_FUTURE_WRITE (no new writable mapping, no
+ * write(), whoever reopens it, root included; the daemon's mapping, made
+ * before, still writes), F_SEAL_SEAL; mode 0400 besides, so another uid
+ * cannot even reopen it read-write through /proc/PID/fd. The client gets a
+ * read-only reopen of it. Nothing falls back to a writable descriptor: a
+ * kernel without the seals (before Linux 5.1) refuses HELLO.
+ */
+static int slots_make(struct conn *c, int *ro)
 {
+	const unsigned seals = F_SEAL_SHRINK | F_SEAL_GROW |
+			       F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
 	size_t len = (size_t)MAX_JOBS * KVTD_SLOT_BYTES;
 	char path[64];
-	int fds[2], ro = -1, err;
 
-	c->slot_fd = memfd_create("kvtierd-slots", MFD_CLOEXEC);
-	if (c->slot_fd < 0 || ftruncate(c->slot_fd, (off_t)len))
+	c->slot_fd = memfd_create("kvtierd-slots",
+				  MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (c->slot_fd < 0 || ftruncate(c->slot_fd, (off_t)len) ||
+	    fchmod(c->slot_fd, 0400))
 		return kvti_fail(-errno, "HELLO: job slots: %s",
 				 strerror(errno));
 	c->slots = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED,
@@ -133,34 +147,56 @@ static int hello_reply(struct conn *c, const kvtd_hdr *h)
 		return kvti_fail(-errno, "HELLO: job slots: %s",
 				 strerror(errno));
 	}
-	c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (c->efd < 0)
-		return kvti_fail(-errno, "HELLO: eventfd: %s", strerror(errno));
-	/* the client gets a read-only descriptor of the slots */
+	errno = 0;
+	if (fcntl(c->slot_fd, F_ADD_SEALS, seals) ||
+	    (unsigned)fcntl(c->slot_fd, F_GET_SEALS) != seals)
+		return kvti_fail(-errno ? -errno : -EINVAL, "HELLO: job slots "
+				 "cannot be sealed (F_SEAL_FUTURE_WRITE needs "
+				 "Linux 5.1): %s", strerror(errno ? errno :
+							    EINVAL));
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", c->slot_fd);
-	ro = open(path, O_RDONLY | O_CLOEXEC);
+	*ro = open(path, O_RDONLY | O_CLOEXEC);
+	if (*ro < 0)
+		return kvti_fail(-errno, "HELLO: job slots: a read-only "
+				 "descriptor: %s", strerror(errno));
+	return 0;
+}
+
+/* The HELLO reply: the job-slot page and the done eventfd. An error before
+ * anything was sent is the caller's to answer. */
+static int hello_reply(struct conn *c, const kvtd_hdr *h, int *sent)
+{
+	int fds[2], ro = -1, err;
+
+	*sent = 0;
+	if ((err = slots_make(c, &ro)))
+		return err;
+	c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (c->efd < 0) {
+		close(ro);
+		return kvti_fail(-errno, "HELLO: eventfd: %s", strerror(errno));
+	}
 	kvti_reply_begin(c, h, 0);
 	kvtd_put_u32(&c->out, c->id);
 	kvtd_put_u32(&c->out, MAX_JOBS);
 	kvtd_put_u32(&c->out, KVTD_SLOT_BYTES);
 	kvtd_put_u32(&c->out, c->d->cfg.lease_ms);
 	kvtd_put_u64(&c->out, kvt_geom_page_bytes(c->d->g));
-	fds[0] = ro >= 0 ? ro : c->slot_fd;
+	fds[0] = ro;
 	fds[1] = c->efd;
+	*sent = 1;
 	err = kvti_reply_send(c, fds, 2);
-	if (ro >= 0)
-		close(ro);
-	if (!err)
-		c->hello = 1;
+	close(ro);
 	return err;
 }
+
 /* One request. A nonzero return closes the connection. */
 static int serve_one(struct conn *c, const kvtd_hdr *h, int fd)
 {
 	kvtd *d = c->d;
 	kvtd_req q;
 	uint64_t t0 = kvt_now_ns();
-	int err;
+	int err, sent;
 
 	kvti_errclear();
 	err = kvtd_req_decode(c->in.p, c->in.len, &q);
@@ -181,8 +217,14 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, int fd)
 	case KVTD_MSG_HELLO:
 		if ((err = do_hello(c, &q)))
 			return kvti_reply_status(c, h, err);
-		if ((err = hello_reply(c, h)))
+		if ((err = hello_reply(c, h, &sent))) {
+			kvti_warn("daemon: client pid %d: %s", (int)c->cred.pid,
+				  kvt_errdetail());
+			/* answered, then closed: no half-made connection */
+			if (!sent)
+				kvti_reply_status(c, h, err);
 			return err;
+		}
 		kvti_info("daemon: client pid %d uid %u: tenant %s rank %u",
 			  (int)c->cred.pid, (unsigned)c->cred.uid, c->t->name,
 			  c->rank);
@@ -354,10 +396,19 @@ static enum kvtd_proto_err hdr_reason(void)
 	return KVTD_PERR_MALFORMED;
 }
 
+/*
+ * Before HELLO a connection has hello_ms from its accept, in all, to say a
+ * HELLO that succeeds: a deadline for the whole exchange (a peer dripping
+ * a byte a second gains nothing), and any refusal before it (a HELLO that
+ * fails, another op, wrong descriptors) is answered and the connection
+ * closed. After HELLO there is no timeout: engines may idle.
+ */
 void *kvti_conn_main(void *arg)
 {
 	struct conn *c = arg;
 	kvtd *d = c->d;
+	uint64_t deadline = kvt_now_ns() +
+			    (uint64_t)d->cfg.hello_ms * 1000000ull;
 
 	kvtd_set_timeout(c->fd, d->cfg.hello_ms);
 	for (;;) {
@@ -365,7 +416,8 @@ void *kvti_conn_main(void *arg)
 		kvtd_hdr h;
 
 		kvti_errclear();
-		err = kvtd_recv(c->fd, &c->in, &h, fds, &nfds, 0);
+		err = kvtd_recv(c->fd, &c->in, &h, fds, &nfds, 0,
+				c->hello ? 0 : deadline);
 		if (err == 1)
 			break; /* the client closed */
 		if (err == KVT_EPROTO) {
@@ -381,8 +433,10 @@ void *kvti_conn_main(void *arg)
 			kvti_perr(c, err == -ETIMEDOUT && !c->hello ?
 			     KVTD_PERR_IDLE : KVTD_PERR_TRUNCATED, 0);
 			if (err == -ETIMEDOUT && !c->hello)
-				kvti_info("daemon: client pid %d sent no HELLO "
-					  "in %u ms: closed", (int)c->cred.pid,
+				kvti_info("daemon: client pid %d uid %u said no "
+					  "HELLO in %u ms: closed",
+					  (int)c->cred.pid,
+					  (unsigned)c->cred.uid,
 					  d->cfg.hello_ms);
 			for (int i = 0; i < nfds; i++)
 				close(fds[i]);
@@ -392,21 +446,26 @@ void *kvti_conn_main(void *arg)
 			for (int i = 0; i < nfds; i++)
 				close(fds[i]);
 			kvti_perr(c, KVTD_PERR_MALFORMED, 0);
-			err = kvti_reply_status(c, &h, kvti_fail(KVT_EPROTO,
-					   "%s with %d descriptors (takes %d)",
-					   kvtd_msg_name(h.op), nfds,
-					   kvtd_msg_fds(h.op)));
-			if (err)
+			if (nfds < 0) /* io.c closed what did arrive */
+				kvti_fail(KVT_EPROTO, "%s with more than %d "
+					  "descriptors (takes %d)",
+					  kvtd_msg_name(h.op), KVTD_MAX_FDS,
+					  kvtd_msg_fds(h.op));
+			else
+				kvti_fail(KVT_EPROTO, "%s with %d descriptors "
+					  "(takes %d)", kvtd_msg_name(h.op),
+					  nfds, kvtd_msg_fds(h.op));
+			err = kvti_reply_status(c, &h, KVT_EPROTO);
+			if (err || !c->hello)
 				break;
 			continue;
 		}
 		err = serve_one(c, &h, nfds ? fds[0] : -1);
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
-		if (err)
-			break;
-		if (c->hello)
-			kvtd_set_timeout(c->fd, 0); /* engines may idle */
+		if (err || !c->hello)
+			break; /* before HELLO, a refusal closes */
+		kvtd_set_timeout(c->fd, 0); /* engines may idle */
 	}
 	kvti_conn_free(c);
 	return NULL;

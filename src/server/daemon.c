@@ -39,6 +39,7 @@
  * the same path.
  */
 #include "server/daemon_impl.h"
+#include "server/io.h"
 #include <kvtier/client.h>
 
 #include <errno.h>
@@ -281,6 +282,26 @@ void kvtd_stop(kvtd *d)
 	}
 }
 
+/* A connection refused at accept: told why (a reply with op 0 and the
+ * error, sent without waiting), counted, logged (at most once a second),
+ * closed. Freed here. */
+static void refuse(kvtd *d, struct conn *c, int err)
+{
+	kvtd_hdr h = { .op = 0, .seq = 0 };
+	char why[256];
+
+	snprintf(why, sizeof(why), "%s", kvt_errdetail());
+	kvtd_metrics_protocol_error(d->m, NULL, err == -EACCES ?
+				    KVTD_PERR_AUTH : KVTD_PERR_OTHER);
+	kvtd_set_timeout(c->fd, 100);
+	kvti_reply_status(c, &h, err);
+	kvti_refused_log(d, c, why);
+	kvtd_buf_free(&c->out);
+	close(c->fd);
+	pthread_mutex_destroy(&c->mu);
+	kvt_free(c);
+}
+
 int kvtd_run(kvtd *d)
 {
 	struct pollfd p[2] = { { .fd = d->lfd, .events = POLLIN },
@@ -324,17 +345,13 @@ int kvtd_run(kvtd *d)
 			continue;
 		}
 		pthread_mutex_lock(&d->mu);
-		if ((uint32_t)d->nconns >= d->cfg.max_clients) {
-			pthread_mutex_unlock(&d->mu);
-			kvti_warn("daemon: %u clients already: refused pid %d",
-				  d->cfg.max_clients, (int)c->cred.pid);
-			kvtd_metrics_protocol_error(d->m, NULL,
-						    KVTD_PERR_OTHER);
-			pthread_mutex_destroy(&c->mu);
-			kvt_free(c);
-			close(fd);
+		err = kvti_admit_accept(d, c);
+		pthread_mutex_unlock(&d->mu);
+		if (err) {
+			refuse(d, c, err);
 			continue;
 		}
+		pthread_mutex_lock(&d->mu);
 		c->next = d->conns;
 		c->id = ++d->next_id;
 		d->conns = c;

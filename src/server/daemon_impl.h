@@ -32,8 +32,11 @@
  * thread that uses it)
  *
  *   d->mu     d->conns, d->nconns, d->next_id, d->stopping, d->registered,
- *             each conn's @next; d->cv is signalled when nconns drops and
- *             at stop. Taken before any c->mu (the reaper, close).
+ *             d->refused_ns, each conn's @next; each conn's @hello,
+ *             @monitor and @t are written under it (admission counts them;
+ *             the conn's own thread reads them without it); d->cv is
+ *             signalled when nconns drops and at stop. Taken before any
+ *             c->mu (the reaper, close).
  *   c->mu     c->jobs[] and c->njobs as the reaper and close read them;
  *             each job's @expired. Only the connection thread writes
  *             jobs[] (under c->mu), so it reads them without the lock.
@@ -65,6 +68,15 @@
 #define MAX_TENANTS 64
 #define MAX_IDS 16
 
+/* Admission (tenant.c): connections not past HELLO per uid; monitors in
+ * all and per uid; a uid other than root holds at most UID_SHARE_NUM /
+ * UID_SHARE_DEN of max_clients, so another always finds room. */
+#define MAX_PREHELLO_PER_UID 8
+#define MAX_MONITORS 8
+#define MAX_MONITORS_PER_UID 2
+#define UID_SHARE_NUM 3
+#define UID_SHARE_DEN 4
+
 struct tenant {
 	char name[KVTD_METRICS_NAME_MAX + 1];
 	uint32_t id;
@@ -72,6 +84,7 @@ struct tenant {
 	uid_t uid[MAX_IDS];
 	gid_t gid[MAX_IDS];
 	int nuid, ngid;
+	uint32_t max_clients;           /* clients=N; 0: no cap of its own */
 	uint64_t quota[KVT_TIER_COUNT]; /* bytes per owned tier; 0: none */
 	uint64_t evicted[KVT_TIER_COUNT]; /* collect(): evictions seen */
 	kvtd_mtenant *mt;
@@ -100,9 +113,10 @@ struct conn {
 	kvtd *d;
 	int fd;
 	struct ucred cred;
-	int hello;
-	int monitor;                 /* HELLO without geometry: STATS only */
-	struct tenant *t;
+	int hello;                   /* written under d->mu */
+	int monitor;                 /* HELLO without geometry: STATS only;
+					written under d->mu */
+	struct tenant *t;            /* written under d->mu */
 	uint32_t rank, itenant, id;
 	int slot_fd, efd;
 	uint8_t *slots;
@@ -138,6 +152,8 @@ struct kvtd {
 	int have_reaper;
 	uint64_t registered; /* bytes */
 	uint32_t next_id;
+	uint64_t refused_ns; /* last refusal logged (one a second) */
+	uint64_t refused;    /* refusals since then, not logged */
 };
 
 /* ---- tenant.c ---------------------------------------------------------- */
@@ -154,6 +170,18 @@ int kvti_tenants_open(kvtd *d);
  * the first that allows the peer; -EACCES / KVT_ENOTFOUND, detail set. */
 int kvti_tenant_resolve(kvtd *d, const struct ucred *cr, int monitor,
 			uint32_t id, int *ti);
+
+/* At accept, d->mu held: may this peer hold a connection now? 0, or
+ * -EACCES (no tenant allows it) / KVT_EBUSY (a limit), detail set. */
+int kvti_admit_accept(kvtd *d, const struct conn *c);
+
+/* At HELLO: take the connection in as tenant @ti (monitor or not) under
+ * d->mu, or refuse it (KVT_EBUSY: a monitor or tenant limit). */
+int kvti_admit_hello(kvtd *d, struct conn *c, int ti, int monitor);
+
+/* Log a refused connection at warning level, at most once a second (with
+ * how many were not logged). */
+void kvti_refused_log(kvtd *d, const struct conn *c, const char *why);
 
 /* The cache's tenant id of d->ten[@ti] at TP rank @rank. */
 static inline uint32_t kvti_itenant(const kvtd *d, int ti, uint32_t rank)

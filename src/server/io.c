@@ -3,12 +3,16 @@
  * file descriptors (SCM_RIGHTS) riding on the header's first byte. Both
  * sides use blocking sockets: the daemon has a thread per connection, the
  * client one request at a time. Timeouts are the socket's SO_RCVTIMEO /
- * SO_SNDTIMEO and come back as -ETIMEDOUT.
+ * SO_SNDTIMEO, or a deadline for a whole message (kvtd_recv()'s: a peer
+ * that drips a byte at a time cannot stretch it), and come back as
+ * -ETIMEDOUT.
  */
 #include "server/io.h"
 #include "core/core.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -62,11 +66,34 @@ int kvtd_send(int fd, const void *buf, size_t len, const int *fds, int nfds)
 	return 0;
 }
 
-/* Read exactly @len bytes (the first read may bring fds). 0; 1 for a clean
- * end of stream before any byte (when @eof_ok); -ECONNRESET for an end in
- * the middle; -ETIMEDOUT; -errno. */
+/* Wait until @fd is readable or @deadline (kvt_now_ns(); 0: no deadline,
+ * the socket's own timeout applies): 0 or -ETIMEDOUT. */
+static int wait_readable(int fd, uint64_t deadline)
+{
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		uint64_t now = kvt_now_ns();
+		int ms, n;
+
+		if (!deadline)
+			return 0;
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		ms = (int)KVT_MIN((deadline - now + 999999) / 1000000,
+				  (uint64_t)INT_MAX);
+		n = poll(&p, 1, ms);
+		if (n > 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+/* Read exactly @len bytes (the first read may bring fds) by @deadline. 0;
+ * 1 for a clean end of stream before any byte (when @eof_ok); -ECONNRESET
+ * for an end in the middle; -ETIMEDOUT; -errno. */
 static int recv_all(int fd, uint8_t *p, size_t len, int *fds, int *nfds,
-		    int eof_ok)
+		    int eof_ok, uint64_t deadline)
 {
 	size_t off = 0;
 
@@ -78,11 +105,14 @@ static int recv_all(int fd, uint8_t *p, size_t len, int *fds, int *nfds,
 		struct iovec iov = { p + off, len - off };
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 		ssize_t n;
+		int err;
 
 		if (fds) {
 			mh.msg_control = u.b;
 			mh.msg_controllen = sizeof(u.b);
 		}
+		if ((err = wait_readable(fd, deadline)))
+			return err;
 		n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -105,14 +135,22 @@ static int recv_all(int fd, uint8_t *p, size_t len, int *fds, int *nfds,
 
 					memcpy(&f, CMSG_DATA(c) + i * sizeof(int),
 					       sizeof(int));
-					if (*nfds < KVTD_MAX_FDS)
+					/* more than any op, or the message is
+					 * already refused: not ours to keep */
+					if (*nfds >= 0 && *nfds < KVTD_MAX_FDS)
 						fds[(*nfds)++] = f;
 					else
-						close(f); /* more than any op */
+						close(f);
 				}
 			}
-			if (mh.msg_flags & MSG_CTRUNC)
-				*nfds = -1; /* fds were lost: refuse it */
+			if ((mh.msg_flags & MSG_CTRUNC) && *nfds >= 0) {
+				/* fds were lost: refuse the message, keep none
+				 * of what it brought (nor what a later read of
+				 * it brings: *nfds stays -1) */
+				for (int i = 0; i < *nfds; i++)
+					close(fds[i]);
+				*nfds = -1;
+			}
 		}
 		if (n == 0)
 			return off == 0 && eof_ok ? 1 : -ECONNRESET;
@@ -122,14 +160,14 @@ static int recv_all(int fd, uint8_t *p, size_t len, int *fds, int *nfds,
 }
 
 int kvtd_recv(int fd, kvtd_buf *b, kvtd_hdr *h, int *fds, int *nfds,
-	      int reply)
+	      int reply, uint64_t deadline)
 {
 	uint8_t hdr[KVTD_HDR];
 	int err, n = 0;
 
 	if (nfds)
 		*nfds = 0;
-	err = recv_all(fd, hdr, KVTD_HDR, fds, nfds ? nfds : &n, 1);
+	err = recv_all(fd, hdr, KVTD_HDR, fds, nfds ? nfds : &n, 1, deadline);
 	if (err == 1)
 		return 1;
 	if (err == -ECONNRESET)
@@ -154,7 +192,8 @@ int kvtd_recv(int fd, kvtd_buf *b, kvtd_hdr *h, int *fds, int *nfds,
 			b->p = q;
 			b->cap = need;
 		}
-		err = recv_all(fd, b->p + KVTD_HDR, h->len, NULL, NULL, 0);
+		err = recv_all(fd, b->p + KVTD_HDR, h->len, NULL, NULL, 0,
+			       deadline);
 		if (err == -ECONNRESET)
 			return kvti_fail(err, "connection closed in a %s "
 					 "message", kvtd_msg_name(h->op));

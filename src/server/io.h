@@ -18,12 +18,15 @@ int kvtd_send(int fd, const void *buf, size_t len, const int *fds, int nfds);
  * Receive one message into @b (header and payload; b->len = both) and its
  * header into @h. @fds (room for KVTD_MAX_FDS, may be NULL) gets the
  * descriptors that came with it, *@nfds how many (-1: some were lost to a
- * truncated control message; the caller closes what it got). Returns 0; 1
+ * truncated control message, and every one the message brought is closed
+ * already: the caller holds none and refuses the message). Returns 0; 1
  * at a clean end of stream between messages; KVT_EPROTO for a bad header
  * (kvtd_hdr_decode(); the payload is not read); -ECONNRESET for an end in
- * the middle of a message; -ETIMEDOUT; -ENOMEM; -errno.
+ * the middle of a message; -ETIMEDOUT; -ENOMEM; -errno. @deadline
+ * (kvt_now_ns(), 0: none) bounds the whole message, however it trickles
+ * in; the socket's SO_RCVTIMEO still bounds each read.
  */
 int kvtd_recv(int fd, kvtd_buf *b, kvtd_hdr *h, int *fds, int *nfds,
-	      int reply);
+	      int reply, uint64_t deadline);
 
 #endif /* KVT_SERVER_IO_H */

@@ -23,18 +23,26 @@ typedef struct kvtd kvtd;
  * @kv_dtype:    the KV cache's element type when it is not the model's
  *               (an fp8 KV cache of a bf16 model); NULL or "auto": the
  *               model's.
- * @tenants:     "NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE]"
- *               entries joined by ';'. A client acting as tenant ID must
+ * @tenants:     "NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE]
+ *               [,clients=N]" entries joined by ';'. A client acting as
+ *               tenant ID must
  *               run as one of its uids or gids (SO_PEERCRED); root may act
  *               as any. A quota (repeatable, one per owned tier) caps what
  *               the tenant holds there, all its TP ranks together: at it,
- *               its own pages make room, never another's. Empty: one
- *               tenant "default:0" for the daemon's own uid.
+ *               its own pages make room, never another's. clients=N caps
+ *               the tenant's connections. Empty: one tenant "default:0"
+ *               for the daemon's own uid.
  * @lease_ms:    a job's lease: cancelled (pins dropped) when it runs this
  *               long (30000).
- * @hello_ms:    a connection that has not said HELLO by then is closed
- *               (5000).
- * @max_clients: connections served at once (64); more are refused.
+ * @hello_ms:    a connection has this long from its accept to say a
+ *               HELLO that succeeds (a deadline for the whole HELLO);
+ *               any refusal before then is answered and closes it (5000).
+ * @max_clients: connections served at once (64); more are refused with
+ *               an error reply. Besides: a peer no tenant allows is
+ *               refused at accept; a uid holds at most 8 connections that
+ *               have not said HELLO, a uid other than root at most 3/4 of
+ *               max_clients; monitors are at most 8, 2 a uid (root
+ *               excepted).
  * @metrics:     "HOST:PORT" for GET /metrics, NULL or "" for none.
  * @remote:      a remote tier below the owned ones (kvtier/remote.h spec):
  *               lookups report its run after the local one, and the

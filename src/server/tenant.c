@@ -62,8 +62,8 @@ static int parse_quota(struct tenant *t, const char *v)
 	return 0;
 }
 
-/* "NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE]" entries joined by
- * ';'. */
+/* "NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE][,clients=N]"
+ * entries joined by ';'. */
 int kvti_tenants_parse(kvtd *d, const char *spec)
 {
 	char buf[4096], *save = NULL;
@@ -118,6 +118,9 @@ int kvti_tenants_parse(kvtd *d, const char *spec)
 			} else if (!strncmp(f, "gid=", 4) && t->ngid < MAX_IDS) {
 				err = parse_id(f + 4, "gid", UINT32_MAX - 1, &v);
 				t->gid[t->ngid++] = (gid_t)v;
+			} else if (!strncmp(f, "clients=", 8)) {
+				err = parse_id(f + 8, "clients", 65535, &v);
+				t->max_clients = (uint32_t)v;
 			} else if (!strncmp(f, "quota=", 6)) {
 				err = parse_quota(t, f + 6);
 			} else if (!strncmp(f, "salt=", 5)) {
@@ -127,7 +130,8 @@ int kvti_tenants_parse(kvtd *d, const char *spec)
 			} else {
 				err = kvti_fail(KVT_ECONFIG, "daemon: tenant %s: "
 						"unknown or repeated field '%s' "
-						"(uid=, gid=, salt=, quota=; at "
+						"(uid=, gid=, salt=, quota=, "
+						"clients=; at "
 						"most %d ids)", t->name, f,
 						MAX_IDS);
 			}
@@ -223,4 +227,107 @@ int kvti_tenants_open(kvtd *d)
 			return err;
 	}
 	return 0;
+}
+
+/* ---- admission -------------------------------------------------------- */
+
+static int allowed_anywhere(const kvtd *d, const struct ucred *cr)
+{
+	for (int i = 0; i < d->nten; i++)
+		if (tenant_allows(&d->ten[i], cr))
+			return 1;
+	return 0;
+}
+
+/* A non-root uid's share of max_clients. */
+static uint32_t uid_cap(const kvtd *d)
+{
+	uint32_t n = d->cfg.max_clients * UID_SHARE_NUM / UID_SHARE_DEN;
+
+	return n ? n : 1;
+}
+
+int kvti_admit_accept(kvtd *d, const struct conn *c)
+{
+	uint32_t mine = 0, waiting = 0;
+
+	if ((uint32_t)d->nconns >= d->cfg.max_clients)
+		return kvti_fail(KVT_EBUSY, "%u clients already (max_clients)",
+				 d->cfg.max_clients);
+	/* a peer no tenant allows holds nothing, not even for hello_ms */
+	if (!allowed_anywhere(d, &c->cred))
+		return kvti_fail(-EACCES, "no tenant allows uid %u gid %u",
+				 (unsigned)c->cred.uid, (unsigned)c->cred.gid);
+	for (const struct conn *o = d->conns; o; o = o->next)
+		if (o->cred.uid == c->cred.uid) {
+			mine++;
+			waiting += !o->hello;
+		}
+	if (waiting >= MAX_PREHELLO_PER_UID)
+		return kvti_fail(KVT_EBUSY, "uid %u has %u connections that "
+				 "have not said HELLO", (unsigned)c->cred.uid,
+				 waiting);
+	if (c->cred.uid != 0 && mine >= uid_cap(d))
+		return kvti_fail(KVT_EBUSY, "uid %u holds %u connections, its "
+				 "most (%u of max_clients %u)",
+				 (unsigned)c->cred.uid, mine, uid_cap(d),
+				 d->cfg.max_clients);
+	return 0;
+}
+
+int kvti_admit_hello(kvtd *d, struct conn *c, int ti, int monitor)
+{
+	struct tenant *t = &d->ten[ti];
+	uint32_t mon = 0, mon_uid = 0, of_t = 0;
+	int err = 0;
+
+	pthread_mutex_lock(&d->mu);
+	for (const struct conn *o = d->conns; o; o = o->next) {
+		if (o == c || !o->hello)
+			continue;
+		if (o->monitor) {
+			mon++;
+			mon_uid += o->cred.uid == c->cred.uid;
+		}
+		of_t += o->t == t;
+	}
+	if (monitor && (mon >= MAX_MONITORS ||
+			(c->cred.uid != 0 && mon_uid >= MAX_MONITORS_PER_UID)))
+		err = kvti_fail(KVT_EBUSY, "%u monitoring connections already "
+				"(%u of uid %u; at most %d, %d a uid)", mon,
+				mon_uid, (unsigned)c->cred.uid, MAX_MONITORS,
+				MAX_MONITORS_PER_UID);
+	else if (t->max_clients && of_t >= t->max_clients)
+		err = kvti_fail(KVT_EBUSY, "tenant %s has %u connections, its "
+				"most (clients=%u)", t->name, of_t,
+				t->max_clients);
+	if (!err) {
+		c->monitor = monitor;
+		c->t = t;
+		c->hello = 1;
+	}
+	pthread_mutex_unlock(&d->mu);
+	return err;
+}
+
+void kvti_refused_log(kvtd *d, const struct conn *c, const char *why)
+{
+	uint64_t now = kvt_now_ns(), skipped = 0;
+	int log = 0;
+
+	pthread_mutex_lock(&d->mu);
+	if (now - d->refused_ns >= 1000000000ull) {
+		log = 1;
+		skipped = d->refused;
+		d->refused = 0;
+		d->refused_ns = now;
+	} else {
+		d->refused++;
+	}
+	pthread_mutex_unlock(&d->mu);
+	if (log)
+		kvti_warn("daemon: refused pid %d uid %u: %s (%llu more "
+			  "refusals not logged in the last second)",
+			  (int)c->cred.pid, (unsigned)c->cred.uid, why,
+			  (unsigned long long)skipped);
 }

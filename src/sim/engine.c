@@ -1,28 +1,26 @@
 /*
- * engine.c — one engine instance, as the simulator runs it.
+ * engine.c — one engine instance, as the simulator runs it: the step loop
+ * of src/engine/engine.c (the same one the demo runs on the wall clock)
+ * over a virtual clock, a radix index and modelled links.
  *
- * The engine owns a radix index (kvt_index) over an hbm pool and the
- * offload pools (kvt_pool: the index takes and frees their slots), and a
- * scheduler (kvt_sched). It runs steps like a continuous-batching engine:
+ * This file is the loop's platform (struct kvti_eng_ops):
  *
- *   step begin: match the first WINDOW waiting requests in the index,
- *               turn each into a kvt_sched_req (hbm | loadable | transient
- *               | compute), ask the scheduler for a plan, then apply it:
- *               start loads (flows) for RUN/PREFETCH items, mark the
- *               pages being loaded or computed in flight (others see them
- *               as transient), and price the forward pass with the cost
- *               model.
- *   loads done: insert the loaded prefix into hbm; if the request is in
- *               the running step and it was the last load the step waited
- *               for, the step's end is due at
+ *   data plane  a radix index (kvt_index) over an hbm pool and the offload
+ *               pools (kvt_pool: the index takes and frees their slots).
+ *               view:  match the prompt; per page: hbm | loadable per tier
+ *                      | transient (in-flight marks: another request is
+ *                      computing or loading it) | compute.
+ *               load:  one flow per source tier and TP rank; when they are
+ *                      all done the loaded prefix goes into hbm.
+ *               start: the context a request computes is marked in flight
+ *                      (kvt_index_start) until its prefill is done.
+ *               computed: pages go into hbm; the write policy's copies go
+ *                      down as store flows.
+ *   GPU         a step ends after its modelled compute time, or — when it
+ *               waits on loads — at
  *                 overlap:  max(t0 + C + load/L, t_load + C/L)
  *                 else:     t_load + C
- *   step end:   computed pages go into the index (hbm, and by the write
- *               policy copies go down: store flows); finished prefills
- *               emit their first token (with sync_store, once the step's
- *               stores are done); decodes advance; finished requests
- *               release their pins (and, without hbm reuse, their hbm
- *               pages: the next turn restores from the offload tier).
+ *   clock       the simulator's (sim.c): EV_STEP events.
  *
  * Every copy the index asks for (write-through, demotion) is collected by
  * the mover callback and started as one flow per (source, destination)
@@ -30,14 +28,8 @@
  *
  * Pins: a request holds one lease on the longest prefix it depends on
  * (what it is loading, then what is in hbm), so nothing it reads is
- * evicted under it.
- *
- * Capacity: from its first load or its start, a request claims hbm pages
- * for its whole prompt (shared prefixes are counted once per request:
- * conservative), plus its decode pages; the scheduler sees
- * hbm pages - claims as free, and admits a request only when its whole
- * prompt fits, so a started prefill never waits for pages (no preemption).
- * Unclaimed pages hold cached context the index evicts on demand.
+ * evicted under it. Unclaimed hbm pages hold cached context the index
+ * evicts on demand.
  *
  * Single-threaded, like the whole simulation.
  */
@@ -47,11 +39,14 @@
 #include <math.h>
 #include <string.h>
 
-#define WINDOW 64 /* waiting requests the scheduler sees per step */
-
 static uint64_t ns(double t)
 {
 	return t <= 0 ? 0 : (uint64_t)(t * 1e9);
+}
+
+static struct engine *eng_of(struct kvti_eng *k)
+{
+	return (struct engine *)k;
 }
 
 static uint32_t P_of(const struct engine *e)
@@ -72,35 +67,7 @@ static int fail(struct engine *e, int err)
 {
 	if (!e->sim->error)
 		e->sim->error = err ? err : -EIO;
-	return err;
-}
-
-/* ---- lists ------------------------------------------------------------- */
-
-static int list_push(struct sreq ***a, uint32_t *n, uint32_t *cap,
-		     struct sreq *r)
-{
-	if (*n == *cap) {
-		uint32_t c = *cap ? 2 * *cap : 64;
-		struct sreq **x = kvt_realloc(*a, c * sizeof(*x));
-
-		if (!x)
-			return -ENOMEM;
-		*a = x;
-		*cap = c;
-	}
-	(*a)[(*n)++] = r;
-	return 0;
-}
-
-static void list_del(struct sreq **a, uint32_t *n, struct sreq *r)
-{
-	for (uint32_t i = 0; i < *n; i++)
-		if (a[i] == r) {
-			memmove(&a[i], &a[i + 1], (*n - i - 1) * sizeof(*a));
-			(*n)--;
-			return;
-		}
+	return kvti_eng_fail(&e->eng, err);
 }
 
 /* ---- moving pages -------------------------------------------------------- */
@@ -137,30 +104,25 @@ static int flush_moves(struct engine *e)
 						c->store_method,
 						c->sched.object_tokens)) * 1e9;
 			s->store_bytes[b] += bytes * e->tp;
-			if (a == KVT_TIER_HBM) { /* hbm held until copied */
-				if (e->flush_owner)
-					e->flush_owner->storing += pages;
-				else
-					e->storing += pages;
-			}
+			if (a == KVT_TIER_HBM) /* hbm held until copied */
+				kvti_eng_storing_add(&e->eng, e->flush_owner ?
+						     &e->flush_owner->er : NULL,
+						     pages);
 			s->flow_owner = a == KVT_TIER_HBM && e->flush_owner ?
-					e->flush_owner->id : 0;
+					e->flush_owner->er.id : 0;
 			for (uint32_t g = 0; g < e->tp; g++) {
 				/* the tag ties a store to the step that waits
 				 * for it (sync_store) */
+				uint64_t tag = a == KVT_TIER_HBM ?
+					kvti_eng_store_tag(&e->eng) : 0;
+
 				err = kvti_sim_flow(s, e->gpu0 + g,
 						    (kvt_tier_kind)a,
 						    (kvt_tier_kind)b, bytes, cap,
-						    store_done, e,
-						    a == KVT_TIER_HBM && e->busy ?
-							    e->step_gen : 0);
+						    store_done, e, tag);
 				if (err) {
 					s->flow_owner = 0;
 					return fail(e, err);
-				}
-				if (a == KVT_TIER_HBM && e->busy) {
-					e->store_flows++;
-					e->step_stored = 1;
 				}
 			}
 			s->flow_owner = 0;
@@ -206,57 +168,41 @@ static void load_done(void *arg, struct net_flow *f, double now)
 
 	(void)f;
 	(void)now;
-	if (--r->load_flows == 0)
+	if (--r->er.load_flows == 0)
 		loads_complete(r->e, r);
 }
-
-static void step_due(struct engine *e, double t_load);
 
 static void loads_complete(struct engine *e, struct sreq *r)
 {
 	kvt_insert_result res = { 0 };
 	int err;
 
-	err = kvt_index_insert(e->index, PX(r, whole(e, r->load_upto)),
+	err = kvt_index_insert(e->index, PX(r, whole(e, r->er.load_upto)),
 			       KVT_TIER_HBM, KVT_INSERT_PARTIAL,
 			       ns(e->sim->now), &res, NULL, 0);
 	if (err && err != KVT_EFULL) {
 		fail(e, err);
 		return;
 	}
-	if (res.pages * P_of(e) < r->load_upto)
-		r->load_upto = (uint32_t)(res.pages * P_of(e));
+	if (res.pages * P_of(e) < r->er.load_upto)
+		r->er.load_upto = (uint32_t)(res.pages * P_of(e));
 	kvti_debug("sim %.6f: req %llu loads done: %u tokens in hbm",
-		   e->sim->now, (unsigned long long)r->id, r->load_upto);
+		   e->sim->now, (unsigned long long)r->er.id, r->er.load_upto);
 	flush_moves(e);
-	repin(e, r, r->load_upto);
-	if (r->in_step) {
-		if (--e->pending == 0)
-			step_due(e, e->sim->now);
-	} else if (!e->busy) {
-		kvti_engine_kick(e);
-	} else {
-		e->rekick = 1; /* done inside a plan: look again after it */
-	}
-}
-
-/* From now on r holds hbm pages for its whole prompt. */
-static void claim(struct engine *e, struct sreq *r)
-{
-	if (r->claim)
-		return;
-	r->claim = (r->it.prompt + P_of(e) - 1) / P_of(e);
-	e->claimed += r->claim;
+	repin(e, r, r->er.load_upto);
+	kvti_eng_loads_done(&e->eng, &r->er, r->er.load_upto);
 }
 
 /* Start loading @tokens more of r's prefix (after what it has or loads),
  * split over the offload tiers fastest first as the match found them. */
-static int issue_loads(struct engine *e, struct sreq *r, uint32_t tokens)
+static int op_load(struct kvti_eng *k, struct kvti_ereq *q, uint32_t tokens)
 {
+	struct engine *e = eng_of(k);
+	struct sreq *r = sreq_of(q);
 	struct sim *s = e->sim;
 	const kvt_sim_config *c = s->cfg;
-	uint32_t from = r->load_flows || r->load_upto > r->sr.hbm ?
-				r->load_upto : r->sr.hbm;
+	uint32_t from = q->load_flows || q->load_upto > q->sr.hbm ?
+				q->load_upto : q->sr.hbm;
 	uint32_t upto = whole(e, from + tokens), left, start_flows;
 	double cap = kvt_cost_copy_gbps(&e->cost, c->sched.method,
 			kvt_cost_method_chunk(&e->cost, c->sched.method,
@@ -266,11 +212,11 @@ static int issue_loads(struct engine *e, struct sreq *r, uint32_t tokens)
 	if (upto <= from)
 		return 0;
 	tokens = upto - from;
-	claim(e, r);
+	kvti_eng_claim(k, q);
 	if ((err = repin(e, r, upto)))
 		return err;
 	/* others see these pages in flight until the load is expected done */
-	if ((err = kvt_index_start(e->index, PX(r, upto), r->id,
+	if ((err = kvt_index_start(e->index, PX(r, upto), q->id,
 				   ns(s->now + kvt_cost_copy_s(&e->cost,
 					c->sched.method,
 					kvt_cost_method_chunk(&e->cost,
@@ -279,29 +225,29 @@ static int issue_loads(struct engine *e, struct sreq *r, uint32_t tokens)
 					(uint64_t)tokens * e->cost.token_bytes)),
 				   ns(s->now), NULL)))
 		return fail(e, err);
-	if (!r->load_flows)
-		r->load_base = from;
-	r->load_upto = upto;
-	start_flows = r->load_flows;
+	if (!q->load_flows)
+		q->load_base = from;
+	q->load_upto = upto;
+	start_flows = q->load_flows;
 	left = tokens;
 	for (int t = KVT_TIER_FABRIC; t < KVT_TIER_COUNT && left; t++) {
-		uint32_t n = KVT_MIN(left, r->sr.tier[t]);
+		uint32_t n = KVT_MIN(left, q->sr.tier[t]);
 		double bytes = (double)n * e->cost.token_bytes;
 
 		if (!n)
 			continue;
 		left -= n;
-		r->loaded[t] += n;
+		q->loaded[t] += n;
 		s->load_bytes[t] += bytes * e->tp;
 		for (uint32_t g = 0; g < e->tp; g++) {
 			if ((err = kvti_sim_flow(s, e->gpu0 + g,
 						 (kvt_tier_kind)t, KVT_TIER_HBM,
 						 bytes, cap, load_done, r, 0)))
 				return fail(e, err);
-			r->load_flows++;
+			q->load_flows++;
 		}
 	}
-	if (r->load_flows == start_flows) {
+	if (q->load_flows == start_flows) {
 		/* nothing to move after all (the spans changed): done now */
 		loads_complete(e, r);
 	}
@@ -335,9 +281,9 @@ static int view_pages(struct engine *e, struct sreq *r, const kvt_match *m,
 	if ((err = kvt_index_match(e->index, PX(r, r->it.prompt), 0, 0, &m2,
 				   e->locs, m->pages)))
 		return fail(e, err);
-	if (r->load_upto > r->load_base) {
-		lo = r->load_base / P;
-		hi = r->load_upto / P;
+	if (r->er.load_upto > r->er.load_base) {
+		lo = r->er.load_base / P;
+		hi = r->er.load_upto / P;
 	}
 	q->hbm = 0;
 	memset(q->tier, 0, sizeof(q->tier));
@@ -362,11 +308,13 @@ static int view_pages(struct engine *e, struct sreq *r, const kvt_match *m,
 	return 0;
 }
 
-/* Fill r->sr from the index, for a waiting request. */
-static int view_waiting(struct engine *e, struct sreq *r)
+/* Fill r->sr's spans from the index, for a waiting request. */
+static int op_view(struct kvti_eng *k, struct kvti_ereq *qr)
 {
-	kvt_sched_req *q = &r->sr;
-	uint32_t skips = q->skips, own = 0, trans;
+	struct engine *e = eng_of(k);
+	struct sreq *r = sreq_of(qr);
+	kvt_sched_req *q = &qr->sr;
+	uint32_t own = 0, trans;
 	kvt_match m;
 	int err;
 
@@ -375,10 +323,6 @@ static int view_waiting(struct engine *e, struct sreq *r)
 	if ((err = kvt_index_match(e->index, PX(r, r->it.prompt), 0, 0, &m,
 				   NULL, 0)))
 		return fail(e, err);
-	memset(q, 0, sizeof(*q));
-	q->id = r->id;
-	q->state = KVT_SREQ_WAITING;
-	q->prompt = r->it.prompt;
 	q->hbm = (uint32_t)m.tier_tokens[KVT_TIER_HBM];
 	for (int t = KVT_TIER_FABRIC; t < KVT_TIER_COUNT; t++)
 		q->tier[t] = (uint32_t)m.tier_tokens[t];
@@ -387,120 +331,91 @@ static int view_waiting(struct engine *e, struct sreq *r)
 		return err;
 	if (own) {
 		q->loading = own;
-		q->loading_ready = r->load_flows ? r->load_eta : e->sim->now;
+		q->loading_ready = qr->load_flows ? qr->load_eta : e->sim->now;
 	}
 	q->transient = trans;
 	q->transient_ready = m.ready_ns * 1e-9;
-	q->reserved = (uint32_t)r->claim;
-	q->group = r->it.group;
-	q->group_tokens = r->it.group_tokens;
-	q->arrival = r->it.arrival;
-	q->skips = skips;
 	return 0;
 }
 
-static void view_prefill(struct sreq *r)
+static double op_load_eta(struct kvti_eng *k, struct kvti_ereq *q)
 {
-	kvt_sched_req *q = &r->sr;
-	uint32_t skips = q->skips;
-
-	memset(q, 0, sizeof(*q));
-	q->id = r->id;
-	q->state = KVT_SREQ_PREFILL;
-	q->prompt = r->it.prompt;
-	q->done = r->done;
-	q->reserved = (uint32_t)r->claim;
-	q->arrival = r->it.arrival;
-	q->skips = skips;
-}
-
-static double load_eta(struct engine *e, struct sreq *r)
-{
+	struct engine *e = eng_of(k);
 	struct net *n = &e->sim->net;
 	double t = e->sim->now;
 
 	for (uint32_t i = 0; i < n->nact; i++)
-		if (n->act[i]->arg == r && n->act[i]->done == load_done)
+		if (n->act[i]->arg == (void *)q && n->act[i]->done == load_done)
 			t = KVT_MAX(t, kvti_net_eta(n, n->act[i]));
 	return t;
 }
 
-static int scratch(struct engine *e, uint32_t n)
+/* ---- the GPU model ---------------------------------------------------------- */
+
+static int op_step_begin(struct kvti_eng *k)
 {
-	if (n <= e->scap)
-		return 0;
-	kvt_free(e->sq);
-	kvt_free(e->si);
-	kvt_free(e->sreqs);
-	e->sq = kvt_calloc(n, sizeof(*e->sq));
-	e->si = kvt_calloc(n, sizeof(*e->si));
-	e->sreqs = kvt_calloc(n, sizeof(*e->sreqs));
-	e->scap = e->sq && e->si && e->sreqs ? n : 0;
-	return e->scap ? 0 : fail(e, -ENOMEM);
+	struct engine *e = eng_of(k);
+
+	if (!k->pending)
+		return kvti_sim_push(e->sim, e->sim->now + k->compute_s,
+				     EV_STEP, e, k->step_gen);
+	return 0;
 }
 
-static uint64_t free_pages(struct engine *e)
+static void op_step_loads_home(struct kvti_eng *k, double t_load)
 {
-	uint64_t used = e->claimed + e->priv_pages +
-			(e->sim->cfg->store_holds_hbm ? e->storing : 0);
-
-	return used >= e->hbm_pages ? 0 : e->hbm_pages - used;
-}
-
-/* ---- steps ----------------------------------------------------------------- */
-
-static void step_due(struct engine *e, double t_load)
-{
-	int overlap = e->sim->cfg->sched.features & KVT_SCHED_OVERLAP;
+	struct engine *e = eng_of(k);
 	double L = e->cost.layers, end;
 
-	if (overlap)
-		end = KVT_MAX(e->t0 + e->compute_s + (t_load - e->t0) / L,
-			      t_load + e->compute_s / L);
+	if (k->overlap)
+		end = KVT_MAX(k->t0 + k->compute_s + (t_load - k->t0) / L,
+			      t_load + k->compute_s / L);
 	else
-		end = KVT_MAX(t_load, e->t0) + e->compute_s;
-	kvti_sim_push(e->sim, end, EV_STEP, e, e->step_gen);
+		end = KVT_MAX(t_load, k->t0) + k->compute_s;
+	kvti_sim_push(e->sim, end, EV_STEP, e, k->step_gen);
 }
 
-/* A waiting request starts running. */
-static int start_request(struct engine *e, struct sreq *r,
-			 const kvt_sched_item *it)
+/* The engine's per-step CPU work (scheduling, input preparation, kernel
+ * launches) shares the host's memory channels: the part of it that waits
+ * on DRAM (step_mem_frac) stretches with the socket's loaded latency. */
+static double op_step_extra_s(struct kvti_eng *k)
 {
+	const struct engine *e = eng_of(k);
+	const struct sim *s = e->sim;
+	const kvt_hw *hw = &s->cfg->hw;
+	const struct net_socket *x;
+
+	if (!s->cfg->cpu_mem_latency || !(hw->step_mem_frac > 0))
+		return 0;
+	x = &s->net.sock[s->gpu[e->gpu0].socket];
+	if (!(x->lat > x->lat0))
+		return 0;
+	/* DMA streams that are not latency-bound can ask more of a socket
+	 * than it has; the queue model then has no fixed point and the
+	 * latency runs away. A core's misses see at most what a 99%-busy
+	 * M/D/1 queue gives: lat0 * (1 + 0.99 / 0.02) ~ 50 lat0. */
+	return hw->step_us * 1e-6 * hw->step_mem_frac *
+	       (KVT_MIN(x->lat / x->lat0, 50.5) - 1);
+}
+
+static int op_busy_io(struct kvti_eng *k)
+{
+	return eng_of(k)->sim->net.nact != 0;
+}
+
+/* ---- requests starting, advancing, ending ------------------------------------ */
+
+static int op_start(struct kvti_eng *k, struct kvti_ereq *q,
+		    const kvt_sched_item *it)
+{
+	struct engine *e = eng_of(k);
+	struct sreq *r = sreq_of(q);
 	struct sim *s = e->sim;
-	uint32_t rest;
 	int err;
 
-	if ((err = list_push(&e->run, &e->nrun, &e->run_cap, r)))
-		return fail(e, err);
-	list_del(e->wait, &e->nwait, r);
-	claim(e, r);
-	r->state = R_PREFILL;
-	r->done = it->reuse;
-	r->reused = it->reuse;
-	kvti_debug("sim %.6f: req %llu starts: prompt %u, hbm %u, reuse %u, "
-		   "loading %u (+%u now), transient %u", s->now,
-		   (unsigned long long)r->id, r->it.prompt, r->sr.hbm,
-		   it->reuse, r->sr.loading, it->load, r->sr.transient);
-	if (!r->counted) {
-		/* where its reused prefix came from: what it loaded itself
-		 * (now or ahead, by prefetch) by source tier, the rest was in
-		 * hbm already */
-		uint32_t own = 0;
-
-		r->counted = 1;
-		rest = it->reuse;
-		for (int t = KVT_TIER_FABRIC; t < KVT_TIER_COUNT; t++) {
-			uint32_t n = KVT_MIN(rest, r->loaded[t]);
-
-			s->hit[t] += n;
-			rest -= n;
-			own += n;
-		}
-		s->hit[KVT_TIER_HBM] += it->reuse - own;
-	}
 	/* the context it computes is in flight from now on, expected done
 	 * when its whole prefill would be, running alone */
-	if ((err = kvt_index_start(e->index, PX(r, r->it.prompt), r->id,
+	if ((err = kvt_index_start(e->index, PX(r, r->it.prompt), q->id,
 				   ns(s->now + kvt_cost_prefill_s(&e->cost,
 					r->it.prompt - it->reuse, it->reuse)),
 				   ns(s->now), NULL)))
@@ -508,278 +423,127 @@ static int start_request(struct engine *e, struct sreq *r,
 	return 0;
 }
 
-static int apply_plan(struct engine *e, uint32_t n, const kvt_sched_plan *p,
-		      kvt_cost_prefill *pf, uint32_t *npf)
+static int op_computed(struct kvti_eng *k, struct kvti_ereq *q, int last)
 {
+	struct engine *e = eng_of(k);
+	struct sreq *r = sreq_of(q);
+	uint32_t upto = whole(e, q->done);
+	kvt_insert_result res = { 0 };
 	int err;
 
-	*npf = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		const kvt_sched_item *it = &p->items[i];
-		struct sreq *r = e->sreqs[i];
-
-		if (it->action == KVT_SACT_DEFER)
-			e->deferred++;
-		if (it->load && (err = issue_loads(e, r, it->load)))
-			return err;
-		if (it->action != KVT_SACT_RUN)
-			continue;
-		if (r->state == R_WAIT && (err = start_request(e, r, it)))
-			return err;
-		r->step_compute = it->compute;
-		r->in_step = 1;
-		if (r->load_flows)
-			e->pending++;
-		pf[(*npf)++] = (kvt_cost_prefill){ it->compute, r->done };
-	}
-	return 0;
-}
-
-/* Nothing can run and prefetched requests hold the pages the head of the
- * queue needs: give their claims back (their loaded pages stay cached, no
- * longer pinned). Returns how many claims were released. */
-static uint32_t release_claims(struct engine *e)
-{
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < e->nwait; i++) {
-		struct sreq *r = e->wait[i];
-
-		if (!r->claim || r->load_flows)
-			continue;
-		if (repin(e, r, 0))
-			return 0;
-		kvt_index_cancel(e->index, PX(r, r->it.prompt), r->id, NULL);
-		e->claimed -= r->claim;
-		r->claim = 0;
-		r->load_upto = 0;
-		n++;
-	}
-	return n;
-}
-
-/* The engine's per-step CPU work (scheduling, input preparation, kernel
- * launches) shares the host's memory channels: the part of it that waits
- * on DRAM (step_mem_frac) stretches with the socket's loaded latency. */
-static double cpu_slowdown_s(const struct engine *e)
-{
-	const struct sim *s = e->sim;
-	const kvt_hw *hw = &s->cfg->hw;
-	const struct net_socket *k;
-
-	if (!s->cfg->cpu_mem_latency || !(hw->step_mem_frac > 0))
+	(void)last;
+	if (!upto)
 		return 0;
-	k = &s->net.sock[s->gpu[e->gpu0].socket];
-	if (!(k->lat > k->lat0))
-		return 0;
-	/* DMA streams that are not latency-bound can ask more of a socket
-	 * than it has; the queue model then has no fixed point and the
-	 * latency runs away. A core's misses see at most what a 99%-busy
-	 * M/D/1 queue gives: lat0 * (1 + 0.99 / 0.02) ~ 50 lat0. */
-	return hw->step_us * 1e-6 * hw->step_mem_frac *
-	       (KVT_MIN(k->lat / k->lat0, 50.5) - 1);
-}
-
-int kvti_engine_kick(struct engine *e)
-{
-	struct sim *s = e->sim;
-	kvt_sched_state st = { .now = s->now };
-	kvt_cost_prefill pf[512];
-	kvt_sched_plan plan;
-	uint32_t n = 0, npf, ndec = 0, decodes = 0;
-	uint64_t dctx = 0;
-	int err;
-
-	if (e->busy || s->error)
-		return 0;
-	if ((err = scratch(e, e->nrun + WINDOW)))
-		return err;
-	for (uint32_t i = 0; i < e->nrun; i++) {
-		struct sreq *r = e->run[i];
-
-		if (r->state == R_PREFILL) {
-			view_prefill(r);
-			e->sreqs[n] = r;
-			e->sq[n++] = r->sr;
-		} else {
-			decodes++;
-			dctx += r->it.prompt + r->generated;
-		}
-	}
-	for (uint32_t i = 0; i < e->nwait && i < WINDOW; i++) {
-		struct sreq *r = e->wait[i];
-
-		if ((err = view_waiting(e, r)))
-			return err;
-		if (r->load_flows) {
-			r->load_eta = load_eta(e, r);
-			r->sr.loading_ready = r->load_eta;
-			st.link_free_at = KVT_MAX(st.link_free_at, r->load_eta);
-		}
-		e->sreqs[n] = r;
-		e->sq[n++] = r->sr;
-	}
-	if (!n && !decodes)
-		return 0;
-	st.decodes = decodes;
-	st.decode_ctx = dctx;
-	st.free_pages = free_pages(e);
-	if ((err = kvt_sched_plan_step(e->sched, &st, e->sq, n, e->si, &plan)))
+	err = kvt_index_insert(e->index, PX(r, upto), KVT_TIER_HBM,
+			       KVT_INSERT_PARTIAL, ns(e->sim->now), &res, NULL,
+			       0);
+	if (err && err != KVT_EFULL)
 		return fail(e, err);
-	for (uint32_t i = 0; i < n; i++) /* keep the skip counts */
-		e->sreqs[i]->sr.skips = e->sq[i].skips;
-	if (plan.nrun > KVT_ARRAY_SIZE(pf))
-		return fail(e, kvti_fail(-E2BIG, "more than %zu prefills in a "
-					 "step", KVT_ARRAY_SIZE(pf)));
-	e->busy = 1; /* loads completing inside apply_plan must not kick */
-	e->rekick = 0;
-	e->pending = 0;
-	e->step_gen++;
-	e->store_flows = 0;
-	e->step_stored = 0;
-	if ((err = apply_plan(e, n, &plan, pf, &npf)))
+	e->flush_owner = r;
+	err = flush_moves(e);
+	e->flush_owner = NULL;
+	if (err)
 		return err;
-	/* decodes: the first plan.decodes running decoders */
-	for (uint32_t i = 0; i < e->nrun && ndec < plan.decodes; i++) {
-		struct sreq *r = e->run[i];
-
-		if (r->state == R_DECODE && !r->in_step) {
-			r->in_step = 1;
-			ndec++;
-		}
-	}
-	if (!npf && !ndec) {
-		/* nothing computes: wait for loads, arrivals or transients */
-		e->busy = 0;
-		if (e->rekick) {
-			e->rekick = 0;
-			return kvti_engine_kick(e);
-		}
-		if (!e->pending && !plan.nprefetch && !plan.ndefer &&
-		    !s->net.nact && e->nwait && release_claims(e))
-			return kvti_engine_kick(e);
-		if (!e->pending && !plan.nprefetch && !plan.ndefer &&
-		    !s->net.nact && e->nwait)
-			return fail(e, kvti_fail(KVT_ECONFIG, "engine %u "
-				"stalled: a request of %u tokens cannot get "
-				"the hbm pages it needs (%llu free of %llu; "
-				"%llu claimed, %llu decode pages, %u running)",
-				e->idx, e->wait[0]->it.prompt,
-				(unsigned long long)st.free_pages,
-				(unsigned long long)e->hbm_pages,
-				(unsigned long long)e->claimed,
-				(unsigned long long)e->priv_pages, e->nrun));
-		return 0;
-	}
-	e->steps++;
-	e->decode_only += !npf;
-	e->t0 = s->now;
-	e->compute_s = kvt_cost_step_s(&e->cost, pf, npf, ndec, dctx) +
-		       cpu_slowdown_s(e);
-	if (npf)
-		kvti_debug("sim %.6f: engine %u step: %u prefills (%u tokens), "
-			   "%u decodes, compute %.2f ms, %u waiting on loads",
-			   s->now, e->idx, npf, plan.compute_tokens, ndec,
-			   e->compute_s * 1e3, e->pending);
-	if (!e->pending)
-		kvti_sim_push(s, s->now + e->compute_s, EV_STEP, e,
-			      e->step_gen);
-	return 0;
+	return repin(e, r, (uint32_t)(res.pages * P_of(e)));
 }
 
-/* ---- the end of a step ------------------------------------------------------ */
-
-static int finish(struct engine *e, struct sreq *r)
+static int op_prompt_done(struct kvti_eng *k, struct kvti_ereq *q)
 {
-	struct sim *s = e->sim;
+	struct engine *e = eng_of(k);
 	int err;
 
-	r->state = R_DONE;
-	r->finish = s->now;
-	if ((err = repin(e, r, 0)))
-		return err;
-	if ((err = kvt_index_cancel(e->index, PX(r, r->it.prompt), r->id,
+	if ((err = kvt_index_cancel(e->index, PX(sreq_of(q), q->prompt), q->id,
 				    NULL)))
 		return fail(e, err);
-	list_del(e->run, &e->nrun, r);
-	e->priv_pages -= r->priv;
-	r->priv = 0;
-	e->claimed -= r->claim;
-	r->claim = 0;
-	kvti_debug("sim %.6f: req %llu done, %llu pages still being copied "
-		   "down (engine: %llu)", s->now, (unsigned long long)r->id,
-		   (unsigned long long)r->storing,
-		   (unsigned long long)e->storing);
-	e->storing += r->storing; /* its copies still moving hold hbm */
-	r->storing = 0;
-	kvt_free(r->tok);
-	r->tok = NULL;
+	return 0;
+}
+
+static int op_release(struct kvti_eng *k, struct kvti_ereq *q, int preempt)
+{
+	struct engine *e = eng_of(k);
+	struct sreq *r = sreq_of(q);
+	int err;
+
+	if ((err = repin(e, r, 0)))
+		return err;
+	if ((err = kvt_index_cancel(e->index, PX(r, r->it.prompt), q->id,
+				    NULL)))
+		return fail(e, err);
+	if (preempt)
+		return 0;
 	if (!e->hbm_reuse) {
 		/* no reuse across requests in hbm: drop every page no running
 		 * request holds; the next turn loads from the offload tier */
 		kvt_index_evict_pages(e->index, KVT_TIER_HBM, e->hbm_pages,
 				      NULL);
-		flush_moves(e);
+		return flush_moves(e);
 	}
-	return kvti_sim_finished(s, r);
+	return 0;
 }
 
-/* Emit a request's first token. Returns 1 when that was its last token: the
- * request is then finished and freed (kvti_sim_finished), and the caller must
- * not touch it again; 0 when it goes on decoding; a negative error. */
-static int first_token(struct engine *e, struct sreq *r)
+static int op_unclaim(struct kvti_eng *k, struct kvti_ereq *q)
 {
-	int err;
+	struct engine *e = eng_of(k);
+	struct sreq *r = sreq_of(q);
 
-	r->first_token = e->sim->now;
-	kvti_debug("sim %.6f: req %llu first token (TTFT %.1f ms)",
-		   e->sim->now, (unsigned long long)r->id,
-		   (r->first_token - r->it.arrival) * 1e3);
-	if (r->generated < r->it.output)
-		return 0;
-	if ((err = finish(e, r)))
-		return err;
-	return 1;
+	if (repin(e, r, 0))
+		return -1;
+	kvt_index_cancel(e->index, PX(r, r->it.prompt), q->id, NULL);
+	return 0;
 }
 
-/* Emit the first tokens a sync_store step held back. */
-static int unblock(struct engine *e)
+static int op_finished(struct kvti_eng *k, struct kvti_ereq *q)
 {
-	int err;
+	struct sreq *r = sreq_of(q);
 
-	e->blocked = 0;
-	e->busy = 0;
-	for (uint32_t i = 0; i < e->nrun;) {
-		struct sreq *r = e->run[i];
-
-		if (r->state == R_DECODE && r->first_token < 0) {
-			if ((err = first_token(e, r)) < 0)
-				return err;
-			if (err) /* finished and freed: the list moved up */
-				continue;
-		}
-		i++;
-	}
-	return kvti_engine_kick(e);
+	kvt_free(r->tok);
+	r->tok = NULL;
+	return kvti_sim_finished(eng_of(k)->sim, r);
 }
+
+static int op_check(struct kvti_eng *k)
+{
+	struct engine *e = eng_of(k);
+
+	return e->sim->cfg->check ? kvt_index_check(e->index) : 0;
+}
+
+static double op_now(struct kvti_eng *k)
+{
+	return eng_of(k)->sim->now;
+}
+
+static const struct kvti_eng_ops sim_ops = {
+	.now = op_now,
+	.view = op_view,
+	.load = op_load,
+	.load_eta = op_load_eta,
+	.start = op_start,
+	.step_begin = op_step_begin,
+	.step_loads_home = op_step_loads_home,
+	.step_extra_s = op_step_extra_s,
+	.computed = op_computed,
+	.prompt_done = op_prompt_done,
+	.release = op_release,
+	.unclaim = op_unclaim,
+	.finished = op_finished,
+	.busy_io = op_busy_io,
+	.check = op_check,
+};
+
+/* ---- copies out of hbm done ----------------------------------------------- */
 
 /* A copy out of hbm is done: its pages are free to reuse (counted once,
  * on the engine's first rank). */
 static void store_freed(struct engine *e, const struct net_flow *f)
 {
 	const struct sim *s = e->sim;
-	uint64_t pages, *from = &e->storing;
+	uint64_t pages;
 
 	if (!f->nres || f->res[0] != (uint32_t)s->gpu[e->gpu0].d2h)
 		return; /* not from hbm, or another rank's copy */
 	pages = (uint64_t)(f->total / (double)e->page_bytes + 0.5);
-	for (uint32_t i = 0; f->owner && i < e->nrun; i++)
-		if (e->run[i]->id == f->owner)
-			from = &e->run[i]->storing;
-	*from -= KVT_MIN(*from, pages);
-	if (from == &e->storing && s->cfg->store_holds_hbm && !e->busy &&
-	    e->nwait)
-		kvti_engine_kick(e); /* pages came free for a waiting request */
+	kvti_eng_storing_sub(&e->eng, f->owner, pages);
 }
 
 static void store_done(void *arg, struct net_flow *f, double now)
@@ -788,122 +552,32 @@ static void store_done(void *arg, struct net_flow *f, double now)
 
 	(void)now;
 	store_freed(e, f);
-	if (!f->tag || f->tag != e->step_gen || !e->store_flows)
-		return;
-	if (--e->store_flows == 0 && e->blocked)
-		unblock(e);
+	kvti_eng_store_done(&e->eng, f->tag);
 }
 
-/* Account a step's prefill work. Returns what first_token() returns: 1 when
- * the request finished and was freed, 0 otherwise, or a negative error. */
-static int prefill_progress(struct engine *e, struct sreq *r, int hold)
-{
-	struct sim *s = e->sim;
-	uint32_t upto;
-	kvt_insert_result res = { 0 };
-	int err;
+/* ---- arrival, step end, set up ------------------------------------------------ */
 
-	r->done += r->step_compute;
-	s->computed += r->step_compute;
-	upto = whole(e, r->done);
-	if (upto) {
-		err = kvt_index_insert(e->index, PX(r, upto), KVT_TIER_HBM,
-				       KVT_INSERT_PARTIAL, ns(s->now), &res,
-				       NULL, 0);
-		if (err && err != KVT_EFULL)
-			return fail(e, err);
-		e->flush_owner = r;
-		err = flush_moves(e);
-		e->flush_owner = NULL;
-		if (err)
-			return err;
-		if ((err = repin(e, r, (uint32_t)(res.pages * P_of(e)))))
-			return err;
+int kvti_engine_arrive(struct engine *e, struct sreq *r)
+{
+	r->e = e;
+	r->er.prompt = r->it.prompt;
+	r->er.output = r->it.output;
+	r->er.arrival = r->it.arrival;
+	r->er.group = r->it.group;
+	r->er.group_tokens = r->it.group_tokens;
+	if (kvti_eng_enqueue(&e->eng, &r->er)) {
+		kvt_free(r); /* owned by no list: the run's cleanup would miss it */
+		return fail(e, -ENOMEM);
 	}
-	if (r->done < r->it.prompt)
-		return 0;
-	/* the prompt is done: this step produced the first token */
-	if ((err = kvt_index_cancel(e->index, PX(r, r->it.prompt), r->id,
-				    NULL)))
-		return fail(e, err);
-	r->state = R_DECODE;
-	r->generated = 1;
-	r->priv = (r->it.prompt + 1 + P_of(e) - 1) / P_of(e) -
-		  r->it.prompt / P_of(e);
-	e->priv_pages += r->priv;
-	if (hold) {
-		r->first_token = -1; /* emitted when the stores are done */
-		return 0;
-	}
-	return first_token(e, r);
+	kvti_eng_kick(&e->eng);
+	return e->eng.error;
 }
 
 int kvti_engine_step_end(struct engine *e, uint64_t gen)
 {
-	struct sim *s = e->sim;
-	int hold = s->cfg->sched.sync_store, changed = 0, err;
-	double dur = s->now - e->t0;
+	int err = kvti_eng_step_end(&e->eng, gen);
 
-	if (gen != e->step_gen || !e->busy || e->blocked)
-		return 0;
-	e->busy_s += e->compute_s;
-	e->stall_s += KVT_MAX(0.0, dur - e->compute_s);
-	for (uint32_t i = 0; i < e->nrun;) {
-		struct sreq *r = e->run[i];
-
-		if (!r->in_step) {
-			i++;
-			continue;
-		}
-		r->in_step = 0;
-		if (r->state == R_DECODE) {
-			uint32_t pages;
-
-			r->generated++;
-			pages = (r->it.prompt + r->generated + P_of(e) - 1) /
-				P_of(e) - r->it.prompt / P_of(e);
-			e->priv_pages += pages - r->priv;
-			r->priv = pages;
-			if (r->generated >= r->it.output &&
-			    r->first_token >= 0) {
-				if ((err = finish(e, r)))
-					return err;
-				changed = 1;
-				continue;
-			}
-		} else if ((err = prefill_progress(e, r, hold)) < 0) {
-			return err;
-		} else {
-			changed = 1;
-			if (err) /* finished and freed: the list moved up */
-				continue;
-		}
-		i++;
-	}
-	/* decode-only steps change nothing in the index */
-	if (s->cfg->check && (changed || e->nwait) &&
-	    (err = kvt_index_check(e->index)))
-		return fail(e, err);
-	if (hold && e->store_flows) {
-		e->blocked = 1;
-		return 0;
-	}
-	return unblock(e);
-}
-
-/* ---- arrival, set up --------------------------------------------------------- */
-
-int kvti_engine_arrive(struct engine *e, struct sreq *r)
-{
-	int err;
-
-	r->e = e;
-	r->first_token = 0;
-	if ((err = list_push(&e->wait, &e->nwait, &e->wait_cap, r))) {
-		kvt_free(r); /* owned by no list: the run's cleanup would miss it */
-		return fail(e, err);
-	}
-	return kvti_engine_kick(e);
+	return err ? err : e->eng.error;
 }
 
 static double tier_bytes(const kvt_sim_config *c, int i)
@@ -924,6 +598,7 @@ int kvti_engine_init(struct engine *e, struct sim *s, uint32_t idx)
 {
 	const kvt_sim_config *c = s->cfg;
 	kvt_index_config ic = { 0 };
+	struct kvti_eng_config ec = { 0 };
 	double kv;
 	int err;
 
@@ -976,7 +651,12 @@ int kvti_engine_init(struct engine *e, struct sim *s, uint32_t idx)
 	ic.mover.arg = e;
 	if ((err = kvt_index_create(&e->index, &ic)))
 		goto err_pools;
-	if ((err = kvt_sched_create(&e->sched, &c->sched, &e->cost)))
+	ec.sched = &c->sched;
+	ec.cost = &e->cost;
+	ec.hbm_pages = e->hbm_pages;
+	ec.store_holds_hbm = c->store_holds_hbm;
+	ec.idx = idx;
+	if ((err = kvti_eng_init(&e->eng, &ec, &sim_ops, e)))
 		goto err_index;
 	return 0;
 
@@ -992,15 +672,10 @@ err_pools:
 
 void kvti_engine_fini(struct engine *e)
 {
-	kvt_sched_destroy(e->sched);
+	kvti_eng_fini(&e->eng);
 	kvt_index_destroy(e->index);
 	for (int t = 0; t < KVT_TIER_COUNT; t++)
 		kvt_pool_destroy(e->pool[t]);
-	kvt_free(e->wait);
-	kvt_free(e->run);
-	kvt_free(e->sq);
-	kvt_free(e->si);
-	kvt_free(e->sreqs);
 	kvt_free(e->locs);
 	memset(e, 0, sizeof(*e));
 }

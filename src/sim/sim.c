@@ -294,7 +294,7 @@ static int arrive(struct sim *s, const struct wl_item *it)
 	if (!r)
 		return -ENOMEM;
 	r->it = *it;
-	r->id = ++s->next_id;
+	r->er.id = ++s->next_id;
 	e = &s->eng[it->affinity % s->neng];
 	if (kvti_sim_push(s, it->arrival, EV_ARRIVAL, r, e->idx)) {
 		kvt_free(r);
@@ -322,11 +322,11 @@ static int stat_push(struct dvec *d, double v)
 int kvti_sim_finished(struct sim *s, struct sreq *r)
 {
 	struct wl_item next;
-	double ttft = (r->first_token - r->it.arrival) * 1e3;
+	double ttft = (r->er.first_token - r->it.arrival) * 1e3;
 	int err = 0;
 
 	s->finished++;
-	s->run_end = KVT_MAX(s->run_end, r->finish);
+	s->run_end = KVT_MAX(s->run_end, r->er.finish);
 	if (!s->run_start_set || r->it.arrival < s->run_start) {
 		s->run_start = r->it.arrival;
 		s->run_start_set = 1;
@@ -335,8 +335,8 @@ int kvti_sim_finished(struct sim *s, struct sreq *r)
 		goto next;
 	s->measured++;
 	s->prompt_tokens += r->it.prompt;
-	s->output_tokens += r->generated;
-	s->last_finish = KVT_MAX(s->last_finish, r->finish);
+	s->output_tokens += r->er.generated;
+	s->last_finish = KVT_MAX(s->last_finish, r->er.finish);
 	if (!s->first_arrival_set || r->it.arrival < s->first_arrival) {
 		s->first_arrival = r->it.arrival;
 		s->first_arrival_set = 1;
@@ -344,15 +344,15 @@ int kvti_sim_finished(struct sim *s, struct sreq *r)
 	err |= stat_push(&s->ttft, ttft);
 	/* warm: a later turn or question (the workload's notion), or, for
 	 * workloads without one, a request that found a cached prefix */
-	if (r->it.warm || (r->reused && (s->cfg->workload == KVT_WL_TRACE ||
+	if (r->it.warm || (r->er.reused && (s->cfg->workload == KVT_WL_TRACE ||
 					 s->cfg->workload == KVT_WL_SHAREGPT)))
 		err |= stat_push(&s->warm_ttft, ttft);
-	if (r->generated > 1)
-		err |= stat_push(&s->tpot, (r->finish - r->first_token) * 1e3 /
-						   (r->generated - 1));
-	err |= stat_push(&s->e2e, (r->finish - r->it.arrival) * 1e3);
+	if (r->er.generated > 1)
+		err |= stat_push(&s->tpot, (r->er.finish - r->er.first_token) *
+						   1e3 / (r->er.generated - 1));
+	err |= stat_push(&s->e2e, (r->er.finish - r->it.arrival) * 1e3);
 next:
-	if (!err && kvti_wl_next(&s->wl, &r->it, r->finish, &next))
+	if (!err && kvti_wl_next(&s->wl, &r->it, r->er.finish, &next))
 		err = arrive(s, &next);
 	kvt_free(r->tok);
 	kvt_free(r);
@@ -409,11 +409,16 @@ static void results(struct sim *s, kvt_sim_result *r)
 		r->request_s = s->finished / span;
 	}
 	for (uint32_t i = 0; i < s->neng; i++) {
-		busy += s->eng[i].busy_s;
-		stall += s->eng[i].stall_s;
-		r->steps += s->eng[i].steps;
-		r->decode_only_steps += s->eng[i].decode_only;
-		r->deferred += s->eng[i].deferred;
+		const struct kvti_eng *k = &s->eng[i].eng;
+
+		busy += k->busy_s;
+		stall += k->stall_s;
+		r->steps += k->steps;
+		r->decode_only_steps += k->decode_only;
+		r->deferred += k->deferred;
+		for (int t = 0; t < KVT_TIER_COUNT; t++)
+			r->hit_tokens[t] += k->hit[t];
+		r->computed_tokens += k->computed;
 	}
 	/* engines' compute over the whole run (warm-up included: its steps
 	 * are the engines' too) */
@@ -421,8 +426,6 @@ static void results(struct sim *s, kvt_sim_result *r)
 		busy / (s->neng * (s->run_end - s->run_start)) : 0;
 	r->stall_s = stall;
 	r->prompt_tokens = s->prompt_tokens;
-	memcpy(r->hit_tokens, s->hit, sizeof(r->hit_tokens));
-	r->computed_tokens = s->computed;
 	memcpy(r->load_bytes, s->load_bytes, sizeof(r->load_bytes));
 	memcpy(r->store_bytes, s->store_bytes, sizeof(r->store_bytes));
 	for (uint32_t i = 0; i < s->net.nres && i < KVT_SIM_MAX_LINKS; i++) {
@@ -488,6 +491,8 @@ static int loop(struct sim *s)
 		s->events++;
 		kvti_net_advance(&s->net, s->now);
 		err = dispatch(s, &x);
+		for (uint32_t i = 0; !err && i < s->neng; i++)
+			err = s->eng[i].eng.error; /* raised in a callback */
 		if (!err && s->net_dirty) {
 			kvti_net_solve(&s->net);
 			err = net_event(s);
@@ -602,13 +607,13 @@ out:
 	for (uint32_t i = 0; i < s->neng; i++) {
 		struct engine *e = &s->eng[i];
 
-		for (uint32_t k = 0; k < e->nwait; k++) {
-			kvt_free(e->wait[k]->tok);
-			kvt_free(e->wait[k]);
+		for (uint32_t k = 0; k < e->eng.nwait; k++) {
+			kvt_free(sreq_of(e->eng.wait[k])->tok);
+			kvt_free(e->eng.wait[k]);
 		}
-		for (uint32_t k = 0; k < e->nrun; k++) {
-			kvt_free(e->run[k]->tok);
-			kvt_free(e->run[k]);
+		for (uint32_t k = 0; k < e->eng.nrun; k++) {
+			kvt_free(sreq_of(e->eng.run[k])->tok);
+			kvt_free(e->eng.run[k]);
 		}
 		kvti_engine_fini(e);
 	}

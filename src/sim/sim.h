@@ -60,7 +60,6 @@ struct sim {
 	int run_start_set;
 	uint64_t prompt_tokens, output_tokens, finished, measured;
 	uint64_t generated_reqs;
-	uint64_t hit[KVT_TIER_COUNT], computed;
 	double load_bytes[KVT_TIER_COUNT], store_bytes[KVT_TIER_COUNT];
 };
 

@@ -11,13 +11,15 @@
  *              file    a shared file mapping: EMULATED
  *              memfd   a memfd: EMULATED (shareable by fd with clients)
  *   hostdev  host memory holding pages layer-first, standing in for HBM
- *   hbm      cudaMalloc'ed layer-first pool (CUDA builds with a GPU)
+ *   hbm      a layer-first pool in device memory: a GPU's (cudaMalloc, CUDA
+ *            builds with a GPU) or the emulated device's (device=emu:N)
  *
  * All host mappings go through kvti_mmap() (fault injection) and every
  * failure unwinds to nothing: mem_unmap() is safe on a half-built tier.
  */
 #include "tier/tier_impl.h"
 #include "core/cuda.h"
+#include "dev/dev.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -589,36 +591,50 @@ const struct tier_ops kvti_tier_hostdev_ops = {
 static int hbm_open(kvt_tier *t)
 {
 	uint64_t nslots;
+	char dn[16];
 	void *p = NULL;
 	int err;
 
-	if (!kvti_cuda_built())
+	if (!kvti_dev_is_emu(t->spec.device) && !kvti_cuda_built())
 		return kvti_fail(KVT_ENOTBUILT, "tier spec '%s': hbm needs a CUDA "
 				 "build and a GPU; use hostdev:SIZE for the host "
-				 "stand-in", t->spec.text);
+				 "stand-in, or device=emu for the emulated device",
+				 t->spec.text);
 	if ((err = layer_first_layout(t, &nslots)))
 		return err;
-	err = kvti_cuda_malloc(t->spec.device,
-			       kvt_layout_region_bytes(&t->layout), &p);
-	if (err) {
+	if (!kvti_dev_is_emu(t->spec.device) && kvti_fault())
+		return -ENOMEM;
+	if ((err = kvti_dev_get(t->spec.device, &t->dev)) ||
+	    (err = t->dev->ops->alloc(t->dev,
+				      kvt_layout_region_bytes(&t->layout), &p))) {
+		kvti_dev_put(t->dev);
+		t->dev = NULL;
 		kvti_errctx("tier spec '%s'", t->spec.text);
 		return err;
 	}
 	t->base = p;
 	kvt_layout_bufs_carve(&t->layout, t->base, t->bufs);
 	t->desc.bytes = kvt_layout_region_bytes(&t->layout);
-	snprintf(t->where, sizeof(t->where), "cuda:%d, %s layout",
-		 t->spec.device, kvt_layout_name(t->layout.kind));
+	t->desc.emulated = kvti_dev_is_emu(t->spec.device);
+	snprintf(t->where, sizeof(t->where), "%s, %s layout",
+		 kvt_device_format(t->spec.device, dn, sizeof(dn)),
+		 kvt_layout_name(t->layout.kind));
+	if (t->desc.emulated)
+		note_add(t, "the emulated device's memory stands in for GPU "
+			 "HBM");
 	return 0;
 }
 
 static void hbm_close(kvt_tier *t)
 {
 	if (t->base)
-		kvti_cuda_free(t->base);
+		t->dev->ops->free(t->dev, t->base);
 	t->base = NULL;
+	kvti_dev_put(t->dev);
+	t->dev = NULL;
 }
 
+/* The plain path of device memory: one synchronous copy per chunk. */
 static int hbm_copy(kvt_tier *t, uint32_t slot, void *page, int to_page)
 {
 	const kvt_layout *l = &t->layout;
@@ -630,8 +646,10 @@ static int hbm_copy(kvt_tier *t, uint32_t slot, void *page, int to_page)
 			kvt_chunk_loc c = kvt_layout_chunk(l, slot, layer, kv);
 			char *chunk = (char *)t->bufs[c.buf] + c.off;
 
-			err = to_page ? kvti_cuda_d2h(p, chunk, l->chunk_bytes) :
-					kvti_cuda_h2d(chunk, p, l->chunk_bytes);
+			err = to_page ? kvti_dev_copy_sync(t->dev, p, chunk,
+							   l->chunk_bytes) :
+					kvti_dev_copy_sync(t->dev, chunk, p,
+							   l->chunk_bytes);
 			if (err)
 				return err;
 			p += l->chunk_bytes;

@@ -114,7 +114,7 @@ static int spec_option(kvt_tier_spec *s, const char *tok)
 {
 	const char *kn = s->hostdev ? "hostdev" : kind_names[s->kind];
 	const char *eq = strchr(tok, '=');
-	int v;
+	int v, dv;
 
 	if (!*tok)
 		return 0;
@@ -207,9 +207,15 @@ static int spec_option(kvt_tier_spec *s, const char *tok)
 		if (kl == 6 && !strncmp(tok, "device", 6)) {
 			if (s->kind != KVT_TIER_HBM || s->hostdev)
 				goto wrong_tier;
-			if (parse_int(val, 0, KVT_MAX_GPUS - 1, &v))
-				return SPEC_FAIL(s, "bad device '%s'", val);
-			s->device = v;
+			if (parse_int(val, 0, KVT_MAX_GPUS - 1, &v) == 0) {
+				s->device = v;
+				return 0;
+			}
+			if (strncmp(val, "emu", 3) || kvt_device_parse(val, &dv))
+				return SPEC_FAIL(s, "bad device '%s' (0..%d, "
+						 "cuda:N, emu or emu:N)", val,
+						 KVT_MAX_GPUS - 1);
+			s->device = dv;
 			return 0;
 		}
 		if (kl == 6 && !strncmp(tok, "layout", 6)) {
@@ -450,8 +456,15 @@ char *kvt_tier_spec_format(const kvt_tier_spec *s, char *buf, size_t len)
 	if (s->fresh) ADD("fresh,");
 	if (s->persist) ADD("persist,");
 	if (s->kind == KVT_TIER_SSD && s->files != 1) ADD("files=%u,", s->files);
-	if (s->kind == KVT_TIER_HBM && !s->hostdev && s->device)
-		ADD("device=%d,", s->device);
+	if (s->kind == KVT_TIER_HBM && !s->hostdev && s->device) {
+		char dn[16];
+
+		if (s->device >= KVT_DEVICE_EMU)
+			ADD("device=%s,", kvt_device_format(s->device, dn,
+							     sizeof(dn)));
+		else
+			ADD("device=%d,", s->device);
+	}
 	if (s->kind == KVT_TIER_HBM && s->layout != KVT_LAYOUT_VLLM)
 		ADD("layout=%s,", kvt_layout_name((kvt_layout_kind)s->layout));
 #undef ADD

@@ -9,6 +9,7 @@
  */
 #include "tier/tier_impl.h"
 #include "core/cuda.h"
+#include "dev/dev.h"
 #include "geom/rows.h"
 
 #include <errno.h>
@@ -157,6 +158,8 @@ static int wrap_open(kvt_tier *t)
 
 static void wrap_close(kvt_tier *t)
 {
+	kvti_dev_put(t->dev);
+	t->dev = NULL;
 }
 
 
@@ -180,12 +183,17 @@ int kvt_tier_wrap(kvt_tier **out, const kvt_layout *l, void *const *bufs,
 	for (uint32_t i = 0; i < l->nbufs; i++)
 		if (!bufs[i])
 			return kvti_fail(-EINVAL, "tier wrap: buffer %u is NULL", i);
-	if (device >= 0 && !kvti_cuda_built())
+	if (device >= 0 && !kvti_dev_is_emu(device) && !kvti_cuda_built())
 		return kvti_fail(KVT_ENOTBUILT, "engine memory on cuda:%d needs a "
 				 "CUDA build", device);
 	t = kvt_calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
+	/* device memory: hold the device for the plain path's copies */
+	if (device >= 0 && (err = kvti_dev_get(device, &t->dev))) {
+		kvt_free(t);
+		return err;
+	}
 	t->ops = device >= 0 ? &wrap_dev_ops : &wrap_host_ops;
 	t->fd = -1;
 	t->geom = l->geom;
@@ -206,15 +214,15 @@ int kvt_tier_wrap(kvt_tier **out, const kvt_layout *l, void *const *bufs,
 	if ((err = kvt_pool_create(&t->pool, l->slots, l->page_bytes)))
 		goto fail;
 	if (device >= 0)
-		snprintf(t->where, sizeof(t->where), "engine memory, cuda:%d, %s "
-			 "layout", device, kvt_layout_name(l->kind));
+		snprintf(t->where, sizeof(t->where), "engine memory, %s, %s "
+			 "layout", t->dev->name, kvt_layout_name(l->kind));
 	else
 		snprintf(t->where, sizeof(t->where), "engine memory (host), %s "
 			 "layout", kvt_layout_name(l->kind));
 	t->desc.kind = KVT_TIER_HBM;
 	t->desc.backing = KVT_BACK_ENGINE;
 	t->desc.hostdev = device < 0;
-	t->desc.emulated = device < 0;
+	t->desc.emulated = device < 0 || kvti_dev_is_emu(device);
 	t->desc.name = device < 0 ? "hostdev" : "hbm";
 	t->desc.where = t->where;
 	t->desc.note = t->note;
@@ -227,6 +235,7 @@ int kvt_tier_wrap(kvt_tier **out, const kvt_layout *l, void *const *bufs,
 	*out = t;
 	return 0;
 fail:
+	kvti_dev_put(t->dev);
 	kvt_free(t->bufs);
 	kvt_free(t);
 	return err;

@@ -44,6 +44,8 @@ struct kvt_tier {
 	char note[256];
 
 	/* memory tiers */
+	struct kvti_dev *dev;    /* hbm and wrapped device memory: the device
+				    (a reference) */
 	void *base;              /* mapping or device allocation */
 	size_t map_len;
 	void **bufs;             /* layout.nbufs buffer pointers */

@@ -2,7 +2,7 @@
  * xfer.c — the transfer engine's core: create/destroy, submit (checks,
  * lane and method, the plan), the queues, completion, waiting, cancel.
  * The picture, invariants and locking rule are in xfer_impl.h; the lanes
- * that move bytes are cpu.c, io.c and cuda_lane.c.
+ * that move bytes are cpu.c, io.c and dev_lane.c.
  *
  * Submission checks everything a job could trip on later (tiers, shapes,
  * slots, duplicates, the path between the tiers) so that a queued job can
@@ -10,6 +10,7 @@
  */
 #include "xfer/xfer_impl.h"
 #include "core/cuda.h"
+#include "dev/dev.h"
 #include "xfer/xxh.h"
 
 #include <errno.h>
@@ -104,7 +105,7 @@ static void lane_kick(struct kvt_xfer *x, int lane)
 		kvti_io_kick(x);
 		break;
 	default:
-		kvti_cuda_kick(x, lane);
+		kvti_dev_kick(x, lane);
 		break;
 	}
 }
@@ -183,6 +184,63 @@ void kvti_job_layer_landed(struct kvt_xfer_job *j, uint32_t layer)
 		deliver_layers(j);
 }
 
+static const char *const mover_names[KVT_XFER_MOVER_COUNT] = {
+	"cpu", "io", "copy_engine", "kernel",
+};
+static const char *const flow_names[KVT_XFER_FLOW_COUNT] = {
+	"restore", "save", "tier",
+};
+
+const char *kvt_xfer_mover_name(int m)
+{
+	return m >= 0 && m < KVT_XFER_MOVER_COUNT ? mover_names[m] : "?";
+}
+
+const char *kvt_xfer_flow_name(int f)
+{
+	return f >= 0 && f < KVT_XFER_FLOW_COUNT ? flow_names[f] : "?";
+}
+
+#define ADD(a, v) atomic_fetch_add_explicit(&(a), (v), memory_order_relaxed)
+
+/* What a finished job moved and hashed, into the engine's counters. */
+static void job_count(struct kvt_xfer *x, struct kvt_xfer_job *j, int err)
+{
+	ADD(x->jobs, 1);
+	if (err) {
+		ADD(x->failed_jobs, 1);
+		return;
+	}
+	ADD(x->moved[j->mover][j->flow], j->bytes);
+	if (!(j->d.flags & XFER_ANY_SUMS))
+		return;
+	if (lane_is_dev(j->lane))
+		ADD(x->dev_hashed[j->flow], j->bytes);
+	else
+		ADD(x->cpu_hashed[j->flow], j->bytes);
+}
+
+void kvti_xfer_count_dev_sums(struct kvt_xfer_job *j, uint64_t n)
+{
+	ADD(j->x->dev_verified, n);
+}
+
+void kvt_xfer_stat_get(kvt_xfer *x, kvt_xfer_stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	for (int m = 0; m < KVT_XFER_MOVER_COUNT; m++)
+		for (int f = 0; f < KVT_XFER_FLOW_COUNT; f++)
+			st->bytes[m][f] = atomic_load(&x->moved[m][f]);
+	for (int f = 0; f < KVT_XFER_FLOW_COUNT; f++) {
+		st->cpu_hashed[f] = atomic_load(&x->cpu_hashed[f]);
+		st->dev_hashed[f] = atomic_load(&x->dev_hashed[f]);
+	}
+	st->dev_verified = atomic_load(&x->dev_verified);
+	st->dev_failed = atomic_load(&x->dev_failed);
+	st->jobs = atomic_load(&x->jobs);
+	st->failed_jobs = atomic_load(&x->failed_jobs);
+}
+
 /* The job is over: its callback runs first, then waiters are released
  * (so a wait returns after the callback), then the eventfd ticks (so a
  * poll after the tick sees the job done). */
@@ -204,6 +262,7 @@ static void job_finish(struct kvt_xfer_job *j)
 	pthread_mutex_unlock(&j->mu);
 	if (!err)
 		deliver_layers(j);
+	job_count(x, j, err);
 	pthread_mutex_lock(&j->mu);
 	j->result = err;
 	j->finishing = 1;
@@ -248,6 +307,8 @@ void kvti_job_sum(struct kvt_xfer_job *j, size_t i, uint64_t h)
 	}
 	if (!(j->d.flags & KVT_XFER_VERIFY) || j->d.sums[i] == h)
 		return;
+	if (lane_is_dev(j->lane))
+		ADD(j->x->dev_failed, 1);
 	/* keep the lowest bad page */
 	size_t cur = atomic_load(&j->bad_page);
 	while (i < cur && !atomic_compare_exchange_weak(&j->bad_page, &cur, i))
@@ -270,6 +331,8 @@ void kvti_job_lsum(struct kvt_xfer_job *j, size_t i, uint32_t layer,
 	}
 	if (!(j->d.flags & KVT_XFER_LVERIFY) || j->d.sums[k] == h)
 		return;
+	if (lane_is_dev(j->lane))
+		ADD(j->x->dev_failed, 1);
 	if (j->d.bad) {
 		__atomic_store_n(&j->d.bad[i], 1, __ATOMIC_RELAXED);
 		return;
@@ -414,7 +477,6 @@ int kvt_xfer_create(kvt_xfer **out, const kvt_xfer_config *cfg)
 	pthread_mutex_init(&x->mu, NULL);
 	kvti_cond_init_mono(&x->cpu_cv);
 	kvti_cond_init_mono(&x->idle_cv);
-	x->cuda_dev = -1;
 	for (unsigned i = 0; i < x->cfg.cpu_threads; i++) {
 		int e = kvti_fault() ? EAGAIN :
 			pthread_create(&x->workers[i], NULL, kvti_cpu_worker, x);
@@ -491,13 +553,32 @@ void kvt_xfer_destroy(kvt_xfer *x)
 	pthread_mutex_unlock(&x->mu);
 	stop_workers(x);
 	kvti_io_stop(x);
-	kvti_cuda_stop(x);
+	kvti_dev_stop(x);
 	pthread_cond_destroy(&x->cpu_cv);
 	pthread_cond_destroy(&x->idle_cv);
 	pthread_mutex_destroy(&x->mu);
 	close(x->efd);
 	kvt_free(x->workers);
 	kvt_free(x);
+}
+
+/* Find out once whether CUDA works here (x->mu held): cuda_state (1
+ * usable, -1 not) and cuda_note, for reports. Starts nothing. */
+static void cuda_probe(struct kvt_xfer *x)
+{
+	char note[128];
+	int n = 0;
+
+	if (x->cuda_state)
+		return;
+	kvti_cuda_device_count(&n, note, sizeof(note));
+	x->cuda_state = n > 0 ? 1 : -1;
+	if (n > 0)
+		snprintf(x->cuda_note, sizeof(x->cuda_note), "%d GPU%s", n,
+			 n == 1 ? "" : "s");
+	else
+		snprintf(x->cuda_note, sizeof(x->cuda_note), "%s%s",
+			 kvti_cuda_built() ? "no GPU: " : "", note);
 }
 
 void kvt_xfer_info_get(kvt_xfer *x, kvt_xfer_info *info)
@@ -511,7 +592,7 @@ void kvt_xfer_info_get(kvt_xfer *x, kvt_xfer_info *info)
 	info->ssd_io_note = x->ssd_note;
 	info->uring_depth = x->cfg.uring_depth;
 	pthread_mutex_lock(&x->mu);
-	kvti_cuda_probe(x);
+	cuda_probe(x);
 	info->cuda = x->cuda_state > 0;
 	pthread_mutex_unlock(&x->mu);
 	info->cuda_note = x->cuda_note;
@@ -675,7 +756,9 @@ static int pick_path(struct kvt_xfer *x, struct kvt_xfer_job *j)
 					 kvt_xfer_method_name(m), tier_name(s),
 					 tier_name(t));
 	} else if (sg || tg) {
-		j->lane = tg && !sg ? LANE_CUDA_LOAD : LANE_CUDA_STORE;
+		/* the slot is known once the device's lanes run (lane_ready) */
+		j->lane = LANE_DEV0 + !(tg && !sg);
+		j->dev_id = tg ? t->spec.device : s->spec.device;
 		if (m == KVT_XFER_AUTO)
 			m = sg && tg ? KVT_XFER_CUDA_CHUNK :
 			    tg ? x->cfg.cuda_load : x->cfg.cuda_store;
@@ -695,6 +778,12 @@ static int pick_path(struct kvt_xfer *x, struct kvt_xfer_job *j)
 					 tier_name(t));
 	}
 	j->method = m;
+	j->mover = j->lane == LANE_CPU ? KVT_XFER_MOVER_CPU :
+		   j->lane == LANE_IO ? KVT_XFER_MOVER_IO :
+		   m == KVT_XFER_CUDA_KERNEL ? KVT_XFER_MOVER_KERNEL :
+		   KVT_XFER_MOVER_COPY_ENGINE;
+	j->flow = tk == KVT_TIER_HBM ? KVT_XFER_FLOW_RESTORE :
+		  sk == KVT_TIER_HBM ? KVT_XFER_FLOW_SAVE : KVT_XFER_FLOW_TIER;
 	return 0;
 }
 
@@ -756,7 +845,7 @@ static void job_drop_unsubmitted(struct kvt_xfer_job *j)
 /* Start the lane the job needs (x->mu held). */
 static int lane_ready(struct kvt_xfer *x, struct kvt_xfer_job *j)
 {
-	int err, dev;
+	int err, slot;
 
 	switch (j->lane) {
 	case LANE_CPU:
@@ -764,20 +853,16 @@ static int lane_ready(struct kvt_xfer *x, struct kvt_xfer_job *j)
 	case LANE_IO:
 		return x->io ? 0 : kvti_io_start(x);
 	default:
-		dev = is_gpu(j->d.dst) ? j->d.dst->spec.device :
-					 j->d.src->spec.device;
-		kvti_cuda_probe(x);
-		if (x->cuda_state < 0)
-			return kvti_fail(kvti_cuda_built() ? KVT_ENODEV :
-					 KVT_ENOTBUILT, "%s", x->cuda_note);
-		if (!x->cuda && (err = kvti_cuda_start(x, dev)))
+		if (!kvti_dev_is_emu(j->dev_id)) {
+			cuda_probe(x);
+			if (x->cuda_state < 0)
+				return kvti_fail(kvti_cuda_built() ? KVT_ENODEV :
+						 KVT_ENOTBUILT, "%s", x->cuda_note);
+		}
+		if ((err = kvti_dev_lane_start(x, j->dev_id, &slot)))
 			return err;
-		if (x->cuda_dev != dev)
-			return kvti_fail(-EINVAL, "the engine's cuda lane runs on "
-					 "device %d, this job's hbm tier is on "
-					 "device %d (one engine per GPU)",
-					 x->cuda_dev, dev);
-		return 0;
+		j->lane = LANE_DEV0 + 2 * slot + (j->lane - LANE_DEV0);
+		return kvti_dev_check(x, j, slot);
 	}
 }
 
@@ -804,7 +889,7 @@ int kvt_xfer_submit(kvt_xfer *x, const kvt_xfer_desc *d, kvt_xfer_job **out)
 		err = kvti_io_plan(x, j);
 		break;
 	default:
-		err = kvti_cuda_plan(x, j);
+		err = kvti_dev_plan(x, j);
 		break;
 	}
 	if (err)
@@ -1035,9 +1120,9 @@ int kvt_xfer_contig_copy(kvt_xfer *x, kvt_tier *src, kvt_tier *dst,
 	if ((err = region(src, bytes, &s)) || (err = region(dst, bytes, &d)))
 		return err;
 	if (is_gpu(src) || is_gpu(dst))
-		return kvti_cuda_contig(is_gpu(dst) ? dst->spec.device :
-						      src->spec.device,
-					d, s, bytes, seconds);
+		return kvti_dev_contig(is_gpu(dst) ? dst->spec.device :
+						     src->spec.device,
+				       d, s, bytes, seconds);
 	n = threads ? KVT_MIN(threads, 256u) : x->nworkers;
 	t0 = kvt_now_ns();
 	if (n <= 1 || bytes <= CONTIG_PIECE) {

@@ -10,11 +10,13 @@
  *                                            ──► io    one thread, one ring:
  *                                                 one I/O per page, up to
  *                                                 uring_depth in flight
- *                                            ──► cuda  two threads (load,
- *                                                 store), one stream each,
- *                                                 one whole job at a time
+ *                                            ──► dev   per device (a GPU or
+ *                                                 the emulated device): two
+ *                                                 threads (load, store), one
+ *                                                 stream each, one whole job
+ *                                                 at a time (dev_lane.c)
  *
- *   a job's units of work:   cpu: tasks  io: pages  cuda: the whole job
+ *   a job's units of work:   cpu: tasks  io: pages  dev: the whole job
  *   done when units_left hits 0 ──► job_finish(): state DONE, wake waiters,
  *   eventfd +1, done callback, engine's unfinished count -1, drop a ref.
  *
@@ -52,12 +54,19 @@
 
 #define XFER_NPRIO 3
 
-enum xfer_lane { LANE_CPU, LANE_IO, LANE_CUDA_LOAD, LANE_CUDA_STORE,
-		 LANE_COUNT };
+/* Lanes (queues): the cpu lane, the io lane, then two per device slot
+ * (load, store): LANE_DEV0 + 2 * slot + store. */
+#define XFER_MAX_DEVS 8
+enum xfer_lane { LANE_CPU, LANE_IO, LANE_DEV0 };
+#define LANE_COUNT (LANE_DEV0 + 2 * XFER_MAX_DEVS)
+static inline int lane_is_dev(int lane)
+{
+	return lane >= LANE_DEV0;
+}
 enum xfer_order { ORDER_PAGE, ORDER_LAYER };
 
 struct xfer_io;
-struct xfer_cuda;
+struct xfer_dev;
 
 struct kvt_xfer_job {
 	/* set at submit, read-only afterwards */
@@ -68,7 +77,10 @@ struct kvt_xfer_job {
 	void *const *sbufs;          /* source buffers (NULL for ssd) */
 	void *const *dbufs;
 	int method;                  /* kvt_xfer_method, never AUTO */
-	int lane;                    /* enum xfer_lane */
+	int lane;                    /* enum xfer_lane (+ device slot) */
+	int dev_id;                  /* device lanes: the device's id */
+	int mover;                   /* enum kvt_xfer_mover */
+	int flow;                    /* enum kvt_xfer_flow */
 	int prio;                    /* 0 (high) .. XFER_NPRIO-1 */
 	int load;                    /* 1: into a faster tier */
 	int order;                   /* enum xfer_order (cpu lane) */
@@ -137,10 +149,16 @@ struct kvt_xfer {
 	int ssd_io;                  /* resolved: URING or PREAD */
 	char ssd_note[160];
 	struct xfer_io *io;          /* x->mu: started with the first ssd job */
-	struct xfer_cuda *cuda;      /* x->mu: started with the first cuda job */
+	struct xfer_dev *dev[XFER_MAX_DEVS]; /* x->mu: device lanes, started
+					with each device's first job */
 	char cuda_note[160];
 	int cuda_state;              /* 0 unknown, 1 usable, -1 not */
-	int cuda_dev;
+
+	/* kvt_xfer_stat (relaxed atomics) */
+	_Atomic uint64_t moved[KVT_XFER_MOVER_COUNT][KVT_XFER_FLOW_COUNT];
+	_Atomic uint64_t cpu_hashed[KVT_XFER_FLOW_COUNT];
+	_Atomic uint64_t dev_hashed[KVT_XFER_FLOW_COUNT];
+	_Atomic uint64_t dev_verified, dev_failed, jobs, failed_jobs;
 
 	/* test hook (kvti_xfer_io_fault) */
 	atomic_uint_fast64_t io_fault_at;  /* I/O completion count that fails */
@@ -256,21 +274,24 @@ int kvti_io_plan(struct kvt_xfer *x, struct kvt_xfer_job *j);
  * nth = 0 disarms. */
 void kvti_xfer_io_fault(kvt_xfer *x, uint64_t nth, int err);
 
-/* ---- cuda lane (cuda_lane.c) ------------------------------------------ */
+/* ---- device lanes (dev_lane.c) ---------------------------------------- */
 
-/* Find out once whether CUDA works here (x->mu held): sets cuda_state
- * (1 usable, -1 not) and cuda_note. Starts no thread. */
-void kvti_cuda_probe(struct kvt_xfer *x);
-/* Start the lane for device @dev (x->mu held): KVT_ENOTBUILT, KVT_ENODEV,
- * -ENOMEM, -EAGAIN. */
-int kvti_cuda_start(struct kvt_xfer *x, int dev);
-void kvti_cuda_kick(struct kvt_xfer *x, int lane);
-void kvti_cuda_stop(struct kvt_xfer *x);
-/* Can @method move this job? Checks pinned host memory for the kernel. */
-int kvti_cuda_plan(struct kvt_xfer *x, struct kvt_xfer_job *j);
-/* One contiguous cudaMemcpy on device @dev, timed (the GPU limit). */
-int kvti_cuda_contig(int dev, void *dst, const void *src, uint64_t n,
-		     double *seconds);
-int kvti_cuda_batch_built(void);
+/* Device-independent checks of a device lane job (no lock). */
+int kvti_dev_plan(struct kvt_xfer *x, struct kvt_xfer_job *j);
+/* Start (or find) the lanes of device @id (x->mu held): *@slot gets its
+ * slot. KVT_ENOTBUILT, KVT_ENODEV, -ENOSPC (too many devices), -ENOMEM,
+ * -EAGAIN. */
+int kvti_dev_lane_start(struct kvt_xfer *x, int id, int *slot);
+/* Checks that need the open device (x->mu held): batched copies built,
+ * host memory registered with it, checksum segment limits. */
+int kvti_dev_check(struct kvt_xfer *x, struct kvt_xfer_job *j, int slot);
+void kvti_dev_kick(struct kvt_xfer *x, int lane);
+/* Stop every device lane (queues empty). */
+void kvti_dev_stop(struct kvt_xfer *x);
+/* One synchronous copy on device @id, timed (the device's limit). */
+int kvti_dev_contig(int id, void *dst, const void *src, uint64_t n,
+		    double *seconds);
+/* @n page layers (or pages) were checksummed on a device. */
+void kvti_xfer_count_dev_sums(struct kvt_xfer_job *j, uint64_t n);
 
 #endif
