@@ -54,13 +54,16 @@ P = 4  # vLLM's --block-size here; the daemon's --page-tokens
 
 def vllm_config(extra: Optional[Dict[str, Any]], model_config: dict,
                 block_size: int = P, cache_dtype: str = "auto",
-                token_budget: int = 2048) -> VllmConfig:
-    """A VllmConfig with kvtier's connector (None: no connector)."""
-    ktc = None if extra is None else KVTransferConfig(
-        kv_connector="KvtierConnector", kv_connector_module_path="kvtier.vllm",
-        kv_role="kv_both", kv_connector_extra_config=dict(extra))
-    return VllmConfig(model_config=ModelConfig("tiny-llama",
-                                               HFConfig(model_config)),
+                token_budget: int = 2048, ktc: Any = None,
+                model: str = "tiny-llama") -> VllmConfig:
+    """A VllmConfig with kvtier's connector (None: no connector; @ktc: the
+    KVTransferConfig a command line gave)."""
+    if ktc is None and extra is not None:
+        ktc = KVTransferConfig(
+            kv_connector="KvtierConnector",
+            kv_connector_module_path="kvtier.vllm", kv_role="kv_both",
+            kv_connector_extra_config=dict(extra))
+    return VllmConfig(model_config=ModelConfig(model, HFConfig(model_config)),
                       cache_config=CacheConfig(block_size=block_size,
                                                cache_dtype=cache_dtype),
                       scheduler_config=SchedulerConfig(
@@ -90,14 +93,17 @@ class Engine:
                  block_size: int = P, staged: bool = False,
                  backend: str = "FLASH_ATTN", kv_layout: str = "NHD",
                  cache_dtype: str = "auto", token_budget: int = 2048,
-                 kv_config: Any = "default") -> None:
+                 kv_config: Any = "default", ktc: Any = None,
+                 model: str = "tiny-llama") -> None:
         cfg = model_config or tinymodel.CONFIG
         self.model_config = cfg
         self.mla = "kv_lora_rank" in cfg
         if self.mla:
             backend = "MLA"
         self.config = vllm_config(extra, cfg, block_size, cache_dtype,
-                                  token_budget)
+                                  token_budget, ktc, model)
+        if ktc is not None:
+            extra = dict(ktc.kv_connector_extra_config)
         self.block_size = block_size
         self.sched_conn = self.worker_conn = None
         os.environ["VLLM_KV_CACHE_LAYOUT"] = kv_layout
