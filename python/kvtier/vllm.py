@@ -1,10 +1,11 @@
 """kvtier as a vLLM v1 KV connector: KvtierConnector.
 
-Targets the KV connector interface of vLLM v0.12.0 (tag commit
-86e178f7c4d8; vllm/distributed/kv_transfer/kv_connector/v1/base.py,
-vllm/v1/core/sched/scheduler.py, vllm/v1/worker/
-kv_connector_model_runner_mixin.py), also read on main at 003df2961dd8
-(2026), where the calls used here are unchanged. Loaded out of tree:
+Targets vLLM's KV connector interface in two generations (docs/ENGINES.md
+"Pinned versions"): v0.12.0 (tag commit 86e178f7c4d8; base.py read at
+13f4ad0f55b0) and current vLLM (base.py at 003df2961dd8, scheduler.py at
+00024d314514, kv_connector_model_runner_mixin.py at 00f4240ee645). Where
+they differ, kvtier.vllm_compat decides by what vLLM passes; the method
+tables are tests/python/conformance/vllm.json. Loaded out of tree:
 
     PYTHONHASHSEED=0 vllm serve <model> --block-size 16 \\
         --kv-transfer-config '{"kv_connector": "KvtierConnector",
@@ -14,7 +15,7 @@ kv_connector_model_runner_mixin.py), also read on main at 003df2961dd8
 
 with `kvtier serve --model <the model's config.json> --page-tokens 16`
 on the node (its page is one vLLM block: --page-tokens must equal
---block-size).
+--block-size; --kv-dtype fp8 for vLLM's --kv-cache-dtype fp8).
 
 HOW IT MAPS
   * Keys. vLLM names block i by a chained SHA-256 over block i-1's hash,
@@ -43,9 +44,10 @@ HOW IT MAPS
     daemon maps (a sealed memfd): CPU torch tensors are RE-HOMED in place
     (Tensor.set_ onto a memfd view, contents copied) before any KV is in
     them; NumPy arrays cannot be re-homed and must already be views of
-    host_kv_buffer() memory. The tensors have FlashAttention's shape
-    (2, num_blocks, block_size, kv_heads, head_dim) per layer; their
-    strides become the registered layout. GPU tensors: the daemon cannot
+    host_kv_buffer() memory. The tensors may have any layout vLLM's
+    attention backends give (kvtier.layout: FlashAttention NHD / HND,
+    FlashInfer, the CPU backend's heads-before-tokens, MLA latents; fp8 as
+    1-byte elements); their own strides become the registered layout. GPU tensors: the daemon cannot
     register GPU memory yet, so pages move through a staging pool of
     host blocks it can map (kvtier.staging; "staging": "auto", the
     default; "staging_blocks" sets its size, else 2 GiB worth): a load
@@ -70,8 +72,9 @@ loads fail every block (recomputed), stores are counted as errors; both
 sides reconnect at most every 5 s, the worker registering its caches
 again.
 
-Not done: registering GPU memory with the daemon (staged instead, above); hybrid (HMA) models with several KV cache
-groups (refused: one group only); MLA layouts; KV events (take_events).
+Not done: registering GPU memory with the daemon (staged instead, above);
+hybrid (HMA) models with several KV cache groups (refused at start, with
+the reason); KV events (take_events).
 """
 from __future__ import annotations
 

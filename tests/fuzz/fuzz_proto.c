@@ -24,12 +24,15 @@ static void encode(kvtd_buf *b, const kvtd_req *q)
 		kvtd_put_bytes(b, q->u.hello.ns, strlen(q->u.hello.ns));
 		break;
 	case KVTD_MSG_REGISTER:
+	case KVTD_MSG_REGISTER_ROWS:
 		kvtd_put_u32(b, (uint32_t)q->u.reg.device);
 		kvtd_put_u32(b, q->u.reg.nlayers);
 		kvtd_put_u64(b, q->u.reg.nblocks);
 		kvtd_put_u64(b, q->u.reg.block_stride);
 		kvtd_put_u64(b, q->u.reg.kv_stride);
 		kvtd_put_u64(b, q->u.reg.token_stride);
+		if (q->h.op == KVTD_MSG_REGISTER_ROWS)
+			kvtd_put_u64(b, q->u.reg.head_stride);
 		for (uint32_t l = 0; l < q->u.reg.nlayers; l++)
 			kvtd_put_u64(b, kvtd_u64_at(q->u.reg.layer_off, l));
 		break;

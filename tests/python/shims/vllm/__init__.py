@@ -8,6 +8,15 @@
 #             v1/core/sched/scheduler.py 00024d314514900f361ad072af6931e403b7f589,
 #             v1/worker/kv_connector_model_runner_mixin.py
 #             00f4240ee6458263d76cf51ca7901ce1350bb4d1
+# Per generation: distributed/kv_transfer/kv_connector/v1/base.py,
+# v1/core/sched/{scheduler,output}.py, v1/worker/kv_connector_model_runner_mixin.py
+# (each names what it follows). The same for both, as read for v0.12.0 and
+# not re-read at the current pin: config, distributed (TP rank), factory,
+# metrics (KVConnectorStats), v1/outputs.py (current main's KVConnectorOutput
+# adds failed_recving, kv_cache_events and worker metadata, which the
+# connector neither sends nor reads), v1/request.py, v1/core/kv_cache_utils.py,
+# v1/core/kv_cache_manager.py. The attention backends name their own reads.
+# entrypoints/cli/main.py is the `vllm serve` command line of the docs.
 import os as _os
 
 GENERATION = _os.environ.get("KVT_VLLM_GEN", "current")
