@@ -245,5 +245,6 @@ KVT_API int kvt_opts_describe(const kvt_opts *o, int i, const char **name,
 #include <kvtier/remote.h>
 #include <kvtier/cache.h>
 #include <kvtier/demo.h>
+#include <kvtier/dev.h>
 
 #endif /* KVTIER_H */

@@ -20,6 +20,7 @@
 
 #include "harness.h"
 #include "core/cuda.h"
+#include "dev/dev.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -37,7 +38,8 @@ typedef struct eng {
 	uint64_t chunk, page;
 	uint64_t nblocks;
 	int outer;      /* ENG_KV_OUTER or ENG_BLOCK_OUTER */
-	int device;     /* -1 host, else CUDA device */
+	int device;     /* -1 host, else a device id (a GPU, emu:N) */
+	struct kvti_dev *dev; /* device memory: its device */
 	uint64_t bs, ks, ts, len;
 	unsigned char *mem[ENG_MAXL];
 	void *base[ENG_MAXL];
@@ -69,7 +71,7 @@ static inline int eng_h2e(const eng *e, void *dst, const void *src, size_t n)
 		memcpy(dst, src, n);
 		return 0;
 	}
-	return kvti_cuda_h2d(dst, src, n);
+	return kvti_dev_copy_sync(e->dev, dst, src, n);
 }
 
 static inline int eng_e2h(const eng *e, void *dst, const void *src, size_t n)
@@ -78,7 +80,7 @@ static inline int eng_e2h(const eng *e, void *dst, const void *src, size_t n)
 		memcpy(dst, src, n);
 		return 0;
 	}
-	return kvti_cuda_d2h(dst, src, n);
+	return kvti_dev_copy_sync(e->dev, dst, src, n);
 }
 
 /* Allocate @nblocks blocks of engine memory with @pad bytes between
@@ -107,6 +109,12 @@ static inline int eng_init(eng *e, const kvt_geom *g, uint64_t nblocks,
 	}
 	if (e->L > ENG_MAXL)
 		return -E2BIG;
+	if (device >= 0) {
+		int err = kvti_dev_get(device, &e->dev);
+
+		if (err)
+			return err;
+	}
 	for (uint32_t l = 0; l < e->L; l++) {
 		unsigned char *fill;
 		int err = 0;
@@ -118,14 +126,14 @@ static inline int eng_init(eng *e, const kvt_geom *g, uint64_t nblocks,
 			memset(e->mem[l], ENG_CANARY, e->len);
 		} else {
 			void *p = NULL;
-			if ((err = kvti_cuda_malloc(device, e->len, &p)))
+			if ((err = e->dev->ops->alloc(e->dev, e->len, &p)))
 				return err;
 			e->mem[l] = p;
 			fill = malloc(e->len);
 			if (!fill)
 				return -ENOMEM;
 			memset(fill, ENG_CANARY, e->len);
-			err = kvti_cuda_h2d(p, fill, e->len);
+			err = kvti_dev_copy_sync(e->dev, p, fill, e->len);
 			free(fill);
 			if (err)
 				return err;
@@ -141,9 +149,11 @@ static inline void eng_free(eng *e)
 		if (e->device < 0)
 			free(e->mem[l]);
 		else if (e->mem[l])
-			kvti_cuda_free(e->mem[l]);
+			e->dev->ops->free(e->dev, e->mem[l]);
 		e->mem[l] = NULL;
 	}
+	kvti_dev_put(e->dev);
+	e->dev = NULL;
 }
 
 static inline int eng_register(kvt_cache *c, const eng *e)
@@ -260,7 +270,8 @@ static inline int eng_gaps_intact(const eng *e)
 		const unsigned char *m = e->mem[l];
 
 		if (host) {
-			CHECK_OK(kvti_cuda_d2h(host, e->mem[l], e->len));
+			CHECK_OK(kvti_dev_copy_sync(e->dev, host, e->mem[l],
+						    e->len));
 			m = host;
 		}
 		for (uint64_t off = 0; off < e->len && ok; off++) {

@@ -180,29 +180,47 @@ static inline int raw_nfds_settle(pid_t pid, int max)
 	return n;
 }
 
-/* REGISTER memfd @mfd (-1: none sent) for @nblocks blocks of the test
- * geometry, layer l at l * @off1: the reply's status (mem ids count from
- * 1 on each connection). */
-static inline int raw_register(int fd, int mfd, uint64_t nblocks,
-			       uint64_t off1, uint32_t nlayers)
+/* REGISTER (protocol 2) of one segment of @kind (@mfd sent when >= 0)
+ * on @device for @nblocks blocks of the test geometry, layer l at l *
+ * @off1 of segment @lseg: the reply's status (mem ids count from 1 on each
+ * connection). */
+static inline int raw_register_kind(int fd, int32_t device, uint32_t kind,
+				    int mfd, uint64_t nblocks, uint64_t off1,
+				    uint32_t nlayers, uint32_t lseg)
 {
+	static const uint8_t zero[KVTD_HANDLE_BYTES];
 	kvtd_buf b = { 0 };
 	uint64_t chunk = SRV_P * 2 * 64 * 2;
 	int st;
 
 	kvtd_begin(&b, KVTD_MSG_REGISTER, 20);
-	kvtd_put_u32(&b, (uint32_t)-1);
+	kvtd_put_u32(&b, (uint32_t)device);
 	kvtd_put_u32(&b, nlayers);
 	kvtd_put_u64(&b, nblocks);
 	kvtd_put_u64(&b, chunk);
 	kvtd_put_u64(&b, nblocks * chunk);
 	kvtd_put_u64(&b, 2 * 64 * 2);
-	for (uint32_t l = 0; l < nlayers; l++)
+	kvtd_put_bytes(&b, zero, KVTD_UUID_BYTES);
+	kvtd_put_u32(&b, 1);
+	kvtd_put_u32(&b, kind);
+	kvtd_put_u64(&b, kind == KVTD_SEG_MEMFD ? 0 : nlayers * off1);
+	kvtd_put_bytes(&b, zero, KVTD_HANDLE_BYTES);
+	for (uint32_t l = 0; l < nlayers; l++) {
+		kvtd_put_u32(&b, lseg);
 		kvtd_put_u64(&b, l * off1);
+	}
 	CHECK_OK(raw_send(fd, &b, mfd >= 0 ? &mfd : NULL, mfd >= 0));
 	st = raw_reply(fd, NULL);
 	kvtd_buf_free(&b);
 	return st;
+}
+
+/* REGISTER memfd @mfd (-1: none sent) as host memory. */
+static inline int raw_register(int fd, int mfd, uint64_t nblocks,
+			       uint64_t off1, uint32_t nlayers)
+{
+	return raw_register_kind(fd, -1, KVTD_SEG_MEMFD, mfd, nblocks, off1,
+				 nlayers, 0);
 }
 
 /* Bytes of one layer of @nb blocks of the test geometry (K then V). */
@@ -242,6 +260,7 @@ static inline int raw_job(int fd, uint16_t op, uint32_t slot, uint32_t mem,
 	kvtd_put_u32(&b, slot);
 	kvtd_put_u32(&b, 1);
 	kvtd_put_u32(&b, 0);
+	kvtd_put_u32(&b, 0); /* no event */
 	kvtd_put_keys(&b, &key, 1);
 	kvtd_put_u32(&b, block);
 	CHECK_OK(raw_send(fd, &b, NULL, 0));

@@ -135,6 +135,7 @@ static void test_payloads(void)
 	kvtd_put_u32(&b, 0);
 	kvtd_put_u32(&b, 2);
 	kvtd_put_u32(&b, 3); /* first > nkeys */
+	kvtd_put_u32(&b, 0);
 	CHECK_OK(raw_send(fd, &b, NULL, 0));
 	CHECK_EQ(raw_reply(fd, NULL), KVT_EPROTO);
 	/* things that are not this client's */
@@ -147,6 +148,7 @@ static void test_payloads(void)
 		kvtd_put_u32(&b, 77); /* no such memory */
 		kvtd_put_u32(&b, 0);
 		kvtd_put_u32(&b, 1);
+		kvtd_put_u32(&b, 0);
 		kvtd_put_u32(&b, 0);
 		kvtd_put_keys(&b, &k, 1);
 		kvtd_put_u32(&b, 0);
@@ -193,6 +195,25 @@ static void test_register(void)
 	CHECK_EQ(raw_register(fd, mfd, nb, layer, SRV_L - 1), KVT_EGEOM);
 	CHECK_EQ(raw_register(fd, mfd, nb, (uint64_t)1 << 62, SRV_L), -EINVAL);
 	CHECK_EQ(raw_register(fd, mfd, 0, layer, SRV_L), -EINVAL);
+	/* version 2's segments: a layer in a segment that is not there, a
+	 * memfd said to be device memory, device memory said to be host, a
+	 * device that is not one, an emulated handle without its fd, a kind
+	 * that is not one */
+	CHECK_EQ(raw_register_kind(fd, -1, KVTD_SEG_MEMFD, mfd, nb, layer,
+				   SRV_L, 1), KVT_EPROTO);
+	CHECK_EQ(raw_register_kind(fd, KVT_DEVICE_EMU, KVTD_SEG_MEMFD, mfd, nb,
+				   layer, SRV_L, 0), -EINVAL);
+	CHECK_EQ(raw_register_kind(fd, -1, KVTD_SEG_EMU_FD, mfd, nb, layer,
+				   SRV_L, 0), -EINVAL);
+	CHECK_EQ(raw_register_kind(fd, KVT_DEVICE_EMU + 99, KVTD_SEG_EMU_FD,
+				   mfd, nb, layer, SRV_L, 0), -EINVAL);
+	CHECK_EQ(raw_register_kind(fd, KVT_DEVICE_EMU, KVTD_SEG_EMU_FD, -1, nb,
+				   layer, SRV_L, 0), KVT_EPROTO);
+	CHECK_EQ(raw_register_kind(fd, -1, 9, mfd, nb, layer, SRV_L, 0),
+		 KVT_EPROTO);
+	/* a sealed memfd imports as emulated device memory (emu:0) */
+	CHECK_EQ(raw_register_kind(fd, KVT_DEVICE_EMU, KVTD_SEG_EMU_FD, mfd, nb,
+				   layer, SRV_L, 0), 0);
 	/* and right */
 	sealed = raw_register(fd, mfd, nb, layer, SRV_L);
 	CHECK_EQ(sealed, 0);
@@ -209,6 +230,7 @@ static void test_register(void)
 			kvtd_put_u32(&b, slot_blk[i][0]);
 			kvtd_put_u32(&b, 1);
 			kvtd_put_u32(&b, 0);
+			kvtd_put_u32(&b, 0);
 			kvtd_put_keys(&b, &k, 1);
 			kvtd_put_u32(&b, slot_blk[i][1]);
 			CHECK_OK(raw_send(fd, &b, NULL, 0));
@@ -219,6 +241,7 @@ static void test_register(void)
 			kvtd_put_u32(&b, 1);
 			kvtd_put_u32(&b, 3);
 			kvtd_put_u32(&b, 1);
+			kvtd_put_u32(&b, 0);
 			kvtd_put_u32(&b, 0);
 			kvtd_put_keys(&b, &k, 1);
 			kvtd_put_u32(&b, 0);

@@ -49,12 +49,17 @@ static void serve_usage(FILE *f)
 "  --remote SPEC       a remote tier below the owned ones, shared across\n"
 "                      nodes: 'remote:redis://HOST:PORT' or\n"
 "                      'remote:redis-cluster://H:P,H:P,...' (docs/REMOTE.md)\n"
+"  --devices LIST      devices whose memory engines will register, e.g.\n"
+"                      'cuda:0,cuda:1' or 'emu' (the emulated device):\n"
+"                      the tiers are page-locked and mapped for them at\n"
+"                      start (a devdax fabric tier as I/O memory) instead\n"
+"                      of at each device's first REGISTER\n"
 "  --config FILE       options as 'name = value' lines (below the\n"
 "                      environment and the flags)\n"
 "\n"
 "environment: KVT_SOCKET, KVT_TIERS, KVT_MODEL, KVT_PAGE_TOKENS, KVT_KV_DTYPE,\nKVT_TP, "
 "KVT_NAMESPACE, KVT_TENANTS, KVT_LEASE_MS, KVT_MAX_CLIENTS, KVT_METRICS,\n"
-"KVT_REMOTE,\n"
+"KVT_REMOTE, KVT_DEVICES,\n"
 "KVT_LOG.\n");
 }
 
@@ -106,6 +111,7 @@ int cmd_serve(int argc, char **argv)
 		{ "max-clients", required_argument, 0, 'C' },
 		{ "metrics", required_argument, 0, 'M' },
 		{ "remote", required_argument, 0, 'r' },
+		{ "devices", required_argument, 0, 'D' },
 		{ "config", required_argument, 0, 'c' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 }
@@ -138,6 +144,7 @@ int cmd_serve(int argc, char **argv)
 		case 'C': name = "max_clients"; break;
 		case 'M': name = "metrics"; break;
 		case 'r': name = "remote"; break;
+		case 'D': name = "devices"; break;
 		case 'c': break; /* read before the environment */
 		case 'h': serve_usage(stdout); goto out;
 		default: serve_usage(stderr); rc = CLI_EXIT_USAGE; goto out;
@@ -175,6 +182,7 @@ int cmd_serve(int argc, char **argv)
 	cfg.tenants = kvt_opts_get(o, "tenants");
 	cfg.metrics = kvt_opts_get(o, "metrics");
 	cfg.remote = kvt_opts_get(o, "remote");
+	cfg.devices = kvt_opts_get(o, "devices");
 	cfg.page_tokens = (uint32_t)P;
 	cfg.tp = (uint32_t)tp;
 	cfg.lease_ms = (uint32_t)lease;

@@ -37,12 +37,14 @@
  * CHECKSUMS, LAYER BY LAYER. Every page copy in an owned tier carries one
  * XXH3-64 per layer, taken over that layer's K and V chunks in page-first
  * byte order (the same value wherever the page lives). A store takes the
- * sums of what landed in the tier; every demotion verifies what landed
- * against them; a load verifies, per layer, the bytes that landed in the
- * engine's memory (host memory), or the host-side source just before the
- * DMA (GPU memory: the GPU's copy is trusted to the DMA engine). So layer l
- * is reported ready as soon as layer l is verified; the whole page need not
- * be. A page that fails is reported in the job's failed-block list (the
+ * sums of what it copies (host engine memory: what landed in the tier;
+ * device memory: the engine's blocks, hashed on the device); every
+ * demotion verifies what landed against them; a load verifies, per layer,
+ * the bytes that landed in the engine's memory — on the CPU for host
+ * memory, by a checksum kernel on the device for device memory (the same
+ * XXH3-64 bit for bit, src/dev/xxh3.h: no CPU thread reads a page byte on
+ * the way to a GPU, ssd loads included). So layer l is reported ready as
+ * soon as layer l is verified; the whole page need not be. A page that fails is reported in the job's failed-block list (the
  * engine recomputes it) and the failing copy is marked bad: never served
  * again, its slot reclaimed by eviction or rewritten by the next store of
  * the page.
@@ -57,9 +59,11 @@
  * down (fabric -> dram -> ssd -> gone) to the low watermark, copying
  * without holding the cache's lock. A store finds free slots in the common
  * case and waits on nothing. When the top tier is full anyway (a burst
- * faster than demotion), the store's insert evicts synchronously; that
- * wait, and any wait for a slot that a background copy is still reading,
- * is measured (kvt_cache_job_stat.wait_s).
+ * faster than demotion), the store's own call demotes: the index decides
+ * under the cache's lock, the copies run in the storing thread after the
+ * lock is dropped (other calls, another tenant's lookups, never wait for
+ * them). That wait, and any wait for a slot that a demotion copy is still
+ * reading, is measured (kvt_cache_job_stat.wait_s).
  *
  * PERSISTENCE. With an ssd tier opened 'persist' (ssd:DIR,SIZE,persist)
  * the ssd tier and its part of the index survive a restart: each ssd slot
@@ -83,8 +87,8 @@
  *
  * THREADS. Every call is thread-safe: an engine's scheduler thread may look
  * up while its worker threads load, store and wait. One lock guards the
- * index (held for bookkeeping only, never across a copy); jobs run on the
- * transfer engine's threads. A job handle belongs to its creator; wait,
+ * index (held for decisions and bookkeeping only, never across a copy or
+ * a wait for one); jobs run on the transfer engine's threads. A job handle belongs to its creator; wait,
  * poll, cancel and stat may come from any thread; free it once.
  *
  * ABI. Configuration is a versioned struct (its first field is its size);
@@ -144,6 +148,13 @@ enum {
  * @remote:     a remote tier below the owned ones (kvtier/remote.h spec,
  *              e.g. "remote:redis://10.0.0.5:6379"), or NULL: see REMOTE
  *              TIER below.
+ * @devices:    devices whose memory will be attached ("cuda:0,cuda:1",
+ *              "emu"; kvt_device_parse() names), or NULL: the host tiers
+ *              (and the ssd bounce) are registered with them at open —
+ *              page-locked, mapped, a devdax fabric tier as I/O memory —
+ *              instead of at the first kvt_cache_attach() of each device
+ *              (which registers them otherwise). A tier opened with 'pin'
+ *              is used as it is.
  */
 typedef struct kvt_cache_config {
 	uint32_t size;
@@ -157,6 +168,7 @@ typedef struct kvt_cache_config {
 	double high, low;
 	uint32_t xfer_threads;
 	const char *remote;
+	const char *devices;
 } kvt_cache_config;
 
 #define KVT_CACHE_CONFIG_INIT { .size = sizeof(kvt_cache_config) }
@@ -192,7 +204,10 @@ KVT_API void kvt_cache_close(kvt_cache *c);
  *                (vLLM flash-attn: kv_stride >= nblocks*block_stride) or
  *                block outer (block_stride >= 2*kv_stride).
  * @device:       -1: host memory (CPU engines, tests, the demo without a
- *                GPU); >= 0: CUDA device pointers on that device.
+ *                GPU); a device id (kvtier.h: a CUDA ordinal, or
+ *                KVT_DEVICE_EMU + n): device pointers of that device. The
+ *                host tiers are registered with the device then, if they
+ *                were not at open (@devices).
  *
  * Returns 0; KVT_EBUSY if memory is already registered; KVT_EGEOM for
  * strides or a layer count that do not fit the geometry (kvt_errdetail()
@@ -393,6 +408,11 @@ typedef void kvt_cache_progress_fn(void *arg, const kvt_cache_progress *p);
  * @mem:      engine memory from kvt_cache_attach(); NULL: the registered.
  * @progress, @arg: an optional progress callback.
  * @flags:    KVT_CACHE_IO_EACH (below), or 0.
+ * @wait:     libkvtier's own (the daemon): a device event imported from
+ *            the engine (src/dev/dev.h); the job's copies into or out of
+ *            device memory wait for the engine's last record of it
+ *            before they start — a store reads the blocks only once the
+ *            engine's writes to them are done. NULL: none.
  */
 typedef struct kvt_cache_io {
 	uint32_t size;
@@ -400,6 +420,7 @@ typedef struct kvt_cache_io {
 	kvt_cache_progress_fn *progress;
 	void *arg;
 	uint32_t flags;   /* KVT_CACHE_IO_* */
+	void *wait;
 } kvt_cache_io;
 
 /** kvt_cache_io.flags */

@@ -26,15 +26,34 @@
  *   refuses one that could shrink under it). kvt_client_mem_alloc() makes
  *   one in the vLLM layout (per layer: K blocks then V blocks) and registers
  *   it; kvt_client_register_fd() registers a memfd the caller laid out.
- *   GPU memory (CUDA IPC handles) is not implemented yet: device >= 0 is
- *   refused with KVT_ENOTBUILT.
+ *
+ *   Device memory is shared by handle, and the daemon moves pages straight
+ *   between its page-locked tiers and it on the device — no CPU copy of a
+ *   page byte, verified by a checksum kernel over what landed:
+ *   kvt_client_register_dev() takes the handles (a CUDA IPC handle of each
+ *   allocation holding the KV tensors, with offsets: what PyTorch's
+ *   storage sharing gives; a VMM allocation's POSIX fd; the emulated
+ *   device's memfd); kvt_client_register_ptrs() takes device pointers of
+ *   this process and finds the handles itself (kvtier/dev.h).
+ *
+ *      engine GPU memory  <== DMA / gather kernel ==>  daemon's tiers
+ *          ^   the daemon's stream waits on the engine's IPC event
+ *          |   (kvt_client_event_*) before it reads blocks a store names
+ *          +-- the engine's stream waits on the job slot's word
+ *              (kvt_client_job_stream_wait()) before layer l's attention
+ *
+ *   UNREGISTER or the client's death cancels the memory's jobs, waits for
+ *   the device's work on them and only then closes the handles.
  *
  * JOBS
  *
  *   A load or store is one request; its progress (layers ready, done, the
  *   result) comes back through a slot of a shared memory page the daemon
  *   writes and the client waits on with a futex: wait_layer(l) costs no
- *   round trip. The failed-block list and statistics are fetched once, when
+ *   round trip. For device memory the same page serves the engine's
+ *   stream: kvt_client_job_stream_wait() enqueues a wait on the slot's
+ *   stream word (cuStreamWaitValue32), so layer l's attention starts as
+ *   soon as layer l has landed and been verified, without the CPU. The failed-block list and statistics are fetched once, when
  *   the job is done, by the first call that needs them. A job holds its
  *   pages (a lease) until it is done, at most the daemon's lease time;
  *   when the client disconnects or dies, its jobs are cancelled and its
@@ -140,7 +159,8 @@ KVT_API int kvt_client_mem_alloc(kvt_client *cl, uint64_t nblocks,
  * kvt_client_register_fd() - register memory the caller laid out in a
  * memfd @fd (sealed F_SEAL_SHRINK; the daemon checks): layer l's block 0
  * starts at byte @layer_off[l] of the file; strides as in
- * kvt_cache_register(); @device must be -1 (GPU registration: KVT_ENOTBUILT).
+ * kvt_cache_register(); @device must be -1 (device memory:
+ * kvt_client_register_dev(); -EINVAL otherwise).
  * The fd is sent to the daemon and stays the caller's. Returns 0 and
  * *@out; KVT_EGEOM / -EINVAL as kvt_cache_register(), or the daemon's
  * refusal (a file too small or not sealed: -EINVAL).
@@ -152,7 +172,7 @@ KVT_API int kvt_client_register_fd(kvt_client *cl, int fd,
 				   int device, kvt_client_mem **out);
 
 /**
- * kvt_client_register_fd_rows() - kvt_client_register_fd() for memory
+ * kvt_client_register_fd_rows() - kvt_client_register_fd() for host memory
  * whose chunks are kept in rows: token t, head h of a chunk at
  * t * @token_stride + h * @head_stride (kvt_cache_attach_rows(); vLLM's
  * HND and CPU-backend caches, SGLang's page_first and page_head pools).
@@ -169,9 +189,89 @@ KVT_API int kvt_client_register_fd_rows(kvt_client *cl, int fd,
 					uint64_t head_stride, int device,
 					kvt_client_mem **out);
 
-/** Unregister: the daemon cancels the jobs on it and unmaps it; memory
- *  from kvt_client_mem_alloc() is unmapped here too. NULL is fine. */
+/** Kinds of kvt_client_seg (the wire's REGISTER segment kinds). */
+enum kvt_client_seg_kind {
+	KVT_CLIENT_SEG_MEMFD = 1,    /* host memory: a memfd sealed
+					F_SEAL_SHRINK */
+	KVT_CLIENT_SEG_CUDA_IPC = 2, /* handle: a cudaIpcMemHandle_t of the
+					allocation's base */
+	KVT_CLIENT_SEG_VMM_FD = 3,   /* fd: a cuMemCreate allocation's POSIX
+					fd (cuMemExportToShareableHandle) */
+	KVT_CLIENT_SEG_EMU_FD = 4,   /* fd: emulated device memory
+					(kvt_dev_export()) */
+};
+
+/** One allocation holding KV: how the daemon opens it. */
+typedef struct kvt_client_seg {
+	uint32_t kind;        /* enum kvt_client_seg_kind */
+	int fd;               /* fd kinds (sent, stays the caller's); -1 */
+	uint64_t bytes;       /* the allocation's size (memfd: 0 = its size) */
+	uint8_t handle[64];   /* KVT_CLIENT_SEG_CUDA_IPC */
+} kvt_client_seg;
+
+/**
+ * kvt_client_register_dev() - register engine KV memory by handle.
+ * @device:     KVT_DEVICE_HOST (memfd segments), a CUDA ordinal of this
+ *              process, or KVT_DEVICE_EMU + n.
+ * @uuid:       the GPU's UUID (16 bytes: kvt_dev_uuid(), PyTorch's
+ *              get_device_properties().uuid), or NULL: the daemon uses
+ *              @device as its own ordinal.
+ * @segs, @nseg: the allocations (1..8).
+ * @layer_seg, @layer_off: per layer, the allocation and the byte offset of
+ *              block 0 (K) in it; strides as in kvt_cache_register().
+ * The daemon opens every allocation in its own context on that device,
+ * checks every chunk lies inside its allocation, and attaches it. Returns
+ * 0 and *@out, or the daemon's refusal (-EINVAL: a chunk outside its
+ * allocation, a memfd not sealed; KVT_ENODEV: no such device there;
+ * KVT_ENOTBUILT: a GPU and a daemon without CUDA).
+ */
+KVT_API int kvt_client_register_dev(kvt_client *cl, int device,
+				    const uint8_t *uuid,
+				    const kvt_client_seg *segs, uint32_t nseg,
+				    const uint32_t *layer_seg,
+				    const uint64_t *layer_off, uint32_t nlayers,
+				    uint64_t nblocks, uint64_t block_stride,
+				    uint64_t kv_stride, uint64_t token_stride,
+				    kvt_client_mem **out);
+
+/** kvt_client_register_dev() for device pointers of this process: per
+ *  layer the address of block 0 (K) in memory of @dev (kvt_dev_alloc(),
+ *  cudaMalloc, PyTorch's allocator); the handles of the allocations
+ *  holding them are found here (kvt_dev_export()). */
+KVT_API int kvt_client_register_ptrs(kvt_client *cl, kvt_dev *dev,
+				     void *const *base, uint32_t nlayers,
+				     uint64_t nblocks, uint64_t block_stride,
+				     uint64_t kv_stride, uint64_t token_stride,
+				     kvt_client_mem **out);
+
+/** Unregister: the daemon cancels the jobs on it, waits for their device
+ *  work and closes its handles (or unmaps it); memory from
+ *  kvt_client_mem_alloc() is unmapped here too. NULL is fine. */
 KVT_API void kvt_client_mem_free(kvt_client_mem *m);
+
+/**
+ * Events: ordering the daemon's device copies after the engine's work.
+ * An engine records the event on its stream after it has written the
+ * blocks a store names (or finished reading blocks a load will
+ * overwrite) and names the event in the job (kvt_client_store_ev()): the
+ * daemon's stream waits for that record before it touches the blocks.
+ * Without it a store may read blocks the engine is still writing —
+ * corrupted KV, stored and served. kvt_client_event_new() makes an IPC
+ * event of @dev and registers it; kvt_client_event_register() registers
+ * a handle the caller made (PyTorch: torch.cuda.Event(interprocess=True)
+ * .ipc_handle()), kind KVT_CLIENT_EVENT_*.
+ */
+typedef struct kvt_client_event kvt_client_event;
+enum { KVT_CLIENT_EVENT_CUDA_IPC = 1, KVT_CLIENT_EVENT_EMU_FD = 2 };
+KVT_API int kvt_client_event_new(kvt_client *cl, kvt_dev *dev,
+				 kvt_client_event **out);
+KVT_API int kvt_client_event_record(kvt_client_event *e, kvt_dev_stream *s);
+KVT_API uint32_t kvt_client_event_id(const kvt_client_event *e);
+KVT_API void kvt_client_event_free(kvt_client_event *e);
+KVT_API int kvt_client_event_register(kvt_client *cl, int device,
+				      const uint8_t *uuid, uint32_t kind,
+				      const uint8_t handle[64], int fd,
+				      uint32_t *id);
 
 /** The chained page keys of @tokens for this client's tenant (computed by
  *  the daemon with the tenant's salt): ntokens / P keys. */
@@ -214,6 +314,32 @@ KVT_API int kvt_client_store_ex(kvt_client *cl, kvt_client_mem *m,
 				const kvt_page_key *keys, size_t nkeys,
 				size_t first, const uint32_t *blocks,
 				unsigned flags, kvt_client_job **out);
+/** _ex() naming an event (kvt_client_event_id(), or the id from
+ *  kvt_client_event_register(); 0: none) the daemon's copies wait for:
+ *  device memory only. */
+KVT_API int kvt_client_load_ev(kvt_client *cl, kvt_client_mem *m,
+			       const kvt_page_key *keys, size_t nkeys,
+			       size_t first, const uint32_t *blocks,
+			       unsigned flags, uint32_t event,
+			       kvt_client_job **out);
+KVT_API int kvt_client_store_ev(kvt_client *cl, kvt_client_mem *m,
+				const kvt_page_key *keys, size_t nkeys,
+				size_t first, const uint32_t *blocks,
+				unsigned flags, uint32_t event,
+				kvt_client_job **out);
+
+/**
+ * kvt_client_job_stream_wait() - enqueue on @s (a stream of the device
+ * the job's memory is on) a wait until layer @layer of the job is in
+ * place and verified, or the job is over (done, or every block failed:
+ * the engine must then check the job's failed blocks before using them);
+ * the work the engine enqueues after it (layer @layer's attention) runs
+ * only then, with no CPU round trip. The job slot's page is registered
+ * with the device (read-only) at the first call. -EOPNOTSUPP where the
+ * device cannot wait on a value; -ERANGE for a layer out of range.
+ */
+KVT_API int kvt_client_job_stream_wait(kvt_client_job *j, uint32_t layer,
+				       kvt_dev_stream *s);
 
 #define KVT_CLIENT_MAX_JOBS 1024
 

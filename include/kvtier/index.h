@@ -184,7 +184,10 @@ enum { KVT_MOVE_DEMOTE = 1, KVT_MOVE_COPY = 2 };
  * struct kvt_index_mover - how the index gets bytes moved (optional).
  * @copy:    copy the page at (src, src_slot) to (dst, dst_slot). The copy
  *           may be issued asynchronously: it must be complete when @flush
- *           returns (or, without @flush, when @copy returns). The index
+ *           returns (or, without @flush, when @copy returns), unless the
+ *           mover itself keeps every reader and writer of the two slots
+ *           waiting until it is (the node cache runs its copies after the
+ *           call, behind per-slot fences: src/cache/mover.c). The index
  *           records the destination at once and frees a demoted page's
  *           source slot to its pool; that slot can be handed out again in
  *           the same call (as a fresh slot of an insert), but nobody

@@ -240,6 +240,11 @@ typedef struct kvt_xfer_desc {
 	uint8_t *bad;            /* LVERIFY: optional, npages flags set to 1
 				    for pages that failed (caller-owned; read
 				    with atomic loads while the job runs) */
+	void *wait;              /* device lane jobs: a device event
+				    (libkvtier's, src/dev/dev.h) the lane's
+				    stream waits for before the job's first
+				    copy; must stay valid until the job is
+				    done. NULL: none */
 } kvt_xfer_desc;
 
 /**
@@ -355,6 +360,13 @@ typedef struct kvt_xfer_stat {
 	uint64_t jobs, failed_jobs;
 } kvt_xfer_stat;
 KVT_API void kvt_xfer_stat_get(kvt_xfer *x, kvt_xfer_stat *st);
+
+/** The devices the engine's lanes run on (opened by their first job): up
+ *  to @max of their ids into @ids and what each did into @st (either may
+ *  be NULL); returns how many there are. */
+struct kvt_dev_stat;
+KVT_API int kvt_xfer_devices(kvt_xfer *x, int *ids, struct kvt_dev_stat *st,
+			     int max);
 
 /**
  * kvt_xfer_eventfd() - an eventfd (nonblocking, close-on-exec) the engine

@@ -13,6 +13,7 @@
  */
 #include "cache/cache_impl.h"
 #include "core/cuda.h"
+#include "dev/dev.h"
 #include "xfer/xxh.h"
 
 #include <errno.h>
@@ -77,6 +78,7 @@ static void cache_free(kvt_cache *c)
 {
 	stop_threads(c);
 	kvt_xfer_destroy(c->x);
+	kvti_cache_dev_release(c); /* the lanes are gone, the tiers mapped */
 	persist_close(c); /* before the index gives its slots back */
 	kvt_index_destroy(c->idx);
 	for (int t = 0; t < KVT_TIER_COUNT; t++) {
@@ -93,8 +95,6 @@ static void cache_free(kvt_cache *c)
 	}
 	kvt_free(c->cur.mv);
 	kvt_free(c->cur.sums);
-	kvt_free(c->bgb.mv);
-	kvt_free(c->bgb.sums);
 	pthread_mutex_destroy(&c->mu);
 	pthread_mutex_destroy(&c->smu);
 	pthread_mutex_destroy(&c->wmu);
@@ -208,6 +208,7 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 	pthread_mutex_init(&c->smu, NULL);
 	pthread_mutex_init(&c->wmu, NULL);
 	kvti_cond_init_mono(&c->scv);
+	c->run_next = 1; /* the first batch id */
 	kvti_cond_init_mono(&c->wcv);
 	kvti_cond_init_mono(&c->bgcv);
 	c->verify = !(cfg.flags & KVT_CACHE_NO_VERIFY);
@@ -234,7 +235,7 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 	ic.write = cfg.write;
 	ic.selective_hits = cfg.selective_hits;
 	ic.mover.copy = kvti_cache_mover_copy;
-	ic.mover.flush = kvti_cache_mover_flush;
+	/* no flush: the copies run once c->mu is dropped (mover.c) */
 	ic.mover.release = kvti_cache_mover_release;
 	ic.mover.arg = c;
 	if ((err = kvt_index_create(&c->idx, &ic)) ||
@@ -254,6 +255,8 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 		}
 		c->have_bg = 1;
 	}
+	if ((err = kvti_cache_devices_open(c, cfg.devices)))
+		goto fail;
 	/* last: it attaches staging memory to the finished cache */
 	if (cfg.remote && (err = kvti_cache_remote_open(c, cfg.remote)))
 		goto fail;
@@ -288,7 +291,7 @@ void kvt_cache_close(kvt_cache *c)
 		ext->free(arg); /* its staging memory outlived the copies */
 }
 
-static int open_stage(kvt_cache *c, int pin)
+int kvti_cache_open_stage(kvt_cache *c)
 {
 	kvt_tier_spec s;
 	char spec[96];
@@ -297,9 +300,9 @@ static int open_stage(kvt_cache *c, int pin)
 
 	if (!c->tiers[KVT_TIER_SSD] || c->stage)
 		return 0;
-	snprintf(spec, sizeof(spec), "dram:%llu%s",
-		 (unsigned long long)(STAGE_SLOTS * kvti_cache_page_bytes(c)),
-		 pin ? ",pin" : "");
+	/* registered with the devices by devices.c, like the owned tiers */
+	snprintf(spec, sizeof(spec), "dram:%llu",
+		 (unsigned long long)(STAGE_SLOTS * kvti_cache_page_bytes(c)));
 	if ((err = kvt_tier_spec_parse(spec, &s, 1, &n)))
 		return err;
 	return kvt_tier_open(&c->stage, &s, &c->geom);
@@ -338,17 +341,16 @@ static int mem_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
 					kv_stride, token_stride, head_stride)))
 		return err;
 	if (device >= 0 && kvt_layout_rows(&l) > 1)
-		return kvti_fail(KVT_ENOTBUILT, "cache register: GPU memory "
+		return kvti_fail(KVT_ENOTBUILT, "cache register: device memory "
 				 "whose chunks are kept in rows (token stride "
 				 "%llu, head stride %llu) is not supported: the "
-				 "GPU copies move whole chunks",
+				 "device copies move whole chunks",
 				 (unsigned long long)token_stride,
 				 (unsigned long long)head_stride);
-	if (device >= 0) {
+	if (device >= 0 && !kvti_dev_is_emu(device)) {
 		char note[128] = "";
 		int ngpu = 0;
 
-		/* no CUDA or no such GPU first: pinning cannot help then */
 		if (!kvti_cuda_built())
 			return kvti_fail(KVT_ENOTBUILT, "cache register: GPU "
 					 "memory in a build without CUDA");
@@ -359,19 +361,8 @@ static int mem_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
 			return kvti_fail(KVT_ENODEV, "cache register: no GPU %d "
 					 "(%d found%s%s)", device, ngpu,
 					 note[0] ? ": " : "", note);
-		for (int k = 0; k < KVT_TIER_COUNT; k++) {
-			kvt_tier_desc d;
-
-			if (!c->tiers[k] || k == KVT_TIER_SSD)
-				continue;
-			kvt_tier_info(c->tiers[k], &d);
-			if (!d.cuda_registered)
-				return kvti_fail(KVT_ESPEC, "cache register: GPU "
-						 "memory is loaded by a kernel "
-						 "that reads host tiers "
-						 "directly: open the %s tier "
-						 "with 'pin'", d.name);
-		}
+	} else if (device >= 0 && device >= KVT_DEVICE_EMU + KVT_DEVICE_EMU_MAX) {
+		return kvti_fail(-EINVAL, "cache register: device %d", device);
 	}
 	if (!(m = kvt_calloc(1, sizeof(*m))))
 		return -ENOMEM;
@@ -384,7 +375,11 @@ static int mem_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
 	}
 	err = kvt_tier_wrap(&t, &l, base, device);
 	if (!err && (device >= 0 || c->stage_ssd))
-		err = open_stage(c, device >= 0);
+		err = kvti_cache_open_stage(c);
+	/* the device's copies reach the host tiers once they are
+	 * registered with it: the first memory of a device does it */
+	if (!err && device >= 0)
+		err = kvti_cache_dev_use(c, device);
 	if (!err) {
 		m->c = c;
 		m->t = t;
@@ -494,7 +489,7 @@ int kvt_cache_tenant_add(kvt_cache *c, uint32_t tenant, uint64_t salt)
 		err = kvtp_tenant_note(c->persist, tenant, salt);
 		pthread_mutex_unlock(&c->smu);
 	}
-	pthread_mutex_unlock(&c->mu);
+	kvti_cache_unlock(c);
 	return err > 0 ? 0 : err;
 }
 
@@ -510,7 +505,7 @@ int kvt_cache_tenant_quota(kvt_cache *c, uint32_t tenant, kvt_tier_kind tier,
 				 kvt_tier_kind_name(tier) : "?");
 	pthread_mutex_lock(&c->mu);
 	err = kvt_index_tenant_quota(c->idx, tenant, tier, max_pages);
-	pthread_mutex_unlock(&c->mu);
+	kvti_cache_unlock(c);
 	return err;
 }
 
@@ -596,7 +591,7 @@ static int lookup_each(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 			break;
 		r->inflight++;
 	}
-	pthread_mutex_unlock(&c->mu);
+	kvti_cache_unlock(c);
 	return err;
 }
 
@@ -644,7 +639,7 @@ int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 		err = kvt_index_match(c->idx, &px, KVT_MATCH_TOUCH, kvt_now_ns(),
 				      &m, NULL, 0);
 	}
-	pthread_mutex_unlock(&c->mu);
+	kvti_cache_unlock(c);
 	kvt_free(info);
 	if (!err && c->ext) /* network: outside the lock */
 		c->ext->lookup(c->ext_arg, keys, nkeys, r);

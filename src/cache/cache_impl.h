@@ -24,22 +24,25 @@
  *
  * THREADS AND LOCKS
  *
- *   c->mu   the index, the mover's batches, tenants, the memory list;
- *           held for bookkeeping and for the synchronous copies an index
- *           call may need (a full tier, write-through) — never by the
- *           background copies.
+ *   c->mu   the index, the mover's current batch, tenants, the memory
+ *           list: decisions and bookkeeping only. Never held across a
+ *           copy or a wait for one: the copies an index call decides run
+ *           after the lock is dropped (kvti_cache_unlock(), mover.c), and
+ *           a store waits for its slots' fences without it.
  *   c->smu  the slot metadata (struct meta), the statistics, the live-job
- *           list and memory job counts; a leaf lock (taken after mu, never
- *           the other way), with c->scv broadcast whenever a slot leaves
- *           PEND, a mark drops, a job ends or a memory's job count drops.
+ *           list and memory job counts, whose batch runs (run_next); a
+ *           leaf lock (taken after mu, never the other way), with c->scv
+ *           broadcast whenever a slot leaves PEND, a mark drops, a batch
+ *           ends, a job ends or a memory's job count drops.
  *   c->wmu  the worker's queue and the background thread's kick; a leaf.
  *   j->mu   a job's progress; a leaf too.
  *
  *   engine threads      lookup, load, store (setup under mu, then submit)
  *   xfer threads        layer callbacks -> job progress (j->mu only);
  *                       done callbacks -> queue the job for the worker
- *   worker thread       finishes jobs (commit, unpin under mu, which may
- *                       run write-through copies), runs staged ssd loads
+ *   worker thread       finishes jobs (commit, unpin under mu, then the
+ *                       write-through copies that decided, without it),
+ *                       runs staged ssd loads
  *   background thread   demotes above the high watermark: decides under
  *                       mu, copies without it, commits under smu
  *
@@ -67,6 +70,17 @@ enum { JOB_LOAD = 1, JOB_STORE = 2 };
 					 tier; the last is the start hold */
 #define HOLD (MAX_SUBS - 1)
 
+/* A device the cache serves: its host tiers registered with it
+ * (devices.c). reg[k]: the base the cache registered (unregistered at
+ * close), NULL when someone else had; done[k]: registered either way. */
+#define KVTI_CACHE_MAX_DEVS 8
+struct kvti_cache_dev {
+	int id;
+	struct kvti_dev *dev;
+	void *reg[KVT_TIER_COUNT + 1];
+	int done[KVT_TIER_COUNT + 1];
+};
+
 /* Per slot of one owned tier (c->smu). */
 struct meta {
 	uint64_t *sums;      /* [slot * L + l]: layer l's XXH3-64 */
@@ -84,13 +98,12 @@ struct move {
 				way): bytes to move, marks taken */
 	uint32_t ss, ds;
 	uint32_t wave;
-	uint32_t si, di;     /* batch_run: source / destination in the
-				batch's slot map */
 	int err;
 };
 
-/* The copies of one index call (or one background pass), with each
- * move's layer sums (L per move, taken when the move was decided). */
+/* The copies decided in one hold of c->mu (an index call or several, a
+ * background pass), with each move's layer sums (L per move, taken when
+ * the move was decided). */
 struct batch {
 	struct move *mv;
 	uint64_t *sums;
@@ -141,6 +154,8 @@ struct kvt_cache_job {
 	uint64_t rfail[KVT_TIER_COUNT]; /* load: read failures by tier */
 	uint64_t t0;
 	kvt_cache_mem *mem;  /* the engine memory it reads or writes */
+	void *wait;          /* kvt_cache_io.wait: a device event the copies
+				into / out of engine memory wait for */
 	int memref;          /* c->smu: counted in mem->jobs */
 	kvt_cache_progress_fn *progress; /* j->mu: kvt_cache_io */
 	void *parg;
@@ -172,21 +187,22 @@ struct kvt_cache {
 	kvt_cache_mem *mems;             /* mu: every attached memory */
 	kvt_tier *stage;                 /* ssd -> GPU bounce, or NULL */
 	kvt_xfer *x;
+	struct kvti_cache_dev devs[KVTI_CACHE_MAX_DEVS]; /* mu */
+	int ndevs;                       /* mu */
 
 	pthread_mutex_t mu;
 	kvt_index *idx;
-	struct batch cur;                /* mu: copies of the current call */
-	int bg_mode;                     /* mu: the background is evicting */
-	uint32_t batch, batch_seq;       /* mu: the current batch's id */
-	struct batch bgb;                /* mu, then the background thread:
-					    its pass's copies, run unlocked */
-	double fg_wait_s;                /* mu: synchronous copies, total */
+	struct batch cur;                /* mu: copies decided in this hold
+					    of mu, run once it is dropped */
+	uint32_t batch, batch_seq;       /* mu: cur's id (0: none yet), the
+					    last id taken */
 
 	pthread_mutex_t smu;
 	pthread_cond_t scv;
 	struct meta m[KVT_TIER_COUNT];
 	kvtp *persist;                   /* ssd records ('persist'), or NULL */
 	kvt_cache_stat st;
+	uint32_t run_next;               /* the batch id whose turn it is */
 	int jobs;                        /* jobs not yet finished */
 	kvt_cache_job *live;             /* them, for kvt_cache_close() */
 
@@ -248,10 +264,13 @@ int kvti_cache_best_copy(kvt_cache *c, const kvt_page_info *pi, int *pend);
 /* ---- mover.c: the index's copies, background demotion ------------------- */
 
 /* The index's mover (kvt_index_config.mover; arg is the cache), called
- * with c->mu held. */
+ * with c->mu held: a copy joins c->cur, run by kvti_cache_unlock(). */
 int kvti_cache_mover_copy(void *arg, const kvt_move *m);
 void kvti_cache_mover_release(void *arg, kvt_tier_kind tier, uint32_t slot);
-void kvti_cache_mover_flush(void *arg);
+/* Drop c->mu, then run the copies decided while it was held (in turn
+ * with other batches); the seconds that took. Every hold of c->mu that
+ * may have called the index ends here. */
+double kvti_cache_unlock(kvt_cache *c);
 /* The background thread, and a wake-up for it (after a store). */
 void *kvti_cache_bg_main(void *arg);
 void kvti_cache_bg_kick(kvt_cache *c);
@@ -285,7 +304,22 @@ void kvti_cache_mem_unref(kvt_cache *c, kvt_cache_job *j);
 
 void *kvti_cache_worker_main(void *arg);
 
+/* ---- devices.c: host tiers registered with the devices ------------------- */
+
+/* c->mu held (or the cache not yet shared): register the host tiers (and
+ * the stage, once open) with device @id, once. */
+int kvti_cache_dev_use(kvt_cache *c, int id);
+/* Unregister and let go of every device (close: the transfer engine has
+ * stopped, the tiers are still mapped). */
+void kvti_cache_dev_release(kvt_cache *c);
+/* kvt_cache_config.devices at open. */
+int kvti_cache_devices_open(kvt_cache *c, const char *list);
+
 /* ---- cache.c ------------------------------------------------------------ */
+
+/* Open the ssd bounce tier if there is an ssd tier and it is not open
+ * (c->mu held or not yet shared). */
+int kvti_cache_open_stage(kvt_cache *c);
 
 /* c->mu held: per-page records of keys[0..n) (*info: kvt_free() it), and
  * how many are in the tree. */

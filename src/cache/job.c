@@ -237,6 +237,7 @@ int kvti_cache_job_new(kvt_cache *c, int kind, uint32_t tenant,
 	j->memref = 1;
 	j->progress = o.progress;
 	j->parg = o.arg;
+	j->wait = o.wait;
 	j->c = c;
 	j->kind = kind;
 	j->tenant = tenant;
@@ -332,6 +333,8 @@ int kvti_cache_job_start(kvt_cache *c, kvt_cache_job *j)
 			.flags = lsum ? KVT_XFER_LSUM :
 				 c->verify ? KVT_XFER_LVERIFY : 0,
 			.done = sub_done, .layer = sub_layer, .arg = s,
+			.wait = s->src == ENGINE || s->dst == ENGINE ?
+				j->wait : NULL,
 		};
 
 		if (!s->n || k == HOLD)
@@ -370,7 +373,7 @@ void kvti_cache_job_abort(kvt_cache *c, kvt_cache_job *j)
 	if (j->pinned) {
 		pthread_mutex_lock(&c->mu);
 		kvti_cache_job_unpin(c, j);
-		pthread_mutex_unlock(&c->mu);
+		kvti_cache_unlock(c);
 	}
 	j->done = 1;
 	kvt_cache_job_free(j);

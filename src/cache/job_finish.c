@@ -124,13 +124,10 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	else
 		store_finish(c, j, cancel);
 	if (j->pinned) {
-		double w0;
-
 		pthread_mutex_lock(&c->mu);
-		w0 = c->fg_wait_s;
-		kvti_cache_job_unpin(c, j); /* write policy copies run here */
-		j->st.wait_s += c->fg_wait_s - w0;
-		pthread_mutex_unlock(&c->mu);
+		kvti_cache_job_unpin(c, j);
+		/* the write policy's copies run here, without the lock */
+		j->st.wait_s += kvti_cache_unlock(c);
 	}
 	if (j->kind == JOB_STORE)
 		kvti_cache_bg_kick(c);
@@ -184,7 +181,16 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 static int staged_run(kvt_cache *c, struct sub *s)
 {
 	uint32_t st_slots[STAGE_SLOTS];
-	int err = 0;
+	kvt_tier_desc ed;
+	int err = 0, dev;
+
+	/* into device memory the second hop is verified by the device over
+	 * what landed, against the same sums: the first hop (ssd -> bounce)
+	 * is not verified on the CPU, so no CPU thread reads a page byte
+	 * on the way to a GPU (a page damaged on the ssd still fails, at
+	 * the second hop, and is counted against the ssd tier) */
+	kvt_tier_info(s->cj->mem->t, &ed);
+	dev = !ed.hostdev;
 
 	for (uint32_t i = 0; i < STAGE_SLOTS; i++)
 		st_slots[i] = i;
@@ -194,9 +200,9 @@ static int staged_run(kvt_cache *c, struct sub *s)
 			.src = c->tiers[KVT_TIER_SSD], .dst = c->stage,
 			.src_slots = s->ss + off, .dst_slots = st_slots,
 			.npages = k, .prio = KVT_XFER_PRIO_HIGH,
-			.sums = c->verify ? s->sums + off * c->L : NULL,
-			.bad = c->verify ? s->bad + off : NULL,
-			.flags = c->verify ? KVT_XFER_LVERIFY : 0,
+			.sums = c->verify && !dev ? s->sums + off * c->L : NULL,
+			.bad = c->verify && !dev ? s->bad + off : NULL,
+			.flags = c->verify && !dev ? KVT_XFER_LVERIFY : 0,
 		};
 		kvt_xfer_desc b = a;
 		kvt_xfer_job *xj;
@@ -205,6 +211,10 @@ static int staged_run(kvt_cache *c, struct sub *s)
 		b.dst = s->cj->mem->t;
 		b.src_slots = st_slots;
 		b.dst_slots = s->ds + off;
+		b.sums = c->verify ? s->sums + off * c->L : NULL;
+		b.bad = c->verify ? s->bad + off : NULL;
+		b.flags = c->verify ? KVT_XFER_LVERIFY : 0;
+		b.wait = s->cj->wait;
 		pthread_mutex_lock(&s->cj->mu);
 		if (s->cj->cancel)
 			err = -ECANCELED;

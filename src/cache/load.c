@@ -85,7 +85,7 @@ int kvt_cache_load_ex(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 			j->pinned = !err;
 		}
 	}
-	pthread_mutex_unlock(&c->mu);
+	kvti_cache_unlock(c);
 	if (err)
 		goto fail;
 

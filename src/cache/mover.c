@@ -1,41 +1,45 @@
 /*
  * mover.c — the copies the index asks for (its mover callbacks), run as
- * batches in dependency waves, and the background thread that keeps every
- * owned tier under its high watermark (cache_impl.h has the structures and
- * the locks; slot.c the slot states and marks used here).
+ * batches in dependency waves after c->mu is dropped, and the background
+ * thread that keeps every owned tier under its high watermark
+ * (cache_impl.h has the structures and the locks; slot.c the slot states
+ * and marks used here).
  *
- *   index call (c->mu)          mover_copy(): the move joins c->cur; its
- *     evict / demote / copy       destination takes the sums, goes PEND,
- *                                 marks taken (rd on source, wr on dest)
- *   end of the call             mover_flush(): a synchronous call runs the
- *                                 batch now (c->mu held, counted as
- *                                 fg_wait_s); the background thread keeps
- *                                 it in c->bgb and runs it after dropping
- *                                 c->mu
- *   batch_run()                 wave by wave: one xfer job per (source,
- *                                 destination) tier pair, each page
- *                                 verified; a wave's moves end (marks
+ *   index call (c->mu)          kvti_cache_mover_copy(): the move joins
+ *     evict / demote / copy       c->cur, the batch of this hold of c->mu
+ *                                 (its id taken with the first move); the
+ *                                 destination takes the sums and goes
+ *                                 PEND, marks are taken: rd on the source,
+ *                                 wr on the destination
+ *   kvti_cache_unlock()         takes c->cur, drops c->mu, then runs the
+ *                                 batch: c->mu is never held across a copy
+ *   batch_run()                 in batch id order (one batch runs at a
+ *                                 time), wave by wave: one xfer job per
+ *                                 (source, destination) tier pair, each
+ *                                 page verified; a wave's moves end (marks
  *                                 dropped, destination OK or BAD) together
  *
- * Every copy the index asks for joins the batch of the current index call.
- * At decision time (c->mu held) the destination takes the page's sums and
- * goes PEND, and marks are taken: a reader on the source, a writer on the
- * destination (struct meta: rd, wr). A batch then runs in dependency waves
- * and releases a move's marks, and commits its destination, when the move's
- * wave ends.
+ * Every copy the index asks for joins the batch of the current hold of
+ * c->mu; the thread that drops the lock runs it (a store, a job's unpin on
+ * the worker, a touching lookup, a quota change, the background pass), so
+ * a caller waits only for the copies its own call caused, and no one else
+ * waits behind them for the lock. A batch's waves order its own moves: a
+ * move goes one wave after any earlier move of the batch that wrote its
+ * source or read or wrote its destination (the slot reuse of a demotion
+ * chain).
  *
  * Who waits for whom:
- *  - a background batch waits for nobody: it was decided when no other
- *    batch was in flight (synchronous batches finish inside c->mu, the
- *    previous background batch before the next is decided), and nobody
- *    else writes a slot it uses while it holds its marks;
- *  - a synchronous batch (c->mu held) may meet the background batch's
- *    slots: the index can free a slot the background is still reading, or
- *    evict a page the background is still writing. Before each wave it
- *    waits until no other batch holds a mark on its moves' slots;
- *  - a store about to write a fresh slot waits for its marks too
- *    (kvti_cache_slot_settle()).
- * So waits point one way (towards the background batch), never in a cycle.
+ *  - batches run one at a time in the order they were decided (ids taken
+ *    under c->mu): a batch meets the slots of an earlier one only after
+ *    that one is over (the index may free a slot an earlier batch still
+ *    reads, or evict a page an earlier batch still writes), and a source
+ *    an earlier batch failed to write is BAD by then (the move fails);
+ *  - a store writes a fresh slot only once no batch holds a mark on it
+ *    (kvti_cache_slot_settle(), after dropping c->mu and running its own
+ *    batch): the marks it waits for belong to batches decided before it
+ *    was, which run without waiting for anyone but earlier batches.
+ * So waits point from later to earlier decisions, never in a cycle, and
+ * none is taken with c->mu held.
  */
 #include "cache/cache_impl.h"
 #include "xfer/xxh.h"
@@ -63,7 +67,7 @@ int kvti_cache_mover_copy(void *arg, const kvt_move *m)
 
 	if (batch_add(c, b, 1))
 		return -ENOMEM; /* the index cancels this move */
-	if (!b->n && !c->bg_mode)
+	if (!c->batch)
 		c->batch = ++c->batch_seq ? c->batch_seq : ++c->batch_seq;
 	mv = &b->mv[b->n];
 	memset(mv, 0, sizeof(*mv));
@@ -106,12 +110,10 @@ void kvti_cache_mover_release(void *arg, kvt_tier_kind tier, uint32_t slot)
 	pthread_mutex_unlock(&c->smu);
 }
 
-/* Slot -> last wave that read / wrote it within one batch, and the marks
- * the batch still holds on it. */
+/* Slot -> last wave that read / wrote it within one batch. */
 struct slotmap {
 	uint64_t *key;
 	int32_t *rd, *wr;
-	int32_t *own_rd, *own_wr;
 	size_t mask;
 };
 
@@ -120,8 +122,6 @@ static void slotmap_free(struct slotmap *m)
 	kvt_free(m->key);
 	kvt_free(m->rd);
 	kvt_free(m->wr);
-	kvt_free(m->own_rd);
-	kvt_free(m->own_wr);
 }
 
 static int slotmap_init(struct slotmap *m, size_t n)
@@ -133,9 +133,7 @@ static int slotmap_init(struct slotmap *m, size_t n)
 	m->key = kvt_malloc(cap * sizeof(*m->key));
 	m->rd = kvt_malloc(cap * sizeof(*m->rd));
 	m->wr = kvt_malloc(cap * sizeof(*m->wr));
-	m->own_rd = kvt_calloc(cap, sizeof(*m->own_rd));
-	m->own_wr = kvt_calloc(cap, sizeof(*m->own_wr));
-	if (!m->key || !m->rd || !m->wr || !m->own_rd || !m->own_wr) {
+	if (!m->key || !m->rd || !m->wr) {
 		slotmap_free(m);
 		return -ENOMEM;
 	}
@@ -161,9 +159,8 @@ static size_t slotmap_at(struct slotmap *m, uint8_t tier, uint32_t slot)
 
 /* Order a batch in dependency waves: a move goes one wave after any
  * earlier move that wrote its source or read or wrote its destination
- * (the slot reuse of a demotion chain). Fills @m (freed by the caller),
- * each move's place in it and the batch's own marks per slot. Returns the
- * number of waves, or -ENOMEM. */
+ * (the slot reuse of a demotion chain). Uses @m (freed by the caller).
+ * Returns the number of waves, or -ENOMEM. */
 static int assign_waves(struct batch *b, struct slotmap *m)
 {
 	uint32_t top = 0;
@@ -178,12 +175,8 @@ static int assign_waves(struct batch *b, struct slotmap *m)
 		int32_t w = KVT_MAX(m->wr[s], KVT_MAX(m->rd[d], m->wr[d])) + 1;
 
 		mv->wave = (uint32_t)w;
-		mv->si = (uint32_t)s;
-		mv->di = (uint32_t)d;
 		m->rd[s] = KVT_MAX(m->rd[s], w);
 		m->wr[d] = w;
-		m->own_rd[s] += mv->ok;
-		m->own_wr[d] += mv->ok;
 		top = KVT_MAX(top, (uint32_t)w + 1);
 	}
 	return (int)top;
@@ -201,7 +194,8 @@ static void run_pair(kvt_cache *c, struct batch *b, uint32_t w, int s, int d)
 	kvt_xfer_job *job;
 	int err;
 
-#define IN_PAIR(m) ((m).wave == w && (m).src == s && (m).dst == d && (m).ok)
+#define IN_PAIR(m) ((m).wave == w && (m).src == s && (m).dst == d && \
+		    (m).ok && !(m).err)
 	for (size_t i = 0; i < b->n; i++)
 		cnt += IN_PAIR(b->mv[i]);
 	if (!cnt)
@@ -286,14 +280,23 @@ static void move_end(kvt_cache *c, struct move *mv, uint32_t batch)
 	}
 }
 
-/* Run a batch wave by wave, committing each wave as it ends. @sync: a
- * synchronous batch (c->mu held), which first waits for other batches'
- * marks on its slots (see the top of this section). */
-static void batch_run(kvt_cache *c, struct batch *b, uint32_t batch, int sync)
+static uint32_t next_id(uint32_t id)
+{
+	return ++id ? id : 1;
+}
+
+/* Run batch @b (id @batch) wave by wave, committing each wave as it ends,
+ * once every batch decided before it is over. No lock held. */
+static void batch_run(kvt_cache *c, struct batch *b, uint32_t batch)
 {
 	struct slotmap m;
-	int nw = assign_waves(b, &m);
+	int nw;
 
+	pthread_mutex_lock(&c->smu);
+	while (c->run_next != batch)
+		pthread_cond_wait(&c->scv, &c->smu);
+	pthread_mutex_unlock(&c->smu);
+	nw = assign_waves(b, &m);
 	if (nw < 0) { /* no memory to order them: nothing moves */
 		pthread_mutex_lock(&c->smu);
 		for (size_t i = 0; i < b->n; i++)
@@ -301,24 +304,17 @@ static void batch_run(kvt_cache *c, struct batch *b, uint32_t batch, int sync)
 				b->mv[i].err = nw;
 				move_end(c, &b->mv[i], batch);
 			}
-		pthread_cond_broadcast(&c->scv);
-		pthread_mutex_unlock(&c->smu);
-		return;
+		goto out;
 	}
 	for (int w = 0; w < nw; w++) {
 		pthread_mutex_lock(&c->smu);
-		for (size_t i = 0; i < b->n && sync; i++) {
+		for (size_t i = 0; i < b->n; i++) {
 			struct move *mv = &b->mv[i];
-			struct meta *sm = &c->m[mv->src], *dm = &c->m[mv->dst];
 
-			if (mv->wave != (uint32_t)w || !mv->ok)
-				continue;
-			while (dm->rd[mv->ds] > m.own_rd[mv->di] ||
-			       dm->wr[mv->ds] > m.own_wr[mv->di] ||
-			       sm->wr[mv->ss] > m.own_wr[mv->si])
-				pthread_cond_wait(&c->scv, &c->smu);
-			/* the write we waited for may have failed */
-			if (sm->state[mv->ss] == ST_BAD)
+			/* an earlier write of its source (an earlier wave, an
+			 * earlier batch) failed: nothing to copy */
+			if (mv->wave == (uint32_t)w && mv->ok &&
+			    c->m[mv->src].state[mv->ss] == ST_BAD)
 				mv->err = KVT_ECORRUPT;
 		}
 		pthread_mutex_unlock(&c->smu);
@@ -330,46 +326,42 @@ static void batch_run(kvt_cache *c, struct batch *b, uint32_t batch, int sync)
 		for (size_t i = 0; i < b->n; i++) {
 			struct move *mv = &b->mv[i];
 
-			if (mv->wave != (uint32_t)w || !mv->ok)
-				continue;
-			move_end(c, mv, batch);
-			m.own_rd[mv->si]--;
-			m.own_wr[mv->di]--;
+			if (mv->wave == (uint32_t)w && mv->ok)
+				move_end(c, mv, batch);
 		}
 		pthread_cond_broadcast(&c->scv);
 		pthread_mutex_unlock(&c->smu);
 	}
 	slotmap_free(&m);
+	pthread_mutex_lock(&c->smu);
+out: /* smu held */
+	c->run_next = next_id(batch);
+	pthread_cond_broadcast(&c->scv);
+	pthread_mutex_unlock(&c->smu);
 }
 
-/* End of an index call that issued copies. In the background thread the
- * batch is kept and run after c->mu is dropped; anywhere else the copies
- * run now, with c->mu held: the caller waits (counted). */
-void kvti_cache_mover_flush(void *arg)
+/* c->mu held: take the batch of this hold of the lock, drop the lock, run
+ * the batch. Returns the seconds spent waiting for its turn and copying
+ * (0 when the hold decided no copy). */
+double kvti_cache_unlock(kvt_cache *c)
 {
-	kvt_cache *c = arg;
-	struct batch *b = &c->cur;
+	struct batch b = c->cur;
+	uint32_t id = c->batch;
 	uint64_t t0;
 
-	if (!b->n)
-		return;
-	if (c->bg_mode) {
-		struct batch *g = &c->bgb;
-
-		if (!batch_add(c, g, b->n)) {
-			memcpy(g->mv + g->n, b->mv, b->n * sizeof(*b->mv));
-			memcpy(g->sums + g->n * c->L, b->sums,
-			       b->n * c->L * sizeof(*b->sums));
-			g->n += b->n;
-			b->n = 0;
-			return;
-		}
-		/* no memory to keep them: run them now, like a flush */
+	memset(&c->cur, 0, sizeof(c->cur));
+	c->batch = 0;
+	pthread_mutex_unlock(&c->mu);
+	if (!id) {
+		kvt_free(b.mv);
+		kvt_free(b.sums);
+		return 0;
 	}
 	t0 = kvt_now_ns();
-	batch_run(c, b, c->batch, !c->bg_mode);
-	b->n = 0;
-	c->fg_wait_s += kvti_cache_secs(t0);
+	batch_run(c, &b, id);
+	kvt_free(b.mv);
+	kvt_free(b.sums);
+	return kvti_cache_secs(t0);
 }
 
 /* ---- the background thread: demotion above the high watermark ---------- */
@@ -380,8 +372,6 @@ static int bg_decide(kvt_cache *c)
 {
 	int any = 0;
 
-	c->bg_mode = 1;
-	c->batch = ++c->batch_seq ? c->batch_seq : ++c->batch_seq;
 	for (int t = 0; t < KVT_TIER_COUNT; t++) {
 		kvt_pool *p;
 		uint64_t used, slots, freed = 0;
@@ -398,7 +388,6 @@ static int bg_decide(kvt_cache *c)
 				      &freed);
 		any |= freed > 0;
 	}
-	c->bg_mode = 0;
 	return any;
 }
 
@@ -410,7 +399,6 @@ void *kvti_cache_bg_main(void *arg)
 	while (!c->stopping) {
 		struct timespec ts;
 		uint64_t t0;
-		uint32_t batch;
 		int any;
 
 		if (!c->bg_kick) {
@@ -426,12 +414,7 @@ void *kvti_cache_bg_main(void *arg)
 		t0 = kvt_now_ns();
 		pthread_mutex_lock(&c->mu);
 		any = bg_decide(c);
-		batch = c->batch; /* a synchronous flush may take a new id */
-		pthread_mutex_unlock(&c->mu);
-		if (c->bgb.n) {
-			batch_run(c, &c->bgb, batch, 0);
-			c->bgb.n = 0;
-		}
+		kvti_cache_unlock(c); /* its copies, without the lock */
 		pthread_mutex_lock(&c->smu);
 		if (any) {
 			c->st.bg_passes++;

@@ -1,10 +1,12 @@
 /*
  * store.c — kvt_cache_store(): insert the prefix into the top tier under
- * c->mu (a full tier evicts synchronously: the copies run in the call,
- * counted in wait_s), then under c->smu decide which pages get bytes and
- * from where — the engine's blocks, or a parent promoted from a lower
- * tier — settle each fresh slot's fences and make it PEND; submit. The
- * pages commit when the job is finished (job_finish.c).
+ * c->mu (a full tier evicts: the index decides, the copies wait), then
+ * under c->smu decide which pages get bytes and from where — the engine's
+ * blocks, or a parent promoted from a lower tier — and make their slots
+ * PEND. Then, without c->mu: the eviction copies run (kvti_cache_unlock(),
+ * counted in wait_s), each fresh slot waits until no copy holds a mark on
+ * it (counted too), and the transfers are submitted. The pages commit
+ * when the job is finished (job_finish.c).
  */
 #include "cache/cache_impl.h"
 
@@ -31,7 +33,6 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 	struct sub *eng;
 	size_t found = 0;
 	uint64_t t0;
-	double w0;
 	int err;
 
 	kvti_errclear();
@@ -62,7 +63,6 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 	if (j->pin_each) {
 		/* each page its own prefix; one that finds no room fails
 		 * alone (the call fails only for the tenant) */
-		w0 = c->fg_wait_s;
 		for (size_t i = 0; !err && i < nkeys; i++) {
 			kvt_prefix px = kvti_cache_page_prefix(tenant,
 							       keys + i);
@@ -78,7 +78,6 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 			else
 				j->pin_each[i] = j->pinned = 1;
 		}
-		j->st.wait_s += c->fg_wait_s - w0;
 	} else {
 		err = kvti_cache_inspect(c, tenant, keys, nkeys, &info, &found);
 	}
@@ -97,19 +96,16 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 	if (!err && !j->pin_each) {
 		kvt_prefix px = kvti_cache_prefix(j, nkeys);
 
-		w0 = c->fg_wait_s;
 		err = kvt_index_insert(c->idx, &px, (kvt_tier_kind)c->top,
 				       KVT_INSERT_PIN, kvt_now_ns(), &res, locs,
 				       nkeys);
-		j->st.wait_s += c->fg_wait_s - w0;
 		j->pinned = !err;
 	}
 	if (err) {
-		pthread_mutex_unlock(&c->mu);
+		kvti_cache_unlock(c); /* the eviction it did stays */
 		goto fail;
 	}
 	/* which pages get bytes, and from where; their slots go PEND */
-	t0 = kvt_now_ns();
 	pthread_mutex_lock(&c->smu);
 	for (size_t p = 0; p < nkeys; p++) {
 		if (j->pin_each && !j->pin_each[p])
@@ -134,7 +130,6 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 			}
 			sp = &j->sub[1 + t];
 		}
-		kvti_cache_slot_settle(c, c->top, slot);
 		sp->ss[sp->n] = t == ENGINE ? blocks[p - first] :
 					      info[p].slot[t];
 		sp->ds[sp->n] = slot;
@@ -152,8 +147,17 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 	}
 	j->st.skipped = j->n - eng->n - j->st.failed;
 	pthread_mutex_unlock(&c->smu);
+	/* the evictions that made room copy now, without c->mu; then each
+	 * fresh slot waits until no copy still reads or writes it */
+	j->st.wait_s += kvti_cache_unlock(c);
+	t0 = kvt_now_ns();
+	pthread_mutex_lock(&c->smu);
+	for (int k = 0; k < j->nsub; k++)
+		for (size_t i = 0; i < j->sub[k].n; i++)
+			kvti_cache_slot_settle(c, j->sub[k].dst,
+					       j->sub[k].ds[i]);
+	pthread_mutex_unlock(&c->smu);
 	j->st.wait_s += kvti_cache_secs(t0);
-	pthread_mutex_unlock(&c->mu);
 start:
 	kvt_free(locs);
 	kvt_free(info);

@@ -33,7 +33,8 @@ enum opt_type { OPT_STR, OPT_INT, OPT_BOOL };
 	X(lease_ms, OPT_INT, "30000", "daemon: a job's lease (ms)")           \
 	X(max_clients, OPT_INT, "64", "daemon: clients served at once")       \
 	X(metrics, OPT_STR, "", "daemon: HOST:PORT for GET /metrics ('' off)") \
-	X(remote, OPT_STR, "", "a remote tier below the owned ones, e.g. 'remote:redis://127.0.0.1:6379' ('' none)")
+	X(remote, OPT_STR, "", "a remote tier below the owned ones, e.g. 'remote:redis://127.0.0.1:6379' ('' none)") \
+	X(devices, OPT_STR, "", "daemon: devices engines register memory on, e.g. 'cuda:0,cuda:1' or 'emu': the host tiers are page-locked for them at start ('' at first use)")
 
 static const struct opt_def {
 	const char *name;

@@ -85,6 +85,7 @@ struct vmm_imp {
 struct kvti_dev_stream {
 	kvti_dev *d;
 	cudaStream_t s;
+	int wrapped;             /* the caller's: not destroyed here */
 };
 
 struct kvti_dev_event {
@@ -184,7 +185,29 @@ static int cu_open(kvti_dev *d)
 	if (c->wait32)
 		d->caps |= KVTI_DEV_CAP_WAIT_VALUE;
 	snprintf(d->name, sizeof(d->name), "cuda:%d %s", d->index, p.name);
+	memcpy(d->uuid, &p.uuid, sizeof(d->uuid));
 	return 0;
+}
+
+int kvti_dev_cuda_find(const uint8_t uuid[16], int *ordinal)
+{
+	struct cudaDeviceProp p;
+	int n = 0;
+
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		cudaGetLastError();
+		n = 0;
+	}
+	for (int i = 0; i < n; i++)
+		if (cudaGetDeviceProperties(&p, i) == cudaSuccess &&
+		    !memcmp(&p.uuid, uuid, 16)) {
+			*ordinal = i;
+			return 0;
+		}
+	cudaGetLastError();
+	return kvti_fail(KVT_ENODEV, "no GPU here has the UUID the engine "
+			 "named (%d GPUs visible to the daemon: check "
+			 "CUDA_VISIBLE_DEVICES)", n);
 }
 
 static void cu_close(kvti_dev *d)
@@ -296,13 +319,27 @@ static int cu_import(kvti_dev *d, const kvti_dev_handle *h, void **base,
 		return err;
 	*priv = NULL;
 	switch (h->kind) {
-	case KVTI_DEV_H_CUDA_IPC:
+	case KVTI_DEV_H_CUDA_IPC: {
+		CUdeviceptr b = 0;
+		size_t size = 0;
+
 		memcpy(&ih, h->data, sizeof(ih));
 		if ((e = cudaIpcOpenMemHandle(base, ih,
 					      cudaIpcMemLazyEnablePeerAccess)) !=
 		    cudaSuccess)
 			return cerr(d, e, "cudaIpcOpenMemHandle");
+		/* the engine said how big it is: believe the driver */
+		if (C(d)->range &&
+		    !C(d)->range(&b, &size, (CUdeviceptr)(uintptr_t)*base) &&
+		    h->bytes > size) {
+			cudaIpcCloseMemHandle(*base);
+			return kvti_fail(-EINVAL, "%s: the engine named %llu "
+					 "bytes of an allocation of %zu",
+					 d->name, (unsigned long long)h->bytes,
+					 size);
+		}
 		return 0;
+	}
 	case KVTI_DEV_H_VMM_FD:
 		return vmm_import(d, h, base, priv);
 	default:
@@ -414,11 +451,24 @@ static void cu_stream_destroy(kvti_dev_stream *s)
 {
 	if (!s)
 		return;
-	if (!use(s->d)) {
+	if (!s->wrapped && !use(s->d)) {
 		cudaStreamSynchronize(s->s);
 		cudaStreamDestroy(s->s);
 	}
 	kvt_free(s);
+}
+
+static int cu_stream_wrap(kvti_dev *d, void *native, kvti_dev_stream **out)
+{
+	kvti_dev_stream *s = kvt_calloc(1, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	s->d = d;
+	s->s = (cudaStream_t)native;
+	s->wrapped = 1;
+	*out = s;
+	return 0;
 }
 
 static int cu_stream_sync(kvti_dev_stream *s)
@@ -735,6 +785,7 @@ const struct kvti_dev_ops kvti_dev_cuda_ops = {
 	.host_free = cu_host_free,
 	.stream_create = cu_stream_create,
 	.stream_destroy = cu_stream_destroy,
+	.stream_wrap = cu_stream_wrap,
 	.stream_sync = cu_stream_sync,
 	.copy = cu_copy,
 	.copy_sync = cu_copy_sync,
@@ -766,6 +817,12 @@ static int cu_open(kvti_dev *d)
 
 static void cu_close(kvti_dev *d)
 {
+}
+
+int kvti_dev_cuda_find(const uint8_t uuid[16], int *ordinal)
+{
+	return kvti_fail(KVT_ENOTBUILT, "GPU memory needs a CUDA build of the "
+			 "daemon");
 }
 
 /* never reached: open fails, so no device of this kind exists */

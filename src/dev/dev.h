@@ -60,6 +60,9 @@
  *   stream_create,     yes   a FIFO of work, high or low priority
  *   stream_destroy,
  *   stream_sync
+ *   stream_wrap        no    a native stream someone else owns (CUDA: a
+ *                            cudaStream_t), left alone by destroy;
+ *                            default -EOPNOTSUPP
  *   copy               yes   one async copy (copy engine); host memory
  *                            must be registered (or host_alloc'd)
  *   copy_sync          no    a synchronous copy for plain paths (tier
@@ -223,6 +226,7 @@ struct kvti_dev_ops {
 	void (*host_free)(kvti_dev *d, void *p);
 	int (*stream_create)(kvti_dev *d, int high_prio, kvti_dev_stream **s);
 	void (*stream_destroy)(kvti_dev_stream *s);
+	int (*stream_wrap)(kvti_dev *d, void *native, kvti_dev_stream **s);
 	int (*stream_sync)(kvti_dev_stream *s);
 	int (*copy)(kvti_dev_stream *s, void *dst, const void *src, size_t n);
 	int (*copy_sync)(kvti_dev *d, void *dst, const void *src, size_t n);
@@ -251,6 +255,8 @@ struct kvti_dev {
 	int index;               /* the backend's own number */
 	unsigned caps;           /* KVTI_DEV_CAP_* */
 	unsigned sum_maxseg;     /* the most segments sum takes per item */
+	uint8_t uuid[16];        /* CUDA: the GPU's UUID (ordinals differ
+				    between processes); emu: zeros */
 	char name[96];           /* "cuda:0 NVIDIA H200", "emu:0" */
 	void *priv;              /* the backend's */
 	int refs;                /* registry lock */
@@ -272,6 +278,12 @@ static inline void kvti_dev_count(kvti_dev *d, int k, uint64_t v)
 extern const struct kvti_dev_ops kvti_dev_emu_ops;
 extern const struct kvti_dev_ops kvti_dev_cuda_ops;
 
+/* Every backend's event and stream begin with their device. */
+static inline kvti_dev *kvti_dev_event_dev(const void *e)
+{
+	return *(kvti_dev *const *)e;
+}
+
 /* ---- the common layer (dev.c) ----------------------------------------------- */
 
 /* Open (or take another reference to) device @id: 0, KVT_ENODEV (no such
@@ -280,6 +292,9 @@ extern const struct kvti_dev_ops kvti_dev_cuda_ops;
 int kvti_dev_get(int id, kvti_dev **out);
 /* Drop a reference; the last one closes the device. NULL is fine. */
 void kvti_dev_put(kvti_dev *d);
+/* The CUDA ordinal of the GPU with @uuid in this process: 0, KVT_ENODEV
+ * (none), KVT_ENOTBUILT. */
+int kvti_dev_cuda_find(const uint8_t uuid[16], int *ordinal);
 /* 1 if @id names an emulated device. */
 static inline int kvti_dev_is_emu(int id)
 {
@@ -330,6 +345,12 @@ static inline int kvti_dev_host_devptr(kvti_dev *d, void *host, void **dev)
 /* A synchronous copy (plain paths: tier read/write, tests): copy_sync,
  * or a copy on a private stream. */
 int kvti_dev_copy_sync(kvti_dev *d, void *dst, const void *src, size_t n);
+
+/* The backend objects behind include/kvtier/dev.h's (api.c). */
+struct kvt_dev_stream;
+struct kvt_dev_event;
+kvti_dev_stream *kvti_dev_stream_of(struct kvt_dev_stream *s, kvti_dev **d);
+kvti_dev_event *kvti_dev_event_of(struct kvt_dev_event *e, kvti_dev **d);
 
 /* ---- the emulated device's test hooks (emu.c) ------------------------------ */
 

@@ -11,6 +11,7 @@
  * once by the first call that needs them after the job is done.
  */
 #include <kvtier/client.h>
+#include "dev/dev.h"
 #include "server/io.h"
 #include "server/proto.h"
 #include "core/core.h"
@@ -32,9 +33,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#define SLOT_DEVS 8
+
 struct kvt_client_mem {
 	kvt_client *cl;
 	uint32_t id;
+	int device;           /* -1: host memory */
 	int fd;               /* ours (kvt_client_mem_alloc), or -1 */
 	void *map;
 	size_t len;
@@ -44,6 +48,8 @@ struct kvt_client_mem {
 struct kvt_client_job {
 	kvt_client *cl;
 	uint32_t slot;
+	uint32_t gen;         /* the slot's generation for this job */
+	int device;           /* its memory's device (-1: host) */
 	int released;         /* cl->mu: RELEASE done, fields below valid */
 	int result;
 	kvt_cache_job_stat st;
@@ -66,8 +72,20 @@ struct kvt_client {
 	uint32_t njobs;
 	kvt_client_job *jobs;
 	kvt_client_mem *mems;
+	kvt_client_event *events;
+	kvti_dev *slot_dev[SLOT_DEVS]; /* cl->mu: devices the slot page is
+					  registered with (stream waits) */
+	int slot_reg[SLOT_DEVS];       /* ...by us (unregistered at close) */
 	kvtd_buf out, in;
 	_Atomic int dead;     /* the daemon went away */
+};
+
+struct kvt_client_event {
+	kvt_client *cl;
+	kvti_dev *d;
+	kvti_dev_event *e;
+	uint32_t id;
+	kvt_client_event *next; /* cl->mu */
 };
 
 /* ---- requests ------------------------------------------------------------- */
@@ -338,20 +356,46 @@ int kvt_client_fd(kvt_client *cl)
 
 /* ---- memory ------------------------------------------------------------------ */
 
-/* REGISTER, or REGISTER_ROWS when @hs is not the packed head stride (a
- * daemon older than REGISTER_ROWS still takes every packed layout). */
-static int reg_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
-		  uint32_t nlayers, uint64_t nblocks, uint64_t bs, uint64_t ks,
-		  uint64_t ts, uint64_t hs, int device, uint32_t *id)
+/* REGISTER: segments, then per layer (segment, offset); the fds of the
+ * segments that carry one go with it. REGISTER_ROWS when @hs is not the
+ * packed head stride D*s (a daemon older than it still takes every packed
+ * layout). */
+static int reg_segs(kvt_client *cl, int device, const uint8_t *uuid,
+		    const kvt_client_seg *segs, uint32_t nseg,
+		    const uint32_t *layer_seg, const uint64_t *layer_off,
+		    uint32_t nlayers, uint64_t nblocks, uint64_t bs,
+		    uint64_t ks, uint64_t ts, uint64_t hs, uint32_t *id)
 {
+	static const uint8_t zero[KVTD_UUID_BYTES];
 	uint64_t row = (uint64_t)cl->g.head_dim * cl->g.dtype_bytes;
 	int rows = hs != row && cl->g.kv_heads > 1;
+	int fds[KVTD_MAX_SEGS], nfds = 0;
 	kvtd_rd rd;
 	int err;
 
 	if (!layer_off || !nlayers || nlayers > KVTD_MAX_LAYERS)
 		return kvti_fail(-EINVAL, "client register: %u layer offsets",
 				 nlayers);
+	if (!segs || !nseg || nseg > KVTD_MAX_SEGS)
+		return kvti_fail(-EINVAL, "client register: %u allocations "
+				 "(1..%d)", nseg, KVTD_MAX_SEGS);
+	for (uint32_t i = 0; i < nseg; i++) {
+		if (segs[i].kind < KVT_CLIENT_SEG_MEMFD ||
+		    segs[i].kind > KVT_CLIENT_SEG_EMU_FD)
+			return kvti_fail(-EINVAL, "client register: allocation "
+					 "%u of kind %u", i, segs[i].kind);
+		if (kvtd_seg_has_fd(segs[i].kind)) {
+			if (segs[i].fd < 0)
+				return kvti_fail(-EINVAL, "client register: "
+						 "allocation %u has no fd", i);
+			fds[nfds++] = segs[i].fd;
+		}
+	}
+	for (uint32_t l = 0; l < nlayers; l++)
+		if ((layer_seg ? layer_seg[l] : 0) >= nseg)
+			return kvti_fail(-EINVAL, "client register: layer %u in "
+					 "allocation %u of %u", l, layer_seg[l],
+					 nseg);
 	pthread_mutex_lock(&cl->mu);
 	begin(cl, rows ? KVTD_MSG_REGISTER_ROWS : KVTD_MSG_REGISTER);
 	kvtd_put_u32(&cl->out, (uint32_t)device);
@@ -362,15 +406,38 @@ static int reg_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
 	kvtd_put_u64(&cl->out, ts);
 	if (rows)
 		kvtd_put_u64(&cl->out, hs);
-	for (uint32_t l = 0; l < nlayers; l++)
+	kvtd_put_bytes(&cl->out, uuid ? uuid : zero, KVTD_UUID_BYTES);
+	kvtd_put_u32(&cl->out, nseg);
+	for (uint32_t i = 0; i < nseg; i++) {
+		kvtd_put_u32(&cl->out, segs[i].kind);
+		kvtd_put_u64(&cl->out, segs[i].bytes);
+		kvtd_put_bytes(&cl->out, segs[i].handle, KVTD_HANDLE_BYTES);
+	}
+	for (uint32_t l = 0; l < nlayers; l++) {
+		kvtd_put_u32(&cl->out, layer_seg ? layer_seg[l] : 0);
 		kvtd_put_u64(&cl->out, layer_off[l]);
-	err = rpc(cl, &fd, 1, &rd);
+	}
+	err = rpc(cl, fds, nfds, &rd);
 	if (!err) {
 		*id = kvtd_get_u32(&rd);
 		err = body_end(&rd);
 	}
 	pthread_mutex_unlock(&cl->mu);
 	return err;
+}
+
+static int reg_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
+		  uint32_t nlayers, uint64_t nblocks, uint64_t bs, uint64_t ks,
+		  uint64_t ts, uint64_t hs, int device, uint32_t *id)
+{
+	kvt_client_seg seg = { .kind = KVT_CLIENT_SEG_MEMFD, .fd = fd };
+
+	if (device != KVT_DEVICE_HOST)
+		return kvti_fail(-EINVAL, "client register: a memfd is host "
+				 "memory (device %d: use "
+				 "kvt_client_register_dev())", device);
+	return reg_segs(cl, KVT_DEVICE_HOST, NULL, &seg, 1, NULL, layer_off,
+			nlayers, nblocks, bs, ks, ts, hs, id);
 }
 
 static void mem_link(kvt_client *cl, kvt_client_mem *m)
@@ -413,6 +480,7 @@ int kvt_client_register_fd_rows(kvt_client *cl, int fd,
 		return -ENOMEM;
 	m->cl = cl;
 	m->fd = -1;
+	m->device = KVT_DEVICE_HOST;
 	err = reg_fd(cl, fd, layer_off, nlayers, nblocks, block_stride,
 		     kv_stride, token_stride, head_stride, device, &m->id);
 	if (err) {
@@ -422,6 +490,97 @@ int kvt_client_register_fd_rows(kvt_client *cl, int fd,
 	mem_link(cl, m);
 	*out = m;
 	return 0;
+}
+
+int kvt_client_register_dev(kvt_client *cl, int device, const uint8_t *uuid,
+			    const kvt_client_seg *segs, uint32_t nseg,
+			    const uint32_t *layer_seg, const uint64_t *layer_off,
+			    uint32_t nlayers, uint64_t nblocks,
+			    uint64_t block_stride, uint64_t kv_stride,
+			    uint64_t token_stride, kvt_client_mem **out)
+{
+	kvt_client_mem *m;
+	int err;
+
+	kvti_errclear();
+	if (!cl || !out || device < KVT_DEVICE_HOST)
+		return kvti_fail(-EINVAL, "client register: bad arguments");
+	if (!(m = kvt_calloc(1, sizeof(*m))))
+		return -ENOMEM;
+	m->cl = cl;
+	m->fd = -1;
+	m->device = device;
+	err = reg_segs(cl, device, uuid, segs, nseg, layer_seg, layer_off,
+		       nlayers, nblocks, block_stride, kv_stride, token_stride,
+		       (uint64_t)cl->g.head_dim * cl->g.dtype_bytes, &m->id);
+	if (err) {
+		kvt_free(m);
+		return err;
+	}
+	mem_link(cl, m);
+	*out = m;
+	return 0;
+}
+
+int kvt_client_register_ptrs(kvt_client *cl, kvt_dev *dev, void *const *base,
+			     uint32_t nlayers, uint64_t nblocks,
+			     uint64_t block_stride, uint64_t kv_stride,
+			     uint64_t token_stride, kvt_client_mem **out)
+{
+	kvti_dev *d = (kvti_dev *)dev;
+	kvt_client_seg segs[KVTD_MAX_SEGS];
+	uint32_t nseg = 0, *lseg = NULL;
+	uint64_t *loff = NULL;
+	int err = 0;
+
+	kvti_errclear();
+	if (!cl || !dev || !base || !nlayers || nlayers > KVTD_MAX_LAYERS)
+		return kvti_fail(-EINVAL, "client register: bad arguments");
+	lseg = kvt_malloc(nlayers * sizeof(*lseg));
+	loff = kvt_malloc(nlayers * sizeof(*loff));
+	if (!lseg || !loff) {
+		err = -ENOMEM;
+		goto out;
+	}
+	/* one segment per allocation the layers lie in */
+	for (uint32_t l = 0; l < nlayers && !err; l++) {
+		kvti_dev_handle h;
+		uint32_t k;
+
+		if ((err = kvti_dev_export_mem(d, base[l], &h, &loff[l])))
+			break;
+		for (k = 0; k < nseg; k++)
+			if (segs[k].fd == h.fd && segs[k].bytes == h.bytes &&
+			    !memcmp(segs[k].handle, h.data, sizeof(h.data)))
+				break;
+		if (k == nseg) {
+			if (nseg == KVTD_MAX_SEGS) {
+				err = kvti_fail(-E2BIG, "client register: the "
+						"layers lie in more than %d "
+						"allocations", KVTD_MAX_SEGS);
+				break;
+			}
+			segs[k].kind = h.kind == KVTI_DEV_H_CUDA_IPC ?
+				       KVT_CLIENT_SEG_CUDA_IPC :
+				       h.kind == KVTI_DEV_H_VMM_FD ?
+				       KVT_CLIENT_SEG_VMM_FD :
+				       KVT_CLIENT_SEG_EMU_FD;
+			segs[k].fd = h.fd;
+			segs[k].bytes = h.bytes;
+			memcpy(segs[k].handle, h.data, sizeof(h.data));
+			nseg++;
+		}
+		lseg[l] = k;
+	}
+	if (!err)
+		err = kvt_client_register_dev(cl, d->id, d->uuid, segs, nseg,
+					      lseg, loff, nlayers, nblocks,
+					      block_stride, kv_stride,
+					      token_stride, out);
+out:
+	kvt_free(lseg);
+	kvt_free(loff);
+	return err;
 }
 
 int kvt_client_mem_alloc(kvt_client *cl, uint64_t nblocks, void **base,
@@ -446,6 +605,7 @@ int kvt_client_mem_alloc(kvt_client *cl, uint64_t nblocks, void **base,
 	if (!(m = kvt_calloc(1, sizeof(*m))))
 		return -ENOMEM;
 	m->cl = cl;
+	m->device = KVT_DEVICE_HOST;
 	m->len = (size_t)(layer * g->layers);
 	m->fd = memfd_create("kvtier-kv", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (m->fd < 0 || ftruncate(m->fd, (off_t)m->len) ||
@@ -591,8 +751,8 @@ int kvt_client_lookup(kvt_client *cl, const kvt_page_key *keys, size_t nkeys,
 /* ---- jobs ------------------------------------------------------------------------ */
 
 static int job_start(kvt_client *cl, kvt_client_mem *m, int store,
-		     unsigned flags, const kvt_page_key *keys, size_t nkeys,
-		     size_t first, const uint32_t *blocks,
+		     unsigned flags, uint32_t event, const kvt_page_key *keys,
+		     size_t nkeys, size_t first, const uint32_t *blocks,
 		     kvt_client_job **out)
 {
 	kvt_client_job *j;
@@ -627,6 +787,7 @@ static int job_start(kvt_client *cl, kvt_client_mem *m, int store,
 	kvtd_put_u32(&cl->out, s);
 	kvtd_put_u32(&cl->out, (uint32_t)nkeys);
 	kvtd_put_u32(&cl->out, (uint32_t)first);
+	kvtd_put_u32(&cl->out, event);
 	kvtd_put_keys(&cl->out, keys, nkeys);
 	for (size_t i = first; i < nkeys; i++)
 		kvtd_put_u32(&cl->out, blocks[i - first]);
@@ -635,6 +796,10 @@ static int job_start(kvt_client *cl, kvt_client_mem *m, int store,
 		cl->used[s] = 1;
 		cl->njobs++;
 		j->slot = s;
+		j->device = m->device;
+		/* the daemon wrote the slot's generation before it replied */
+		j->gen = __atomic_load_n((const uint32_t *)(cl->slots +
+				(size_t)s * cl->slot_bytes + 12), __ATOMIC_ACQUIRE);
 		j->next = cl->jobs;
 		if (cl->jobs)
 			cl->jobs->prev = j;
@@ -653,14 +818,14 @@ int kvt_client_load(kvt_client *cl, kvt_client_mem *m,
 		    const kvt_page_key *keys, size_t nkeys, size_t first,
 		    const uint32_t *blocks, kvt_client_job **out)
 {
-	return job_start(cl, m, 0, 0, keys, nkeys, first, blocks, out);
+	return job_start(cl, m, 0, 0, 0, keys, nkeys, first, blocks, out);
 }
 
 int kvt_client_store(kvt_client *cl, kvt_client_mem *m,
 		     const kvt_page_key *keys, size_t nkeys, size_t first,
 		     const uint32_t *blocks, kvt_client_job **out)
 {
-	return job_start(cl, m, 1, 0, keys, nkeys, first, blocks, out);
+	return job_start(cl, m, 1, 0, 0, keys, nkeys, first, blocks, out);
 }
 
 int kvt_client_load_ex(kvt_client *cl, kvt_client_mem *m,
@@ -668,7 +833,7 @@ int kvt_client_load_ex(kvt_client *cl, kvt_client_mem *m,
 		       const uint32_t *blocks, unsigned flags,
 		       kvt_client_job **out)
 {
-	return job_start(cl, m, 0, flags, keys, nkeys, first, blocks, out);
+	return job_start(cl, m, 0, flags, 0, keys, nkeys, first, blocks, out);
 }
 
 int kvt_client_store_ex(kvt_client *cl, kvt_client_mem *m,
@@ -676,7 +841,133 @@ int kvt_client_store_ex(kvt_client *cl, kvt_client_mem *m,
 			const uint32_t *blocks, unsigned flags,
 			kvt_client_job **out)
 {
-	return job_start(cl, m, 1, flags, keys, nkeys, first, blocks, out);
+	return job_start(cl, m, 1, flags, 0, keys, nkeys, first, blocks, out);
+}
+
+int kvt_client_load_ev(kvt_client *cl, kvt_client_mem *m,
+		       const kvt_page_key *keys, size_t nkeys, size_t first,
+		       const uint32_t *blocks, unsigned flags, uint32_t event,
+		       kvt_client_job **out)
+{
+	return job_start(cl, m, 0, flags, event, keys, nkeys, first, blocks,
+			 out);
+}
+
+int kvt_client_store_ev(kvt_client *cl, kvt_client_mem *m,
+			const kvt_page_key *keys, size_t nkeys, size_t first,
+			const uint32_t *blocks, unsigned flags, uint32_t event,
+			kvt_client_job **out)
+{
+	return job_start(cl, m, 1, flags, event, keys, nkeys, first, blocks,
+			 out);
+}
+
+/* ---- events ------------------------------------------------------------------ */
+
+int kvt_client_event_register(kvt_client *cl, int device, const uint8_t *uuid,
+			      uint32_t kind, const uint8_t handle[64], int fd,
+			      uint32_t *id)
+{
+	static const uint8_t zero[KVTD_UUID_BYTES + KVTD_HANDLE_BYTES];
+	kvtd_rd rd;
+	int err;
+
+	kvti_errclear();
+	if (!cl || !id || device < 0 ||
+	    (kind != KVT_CLIENT_EVENT_CUDA_IPC &&
+	     kind != KVT_CLIENT_EVENT_EMU_FD) ||
+	    ((kind == KVT_CLIENT_EVENT_EMU_FD) != (fd >= 0)))
+		return kvti_fail(-EINVAL, "client event: bad arguments");
+	pthread_mutex_lock(&cl->mu);
+	begin(cl, KVTD_MSG_EVENT);
+	kvtd_put_u32(&cl->out, (uint32_t)device);
+	kvtd_put_u32(&cl->out, kind);
+	kvtd_put_bytes(&cl->out, uuid ? uuid : zero, KVTD_UUID_BYTES);
+	kvtd_put_bytes(&cl->out, handle ? handle : zero, KVTD_HANDLE_BYTES);
+	err = rpc(cl, fd >= 0 ? &fd : NULL, fd >= 0, &rd);
+	if (!err) {
+		*id = kvtd_get_u32(&rd);
+		err = body_end(&rd);
+	}
+	pthread_mutex_unlock(&cl->mu);
+	return err;
+}
+
+int kvt_client_event_new(kvt_client *cl, kvt_dev *dev, kvt_client_event **out)
+{
+	kvti_dev *d = (kvti_dev *)dev;
+	kvt_client_event *e;
+	kvti_dev_handle h;
+	int err;
+
+	kvti_errclear();
+	if (!cl || !dev || !out)
+		return kvti_fail(-EINVAL, "client event: bad arguments");
+	if (!(e = kvt_calloc(1, sizeof(*e))))
+		return -ENOMEM;
+	e->cl = cl;
+	e->d = d;
+	if ((err = d->ops->event_create(d, KVTI_DEV_EV_IPC, &e->e)))
+		goto fail;
+	if ((err = kvti_dev_event_export(d, e->e, &h)) ||
+	    (err = kvt_client_event_register(cl, d->id, d->uuid,
+			h.kind == KVTI_DEV_H_EVENT_EMU ? KVT_CLIENT_EVENT_EMU_FD :
+			KVT_CLIENT_EVENT_CUDA_IPC, h.data,
+			h.kind == KVTI_DEV_H_EVENT_EMU ? h.fd : -1, &e->id))) {
+		d->ops->event_destroy(e->e);
+		goto fail;
+	}
+	pthread_mutex_lock(&cl->mu);
+	e->next = cl->events;
+	cl->events = e;
+	pthread_mutex_unlock(&cl->mu);
+	*out = e;
+	return 0;
+fail:
+	kvt_free(e);
+	return err;
+}
+
+int kvt_client_event_record(kvt_client_event *e, kvt_dev_stream *s)
+{
+	kvti_dev *d;
+	kvti_dev_stream *ks = kvti_dev_stream_of(s, &d);
+
+	kvti_errclear();
+	if (d != e->d)
+		return kvti_fail(-EINVAL, "client event of %s recorded on a "
+				 "stream of %s", e->d->name, d->name);
+	return d->ops->event_record(e->e, ks);
+}
+
+uint32_t kvt_client_event_id(const kvt_client_event *e)
+{
+	return e->id;
+}
+
+/* cl->mu held or the client closing. The daemon keeps its import until
+ * the disconnect (jobs may still name it). */
+static void event_release(kvt_client_event *e)
+{
+	e->d->ops->event_destroy(e->e);
+	kvt_free(e);
+}
+
+void kvt_client_event_free(kvt_client_event *e)
+{
+	kvt_client *cl;
+
+	if (!e)
+		return;
+	cl = e->cl;
+	pthread_mutex_lock(&cl->mu);
+	for (kvt_client_event **p = &cl->events; *p; p = &(*p)->next)
+		if (*p == e) {
+			*p = e->next;
+			break;
+		}
+	event_release(e);
+	pthread_mutex_unlock(&cl->mu);
 }
 
 static const _Atomic uint32_t *word_of(kvt_client_job *j)
@@ -767,6 +1058,50 @@ int kvt_client_job_wait_layer(kvt_client_job *j, uint32_t layer,
 	    slot_i32(j, 4) == -ECANCELED)
 		return -ECANCELED;
 	return 0;
+}
+
+int kvt_client_job_stream_wait(kvt_client_job *j, uint32_t layer,
+			       kvt_dev_stream *s)
+{
+	kvt_client *cl = j->cl;
+	kvti_dev *d;
+	kvti_dev_stream *ks = kvti_dev_stream_of(s, &d);
+	const uint32_t *word;
+	int err = 0, k;
+
+	kvti_errclear();
+	if (layer >= cl->g.layers)
+		return kvti_fail(-ERANGE, "client job: layer %u of %u", layer,
+				 cl->g.layers);
+	if (j->device != d->id)
+		return kvti_fail(-EINVAL, "client job: its memory is on %d, the "
+				 "stream on %s", j->device, d->name);
+	/* the slot page, read-only, registered with the device once */
+	pthread_mutex_lock(&cl->mu);
+	for (k = 0; k < SLOT_DEVS && cl->slot_dev[k] && cl->slot_dev[k] != d;
+	     k++)
+		;
+	if (k == SLOT_DEVS) {
+		err = kvti_fail(-ENOSPC, "client: stream waits on more than %d "
+				"devices", SLOT_DEVS);
+	} else if (!cl->slot_dev[k]) {
+		err = d->ops->host_register(d, (void *)cl->slots, cl->slots_len,
+					    KVTI_DEV_HOST_READONLY |
+					    KVTI_DEV_HOST_PORTABLE);
+		cl->slot_reg[k] = !err;
+		if (err == -EEXIST) /* CUDA: another GPU of ours did it */
+			err = 0;
+		if (!err && (err = kvti_dev_get(d->id, &cl->slot_dev[k])) &&
+		    cl->slot_reg[k])
+			d->ops->host_unregister(d, (void *)cl->slots);
+	}
+	pthread_mutex_unlock(&cl->mu);
+	if (err)
+		return err;
+	word = (const uint32_t *)(cl->slots + (size_t)j->slot * cl->slot_bytes +
+				  KVTD_SLOT_STREAM_OFF);
+	return kvti_dev_stream_wait_value(d, ks, word,
+					  KVTD_STREAM_WORD(j->gen, layer + 1));
 }
 
 int kvt_client_job_wait(kvt_client_job *j, int64_t timeout_ns)
@@ -999,6 +1334,18 @@ void kvt_client_close(kvt_client *cl)
 
 		cl->mems = m->next;
 		mem_release(m, 0);
+	}
+	while (cl->events) {
+		kvt_client_event *e = cl->events;
+
+		cl->events = e->next;
+		event_release(e);
+	}
+	for (int k = 0; k < SLOT_DEVS && cl->slot_dev[k]; k++) {
+		if (cl->slot_reg[k])
+			cl->slot_dev[k]->ops->host_unregister(cl->slot_dev[k],
+							      (void *)cl->slots);
+		kvti_dev_put(cl->slot_dev[k]);
 	}
 	pthread_mutex_unlock(&cl->mu);
 	if (cl->fd >= 0)

@@ -190,8 +190,10 @@ static int hello_reply(struct conn *c, const kvtd_hdr *h, int *sent)
 	return err;
 }
 
-/* One request. A nonzero return closes the connection. */
-static int serve_one(struct conn *c, const kvtd_hdr *h, int fd)
+/* One request (with the descriptors that came with it). A nonzero
+ * return closes the connection. */
+static int serve_one(struct conn *c, const kvtd_hdr *h, const int *fds,
+		     int nfds)
 {
 	kvtd *d = c->d;
 	kvtd_req q;
@@ -207,6 +209,12 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, int fd)
 		return kvti_reply_status(c, h, kvti_perr(c, KVTD_PERR_ORDER,
 				    kvti_fail(KVT_EPROTO, "%s before HELLO",
 					      kvtd_msg_name(q.h.op))));
+	if (nfds != kvtd_req_fds(&q))
+		return kvti_reply_status(c, h, kvti_perr(c, KVTD_PERR_MALFORMED,
+				    kvti_fail(KVT_EPROTO, "%s with %d "
+					      "descriptors (takes %d)",
+					      kvtd_msg_name(q.h.op), nfds,
+					      kvtd_req_fds(&q))));
 	if (c->monitor && q.h.op != KVTD_MSG_STATS)
 		return kvti_reply_status(c, h, kvti_perr(c, KVTD_PERR_ORDER,
 				    kvti_fail(KVT_EPROTO, "%s on a monitoring "
@@ -233,11 +241,17 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, int fd)
 	case KVTD_MSG_REGISTER_ROWS: {
 		uint32_t id = 0;
 
-		if (fd < 0)
-			return kvti_reply_status(c, h, kvti_perr(c,
-				KVTD_PERR_MALFORMED, kvti_fail(KVT_EPROTO,
-				"REGISTER without a memfd")));
-		err = kvti_mem_register(c, &q, fd, &id);
+		err = kvti_mem_register(c, &q, fds, nfds, &id);
+		if (err)
+			return kvti_reply_status(c, h, err);
+		kvti_reply_begin(c, h, 0);
+		kvtd_put_u32(&c->out, id);
+		return kvti_reply_send(c, NULL, 0);
+	}
+	case KVTD_MSG_EVENT: {
+		uint32_t id = 0;
+
+		err = kvti_event_register(c, &q, nfds ? fds[0] : -1, &id);
 		if (err)
 			return kvti_reply_status(c, h, err);
 		kvti_reply_begin(c, h, 0);
@@ -365,6 +379,7 @@ void kvti_conn_free(struct conn *c)
 	for (int i = 0; i < MAX_MEMS; i++)
 		if (c->mems[i].id)
 			kvti_mem_drop(c, &c->mems[i]);
+	kvti_events_drop(c); /* no job is left to wait on them */
 	if (c->slots)
 		munmap(c->slots, (size_t)MAX_JOBS * KVTD_SLOT_BYTES);
 	if (c->slot_fd >= 0)
@@ -442,25 +457,26 @@ void *kvti_conn_main(void *arg)
 				close(fds[i]);
 			break;
 		}
-		if (nfds < 0 || nfds != kvtd_msg_fds(h.op)) {
+		if (nfds < 0 || nfds > kvtd_msg_fds(h.op)) {
 			for (int i = 0; i < nfds; i++)
 				close(fds[i]);
 			kvti_perr(c, KVTD_PERR_MALFORMED, 0);
 			if (nfds < 0) /* io.c closed what did arrive */
 				kvti_fail(KVT_EPROTO, "%s with more than %d "
-					  "descriptors (takes %d)",
+					  "descriptors (takes at most %d)",
 					  kvtd_msg_name(h.op), KVTD_MAX_FDS,
 					  kvtd_msg_fds(h.op));
 			else
 				kvti_fail(KVT_EPROTO, "%s with %d descriptors "
-					  "(takes %d)", kvtd_msg_name(h.op),
-					  nfds, kvtd_msg_fds(h.op));
+					  "(takes at most %d)",
+					  kvtd_msg_name(h.op), nfds,
+					  kvtd_msg_fds(h.op));
 			err = kvti_reply_status(c, &h, KVT_EPROTO);
 			if (err || !c->hello)
 				break;
 			continue;
 		}
-		err = serve_one(c, &h, nfds ? fds[0] : -1);
+		err = serve_one(c, &h, fds, nfds);
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
 		if (err || !c->hello)

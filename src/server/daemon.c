@@ -241,6 +241,7 @@ int kvtd_open(kvtd **out, const kvtd_config *cfg)
 	cc.remote = cfg->remote && *cfg->remote ? cfg->remote : NULL;
 	cc.evict = cfg->evict;
 	cc.xfer_threads = cfg->xfer_threads;
+	cc.devices = cfg->devices && *cfg->devices ? cfg->devices : NULL;
 	if ((err = kvt_cache_open(&d->c, &cc)))
 		goto fail;
 	d->g = kvt_cache_geom(d->c);

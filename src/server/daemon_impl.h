@@ -11,8 +11,9 @@
  *             the cache's tenant ids (tenant x TP rank), quotas.
  *   conn.c    a connection's thread: the request loop, replies, HELLO and
  *             its job-slot page, dispatch of every op, teardown.
- *   mem.c     REGISTER / UNREGISTER: a client's memory, checked, mapped,
- *             attached to the cache.
+ *   mem.c     REGISTER / UNREGISTER / EVENT: a client's memory (host
+ *             memfds, device memory by handle), checked, mapped or
+ *             imported, attached to the cache; its IPC events.
  *   job.c     LOAD / STORE / CANCEL / RELEASE: jobs in job slots, their
  *             progress on the shared page, the remote prefetch a LOOKUP
  *             starts.
@@ -24,6 +25,7 @@
  *        +-- conns --> struct conn --> next ...      (d->mu)
  *                        | jobs[MAX_JOBS] --> struct job (c->mu)
  *                        | mems[MAX_MEMS]     struct cmem (conn thread)
+ *                        | events[MAX_EVENTS] struct cevent (conn thread)
  *                        | slots: MAX_JOBS * KVTD_SLOT_BYTES, shared with
  *                        |        the client read-only
  *                        | t --> struct tenant (one of d->ten[])
@@ -65,6 +67,7 @@
 
 #define MAX_JOBS 1024
 #define MAX_MEMS 8
+#define MAX_EVENTS 16
 #define MAX_TENANTS 64
 #define MAX_IDS 16
 
@@ -97,16 +100,35 @@ struct job {
 	kvt_cache_job *cj;
 	uint64_t pages;      /* the prefix it pins */
 	uint32_t slot;
+	uint32_t gen;        /* the slot's generation for this job */
 	int store;
 	uint64_t t0, deadline;
 	int expired;         /* c->mu */
 };
 
+/* One allocation of a registered memory: a host mapping, or a device
+ * import. */
+struct cseg {
+	void *base;
+	size_t len;
+	int dev;              /* 1: kvti_dev_unimport(), 0: munmap() */
+};
+
 struct cmem {
 	uint32_t id;          /* 0: unused */
 	kvt_cache_mem *m;
-	void *map;
-	size_t len;
+	int device;           /* -1: host memory; else the daemon's device id */
+	struct kvti_dev *dev; /* device memory: the device (a reference) */
+	uint32_t nseg;
+	struct cseg seg[KVTD_MAX_SEGS];
+	size_t len;           /* all segments' bytes */
+};
+
+/* An engine's IPC event, opened on its device. */
+struct cevent {
+	uint32_t id;          /* 0: unused */
+	struct kvti_dev *dev;
+	struct kvti_dev_event *ev;
 };
 
 struct conn {
@@ -125,6 +147,8 @@ struct conn {
 	int njobs;
 	struct cmem mems[MAX_MEMS];
 	uint32_t next_mem;
+	struct cevent events[MAX_EVENTS];
+	uint32_t next_event;
 	kvt_cache_fetch *fetch;      /* a remote prefetch this client's lookup
 					started, ended by its next LOAD */
 	kvtd_buf in, out;
@@ -208,9 +232,17 @@ int kvti_reply_status(struct conn *c, const kvtd_hdr *h, int status);
 
 /* ---- mem.c ------------------------------------------------------------- */
 
-/* REGISTER: check, map and attach the memfd @fd; *@id its mem id. */
-int kvti_mem_register(struct conn *c, const kvtd_req *q, int fd,
-		      uint32_t *id);
+/* REGISTER: check, map or import the segments (@fds: those that came),
+ * attach; *@id its mem id. */
+int kvti_mem_register(struct conn *c, const kvtd_req *q, const int *fds,
+		      int nfds, uint32_t *id);
+/* EVENT: import the engine's IPC event (@fd for an emulated one). */
+int kvti_event_register(struct conn *c, const kvtd_req *q, int fd,
+			uint32_t *id);
+/* Event @id of @c (a struct kvti_dev_event *), or NULL. */
+void *kvti_event_find(struct conn *c, uint32_t id);
+/* Close every event (the jobs that named them are gone). */
+void kvti_events_drop(struct conn *c);
 /* Detach (waits for its jobs), unmap, forget. */
 void kvti_mem_drop(struct conn *c, struct cmem *cm);
 /* @c's memory @id, or NULL. */

@@ -31,6 +31,12 @@ static _Atomic uint32_t *slot_word(struct conn *c, uint32_t s)
 	return (_Atomic uint32_t *)(c->slots + (size_t)s * KVTD_SLOT_BYTES);
 }
 
+static _Atomic uint32_t *stream_word(struct conn *c, uint32_t s)
+{
+	return (_Atomic uint32_t *)(c->slots + (size_t)s * KVTD_SLOT_BYTES +
+				    KVTD_SLOT_STREAM_OFF);
+}
+
 static void slot_put(struct conn *c, uint32_t s, int off, int32_t v)
 {
 	uint8_t *p = c->slots + (size_t)s * KVTD_SLOT_BYTES + off;
@@ -61,7 +67,13 @@ static void on_progress(void *arg, const kvt_cache_progress *p)
 				     kvt_now_ns() - j->t0);
 	}
 	atomic_store_explicit(slot_word(c, j->slot), w, memory_order_release);
+	/* the word an engine's stream waits on: layers, or the end */
+	atomic_store_explicit(stream_word(c, j->slot), KVTD_STREAM_WORD(j->gen,
+			      p->done || p->failed ? KVTD_STREAM_END :
+			      KVT_MIN(p->layers, KVTD_STREAM_END - 1)),
+			      memory_order_release);
 	futex_wake(slot_word(c, j->slot));
+	futex_wake(stream_word(c, j->slot));
 	if (p->done) {
 		uint64_t one = 1;
 		if (write(c->efd, &one, sizeof(one)) < 0) {
@@ -143,8 +155,18 @@ int kvti_job_start(struct conn *c, const kvtd_req *q, int store, int each)
 	kvt_page_key *keys = NULL;
 	uint32_t *blocks = NULL;
 	struct job *j = NULL;
+	void *ev = NULL;
 	int err;
 
+	if (q->u.job.event_id &&
+	    !(ev = kvti_event_find(c, q->u.job.event_id)))
+		return kvti_perr(c, KVTD_PERR_NOT_OWNER,
+			    kvti_fail(KVT_ENOTFOUND, "%s: no event %u registered "
+				      "by this client", store ? "STORE" : "LOAD",
+				      q->u.job.event_id));
+	if (ev && cm && cm->device < 0)
+		return kvti_fail(-EINVAL, "%s: a device event on a job in host "
+				 "memory", store ? "STORE" : "LOAD");
 	if (!cm)
 		return kvti_perr(c, KVTD_PERR_NOT_OWNER,
 			    kvti_fail(KVT_ENOTFOUND,
@@ -176,14 +198,18 @@ int kvti_job_start(struct conn *c, const kvtd_req *q, int store, int each)
 	j->t0 = kvt_now_ns();
 	j->deadline = j->t0 + (uint64_t)d->cfg.lease_ms * 1000000ull;
 	/* a fresh slot: generation up, nothing ready */
-	slot_put(c, s, 12, (int32_t)(kvtd_u32_at(c->slots, s * 4 + 3) + 1));
+	j->gen = kvtd_u32_at(c->slots + (size_t)s * KVTD_SLOT_BYTES, 3) + 1;
+	slot_put(c, s, 12, (int32_t)j->gen);
 	slot_put(c, s, 4, 0);
 	slot_put(c, s, 8, 0);
 	atomic_store_explicit(slot_word(c, s), 0, memory_order_release);
+	atomic_store_explicit(stream_word(c, s), KVTD_STREAM_WORD(j->gen, 0),
+			      memory_order_release);
 	io.mem = cm->m;
 	io.progress = on_progress;
 	io.arg = j;
 	io.flags = each ? KVT_CACHE_IO_EACH : 0;
+	io.wait = ev;
 	err = store ? kvt_cache_store_ex(d->c, c->itenant, keys,
 					 q->u.job.nkeys, q->u.job.first,
 					 blocks, &io, &j->cj)

@@ -10,6 +10,7 @@
  * snapshot as text or JSON: both renderings come from the same numbers.
  */
 #include "server/metrics.h"
+#include "server/metrics_dpath.h"
 
 #include "core/core.h"
 
@@ -394,6 +395,7 @@ struct snap {
 	int have_cache;
 	struct snap_tier tier[NT];
 	kvt_cache_stat cs;
+	struct kvtd_dpath dp; /* the data path (metrics_dpath.c) */
 	unsigned tiers;      /* bit t: tier t gets per-tier series */
 	int nt;              /* tenants, node first */
 	struct snap_tenant *t;
@@ -441,6 +443,7 @@ static void snap_cache(struct snap *s, kvt_cache *c)
 {
 	s->have_cache = 1;
 	kvt_cache_stat_get(c, &s->cs);
+	kvtd_dpath_snap(c, &s->dp);
 	/* the hbm kind is the engines' own memory, not the daemon's to count
 	 * (and it is attached while the daemon runs) */
 	for (int k = KVT_TIER_FABRIC; k < NT; k++) {
@@ -895,6 +898,15 @@ int kvtd_metrics_render_text(kvtd_metrics *m, char **out, size_t *len)
 	text_node(&b, &s);
 	text_tiers(&b, &s);
 	text_cache(&b, &s);
+	{
+		char *dp = NULL;
+
+		if ((err = kvtd_dpath_text(&s.dp, &dp)))
+			goto out;
+		if (dp)
+			sb_str(&b, dp);
+		kvt_free(dp);
+	}
 	text_tenants(&b, &s);
 	text_hists(&b, &s);
 	err = b.err;
@@ -1063,6 +1075,8 @@ static cJSON *json_build(const struct snap *s)
 	} else if (!cJSON_AddNullToObject(root, "cache")) {
 		j.ok = 0;
 	}
+	if (kvtd_dpath_json(&s->dp, root))
+		j.ok = 0;
 	x = jarr(&j, root, "buckets");
 	for (int k = 0; x && k < KVTD_HIST_BOUNDS; k++)
 		jitem(&j, x, cJSON_CreateNumber(kvtd_hist_bound(k)));

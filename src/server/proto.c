@@ -18,7 +18,7 @@ static const char *op_names[] = {
 	[KVTD_MSG_STORE] = "STORE", [KVTD_MSG_CANCEL] = "CANCEL",
 	[KVTD_MSG_RELEASE] = "RELEASE", [KVTD_MSG_STATS] = "STATS",
 	[KVTD_MSG_QUIESCE] = "QUIESCE", [KVTD_MSG_LOAD_EACH] = "LOAD_EACH",
-	[KVTD_MSG_STORE_EACH] = "STORE_EACH",
+	[KVTD_MSG_STORE_EACH] = "STORE_EACH", [KVTD_MSG_EVENT] = "EVENT",
 	[KVTD_MSG_REGISTER_ROWS] = "REGISTER_ROWS",
 };
 
@@ -30,7 +30,22 @@ const char *kvtd_msg_name(uint16_t op)
 
 int kvtd_msg_fds(uint16_t op)
 {
-	return op == KVTD_MSG_REGISTER || op == KVTD_MSG_REGISTER_ROWS ? 1 : 0;
+	return op == KVTD_MSG_REGISTER || op == KVTD_MSG_REGISTER_ROWS ?
+	       KVTD_MAX_SEGS :
+	       op == KVTD_MSG_EVENT ? 1 : 0;
+}
+
+int kvtd_req_fds(const kvtd_req *q)
+{
+	switch (q->h.op) {
+	case KVTD_MSG_REGISTER:
+	case KVTD_MSG_REGISTER_ROWS:
+		return (int)q->u.reg.nfds;
+	case KVTD_MSG_EVENT:
+		return q->u.event.kind == KVTD_EV_EMU_FD;
+	default:
+		return 0;
+	}
 }
 
 int kvtd_hdr_decode(const uint8_t *buf, kvtd_hdr *h, int reply)
@@ -168,11 +183,42 @@ int kvtd_req_decode(const uint8_t *buf, size_t len, kvtd_req *q)
 		q->u.reg.token_stride = kvtd_get_u64(&r);
 		q->u.reg.head_stride = op == KVTD_MSG_REGISTER_ROWS ?
 				       kvtd_get_u64(&r) : 0;
+		q->u.reg.uuid = kvtd_get_bytes(&r, KVTD_UUID_BYTES);
+		q->u.reg.nseg = kvtd_get_u32(&r);
 		if (!r.err && (!q->u.reg.nlayers ||
 			       q->u.reg.nlayers > KVTD_MAX_LAYERS))
 			return kvti_fail(KVT_EPROTO, "protocol: REGISTER of %u "
 					 "layers", q->u.reg.nlayers);
-		q->u.reg.layer_off = get_array(&r, q->u.reg.nlayers, 8);
+		if (!r.err && (!q->u.reg.nseg || q->u.reg.nseg > KVTD_MAX_SEGS))
+			return kvti_fail(KVT_EPROTO, "protocol: REGISTER of %u "
+					 "segments (1..%d)", q->u.reg.nseg,
+					 KVTD_MAX_SEGS);
+		q->u.reg.segs = get_array(&r, q->u.reg.nseg, KVTD_SEG_BYTES);
+		q->u.reg.layers = get_array(&r, q->u.reg.nlayers, 12);
+		for (uint32_t i = 0; !r.err && i < q->u.reg.nseg; i++) {
+			uint32_t k = kvtd_seg_kind(q, i);
+
+			if (k < KVTD_SEG_MEMFD || k > KVTD_SEG_EMU_FD)
+				return kvti_fail(KVT_EPROTO, "protocol: REGISTER "
+						 "segment %u of kind %u", i, k);
+			q->u.reg.nfds += (uint32_t)kvtd_seg_has_fd(k);
+		}
+		for (uint32_t l = 0; !r.err && l < q->u.reg.nlayers; l++)
+			if (kvtd_layer_seg(q, l) >= q->u.reg.nseg)
+				return kvti_fail(KVT_EPROTO, "protocol: REGISTER "
+						 "layer %u in segment %u of %u", l,
+						 kvtd_layer_seg(q, l),
+						 q->u.reg.nseg);
+		break;
+	case KVTD_MSG_EVENT:
+		q->u.event.device = (int32_t)kvtd_get_u32(&r);
+		q->u.event.kind = kvtd_get_u32(&r);
+		q->u.event.uuid = kvtd_get_bytes(&r, KVTD_UUID_BYTES);
+		q->u.event.handle = kvtd_get_bytes(&r, KVTD_HANDLE_BYTES);
+		if (!r.err && q->u.event.kind != KVTD_EV_CUDA_IPC &&
+		    q->u.event.kind != KVTD_EV_EMU_FD)
+			return kvti_fail(KVT_EPROTO, "protocol: EVENT of kind %u",
+					 q->u.event.kind);
 		break;
 	case KVTD_MSG_UNREGISTER:
 	case KVTD_MSG_CANCEL:
@@ -196,6 +242,7 @@ int kvtd_req_decode(const uint8_t *buf, size_t len, kvtd_req *q)
 		q->u.job.slot = kvtd_get_u32(&r);
 		q->u.job.nkeys = kvtd_get_u32(&r);
 		q->u.job.first = kvtd_get_u32(&r);
+		q->u.job.event_id = kvtd_get_u32(&r);
 		if (!r.err && q->u.job.first > q->u.job.nkeys)
 			return kvti_fail(KVT_EPROTO, "protocol: %s first %u of "
 					 "%u keys", kvtd_msg_name(op),

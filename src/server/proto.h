@@ -1,5 +1,5 @@
 /*
- * proto.h — the kvtierd wire protocol, version 1: the one place that says
+ * proto.h — the kvtierd wire protocol, version 2: the one place that says
  * what travels on the daemon's Unix socket. docs/PROTOCOL.md has the same
  * tables for people writing a client in another language.
  *
@@ -40,19 +40,25 @@
  *              u64 page_bytes; fds: the job-slot memfd (max_jobs *
  *              slot_bytes, map read-only), the done eventfd
  *   REGISTER   i32 device, u32 nlayers, u64 nblocks, u64 block_stride,
- *              u64 kv_stride, u64 token_stride, u64 layer_off[nlayers];
- *              fd: a memfd sealed F_SEAL_SHRINK
+ *              u64 kv_stride, u64 token_stride, u8 uuid[16] (a GPU's
+ *              UUID, or zeros: device is the ordinal), u32 nseg (1..8),
+ *              nseg * (u32 kind, u64 bytes, u8 handle[64]),
+ *              nlayers * (u32 seg, u64 off);
+ *              fds: one per segment whose kind carries one (MEMFD,
+ *              VMM_FD, EMU_FD), in segment order
  *     reply    u32 mem_id
  *   REGISTER_ROWS  as REGISTER with u64 head_stride after token_stride:
- *              chunks kept in rows (kvt_cache_attach_rows()); a client
- *              sends it only for such memory, REGISTER otherwise
+ *              host memory whose chunks are kept in rows
+ *              (kvt_cache_attach_rows()); a client sends it only for such
+ *              memory, REGISTER otherwise
  *   UNREGISTER u32 mem_id                              reply: (none)
  *   HASH       u32 ntokens, u32 tokens[ntokens]
  *     reply    u32 nkeys, nkeys * (u64 lo, u64 hi)
  *   LOOKUP     u32 flags, u32 nkeys, nkeys * (u64 lo, u64 hi)
  *     reply    u64 pages, u32 ntiers, u64 tier_pages[ntiers], u64 inflight
- *   LOAD,      u32 mem_id, u32 slot, u32 nkeys, u32 first,
- *   STORE      nkeys * (u64 lo, u64 hi), u32 blocks[nkeys - first]
+ *   LOAD,      u32 mem_id, u32 slot, u32 nkeys, u32 first, u32 event_id
+ *   STORE      (0: none), nkeys * (u64 lo, u64 hi), u32 blocks[nkeys -
+ *              first]
  *     reply    (none): accepted; progress goes to job slot @slot
  *   LOAD_EACH, as LOAD / STORE, every key a one-page prefix of its own
  *   STORE_EACH (KVT_CACHE_IO_EACH); first must be 0
@@ -64,6 +70,10 @@
  *   STATS      (empty)                       reply: u32 len, JSON[len]
  *   QUIESCE    (empty): returns once background demotion has settled
  *              (kvt_cache_quiesce(); tests, benchmarks)    reply: (none)
+ *   EVENT      i32 device, u32 kind, u8 uuid[16], u8 handle[64];
+ *              fd: with EMU_FD events, the event's memfd
+ *     reply    u32 event_id: jobs naming it have their device copies
+ *              wait for the engine's last record of it before the job
  *
  * JOB SLOTS (the HELLO memfd; written by the daemon only)
  *
@@ -73,6 +83,13 @@
  *     4    4  result  i32, valid once done
  *     8    4  failed  i32: the error when bit 30 is set
  *    12    4  gen     bumped by the daemon when a job takes the slot
+ *    16    4  stream  (gen & 0xfff) << 20 | layers ready (< 0xfffff), or
+ *                     (gen & 0xfff) << 20 | 0xfffff once the job is done
+ *                     or every block failed: the word an engine's stream
+ *                     waits on (cuStreamWaitValue32 GEQ, a cyclic
+ *                     comparison: a later job's word satisfies an
+ *                     earlier job's wait at once)
+ *    20   12  (zero)
  *
  * Every decoder here is total: any byte string gives a decoded message or
  * KVT_EPROTO with a reason, never a read out of bounds (fuzzed by
@@ -89,18 +106,44 @@
 #include <stdint.h>
 
 #define KVTD_MAGIC 0x4454564bu /* "KVTD" */
-#define KVTD_VERSION 1
+#define KVTD_VERSION 2
 #define KVTD_HDR 16
 #define KVTD_MAX_PAYLOAD (4u << 20)
 #define KVTD_REPLY 0x8000u
 #define KVTD_NS_MAX 63
 #define KVTD_MAX_LAYERS 1024
-#define KVTD_SLOT_BYTES 16
-#define KVTD_MAX_FDS 2
+#define KVTD_SLOT_BYTES 32
+#define KVTD_MAX_FDS 8
+#define KVTD_MAX_SEGS 8
+#define KVTD_HANDLE_BYTES 64
+#define KVTD_UUID_BYTES 16
+#define KVTD_SEG_BYTES (4 + 8 + KVTD_HANDLE_BYTES)
 
 #define KVTD_SLOT_DONE (1u << 31)
 #define KVTD_SLOT_FAILED (1u << 30)
 #define KVTD_SLOT_LAYERS 0x00ffffffu
+#define KVTD_SLOT_STREAM_OFF 16
+#define KVTD_STREAM_END 0xfffffu
+#define KVTD_STREAM_WORD(gen, layers) \
+	((((uint32_t)(gen) & 0xfffu) << 20) | ((uint32_t)(layers) & 0xfffffu))
+
+/* REGISTER segment kinds */
+enum kvtd_seg_kind {
+	KVTD_SEG_MEMFD = 1,    /* host memory: a memfd sealed F_SEAL_SHRINK */
+	KVTD_SEG_CUDA_IPC = 2, /* a cudaIpcMemHandle_t in handle[] */
+	KVTD_SEG_VMM_FD = 3,   /* a cuMemCreate allocation's POSIX fd */
+	KVTD_SEG_EMU_FD = 4,   /* emulated device memory: its memfd */
+};
+/* EVENT kinds */
+enum kvtd_event_kind {
+	KVTD_EV_CUDA_IPC = 1,  /* a cudaIpcEventHandle_t in handle[] */
+	KVTD_EV_EMU_FD = 2,    /* an emulated IPC event: its memfd */
+};
+static inline int kvtd_seg_has_fd(uint32_t kind)
+{
+	return kind == KVTD_SEG_MEMFD || kind == KVTD_SEG_VMM_FD ||
+	       kind == KVTD_SEG_EMU_FD;
+}
 
 enum kvtd_msg {
 	KVTD_MSG_HELLO = 1,
@@ -116,8 +159,9 @@ enum kvtd_msg {
 	KVTD_MSG_QUIESCE = 11,
 	KVTD_MSG_LOAD_EACH = 12,
 	KVTD_MSG_STORE_EACH = 13,
-	KVTD_MSG_REGISTER_ROWS = 14,
-	KVTD_MSG_MAX = 14,
+	KVTD_MSG_EVENT = 14,
+	KVTD_MSG_REGISTER_ROWS = 15,
+	KVTD_MSG_MAX = 15,
 };
 
 typedef struct kvtd_hdr {
@@ -139,11 +183,18 @@ typedef struct kvtd_req {
 		} hello;
 		struct {
 			int32_t device;
-			uint32_t nlayers;
+			uint32_t nlayers, nseg, nfds;
 			uint64_t nblocks, block_stride, kv_stride, token_stride;
-			uint64_t head_stride; /* REGISTER: D*s (packed) */
-			const uint8_t *layer_off; /* nlayers u64 */
+			uint64_t head_stride;     /* REGISTER: 0 (D*s: packed) */
+			const uint8_t *uuid;      /* 16 bytes */
+			const uint8_t *segs;      /* nseg * KVTD_SEG_BYTES */
+			const uint8_t *layers;    /* nlayers * (u32 seg, u64 off) */
 		} reg;
+		struct {
+			int32_t device;
+			uint32_t kind;
+			const uint8_t *uuid, *handle;
+		} event;
 		struct {
 			uint32_t ntokens;
 			const uint8_t *tokens;
@@ -153,7 +204,7 @@ typedef struct kvtd_req {
 			const uint8_t *keys;
 		} lookup;
 		struct {
-			uint32_t mem_id, slot, nkeys, first;
+			uint32_t mem_id, slot, nkeys, first, event_id;
 			const uint8_t *keys;
 			const uint8_t *blocks; /* nkeys - first u32 */
 		} job;
@@ -161,8 +212,17 @@ typedef struct kvtd_req {
 	} u;
 } kvtd_req;
 
-/* Which ops carry how many fds (requests). */
+/* The most fds a request of @op may carry (REGISTER, EVENT: the decoded
+ * request says how many exactly: kvtd_req_fds()). */
 int kvtd_msg_fds(uint16_t op);
+/* The fds a decoded request must carry. */
+int kvtd_req_fds(const kvtd_req *q);
+/* REGISTER segment @i: kind, bytes, handle; layer @l: segment, offset. */
+static inline uint32_t kvtd_seg_kind(const kvtd_req *q, uint32_t i);
+static inline uint64_t kvtd_seg_size(const kvtd_req *q, uint32_t i);
+static inline const uint8_t *kvtd_seg_handle(const kvtd_req *q, uint32_t i);
+static inline uint32_t kvtd_layer_seg(const kvtd_req *q, uint32_t l);
+static inline uint64_t kvtd_layer_off(const kvtd_req *q, uint32_t l);
 const char *kvtd_msg_name(uint16_t op);
 
 /* The header of @buf (>= KVTD_HDR bytes): 0, or KVT_EPROTO for a bad
@@ -190,6 +250,35 @@ static inline kvt_page_key kvtd_key_at(const uint8_t *p, size_t i)
 {
 	kvt_page_key k = { kvtd_u64_at(p, 2 * i), kvtd_u64_at(p, 2 * i + 1) };
 	return k;
+}
+
+static inline uint32_t kvtd_seg_kind(const kvtd_req *q, uint32_t i)
+{
+	return kvtd_u32_at(q->u.reg.segs + (size_t)i * KVTD_SEG_BYTES, 0);
+}
+
+static inline uint64_t kvtd_seg_size(const kvtd_req *q, uint32_t i)
+{
+	const uint8_t *p = q->u.reg.segs + (size_t)i * KVTD_SEG_BYTES + 4;
+
+	return kvtd_u32_at(p, 0) | (uint64_t)kvtd_u32_at(p, 1) << 32;
+}
+
+static inline const uint8_t *kvtd_seg_handle(const kvtd_req *q, uint32_t i)
+{
+	return q->u.reg.segs + (size_t)i * KVTD_SEG_BYTES + 12;
+}
+
+static inline uint32_t kvtd_layer_seg(const kvtd_req *q, uint32_t l)
+{
+	return kvtd_u32_at(q->u.reg.layers + (size_t)l * 12, 0);
+}
+
+static inline uint64_t kvtd_layer_off(const kvtd_req *q, uint32_t l)
+{
+	const uint8_t *p = q->u.reg.layers + (size_t)l * 12 + 4;
+
+	return kvtd_u32_at(p, 0) | (uint64_t)kvtd_u32_at(p, 1) << 32;
 }
 
 /* ---- building messages --------------------------------------------------- */

@@ -48,6 +48,9 @@ typedef struct kvtd kvtd;
  *               lookups report its run after the local one, and the
  *               daemon prefetches it into the top tier until the client's
  *               LOAD of that prefix (whatever arrived is used).
+ * @devices:     kvt_cache_config.devices: the devices engines will
+ *               register memory on, the host tiers registered with them
+ *               at open (NULL or "": at each device's first REGISTER).
  * @cache_flags, @write, @evict, @xfer_threads: kvt_cache_config's.
  */
 typedef struct kvtd_config {
@@ -61,6 +64,7 @@ typedef struct kvtd_config {
 	uint32_t lease_ms, hello_ms, max_clients;
 	const char *metrics;
 	const char *remote;        /* kvt_cache_config.remote, or NULL */
+	const char *devices;       /* kvt_cache_config.devices, or NULL */
 	unsigned cache_flags;      /* KVT_CACHE_* */
 	int write, evict;          /* kvt_cache_config's (write-back, LRU) */
 	uint32_t xfer_threads;

@@ -296,6 +296,8 @@ static void dev_run(struct dev_thread *t, struct kvt_xfer_job *j)
 	int err;
 
 	kvti_job_started(j);
+	/* the engine's work on these blocks first (its IPC event) */
+	err = j->d.wait ? d->ops->stream_wait_event(t->s, j->d.wait) : 0;
 	r.m = r.n * r.kv;
 	r.hash_dst = side_dev(j->d.dst);
 	r.lsums = !!(j->d.flags & XFER_LAYER_SUMS);
@@ -305,11 +307,11 @@ static void dev_run(struct dev_thread *t, struct kvt_xfer_job *j)
 	segs = r.m * r.L;
 	/* the device copies chunks whole: memory registered in rows
 	 * (geom.h "ROWS") is host memory, moved by the cpu lane */
-	if (kvt_layout_rows(j->sl) > 1 || kvt_layout_rows(j->dl) > 1)
+	if (!err && (kvt_layout_rows(j->sl) > 1 || kvt_layout_rows(j->dl) > 1))
 		err = kvti_fail(KVT_ENOTBUILT, "device lane: a chunk kept in "
 				"rows (token/head strides) is not copied by "
 				"the device path");
-	else
+	if (!err)
 		err = stage(t, r.m * r.L, segs, r.n * (r.lsums ? r.L : 1),
 			    r.L + 1);
 	if (!err)
@@ -489,6 +491,9 @@ int kvti_dev_check(struct kvt_xfer *x, struct kvt_xfer_job *j, int slot)
 	char *p;
 	int err;
 
+	if (j->d.wait && kvti_dev_event_dev(j->d.wait) != d)
+		return kvti_fail(-EINVAL, "the job waits on an event of another "
+				 "device than %s", d->name);
 	if (j->method == KVT_XFER_CUDA_BATCH && !(d->caps & KVTI_DEV_CAP_BATCH))
 		return kvti_fail(KVT_ENOTBUILT, "cuda-batch needs "
 				 "cudaMemcpyBatchAsync (CUDA 12.8 or later); %s "
@@ -525,6 +530,26 @@ void kvti_dev_stop(struct kvt_xfer *x)
 		xdev_free(x, xd);
 	}
 	pthread_mutex_unlock(&x->mu);
+}
+
+int kvt_xfer_devices(kvt_xfer *x, int *ids, struct kvt_dev_stat *st, int max)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&x->mu);
+	for (int i = 0; i < XFER_MAX_DEVS; i++) {
+		if (!x->dev[i])
+			continue;
+		if (n < max) {
+			if (ids)
+				ids[n] = x->dev[i]->id;
+			if (st)
+				kvt_dev_stat_get((kvt_dev *)x->dev[i]->dev, &st[n]);
+		}
+		n++;
+	}
+	pthread_mutex_unlock(&x->mu);
+	return n;
 }
 
 int kvti_dev_contig(int id, void *dst, const void *src, uint64_t n,

@@ -718,6 +718,9 @@ static int check_desc(const kvt_xfer_desc *d)
 				 "of the four, not 0x%x", sums);
 	if (d->bad && !(sums & KVT_XFER_LVERIFY))
 		return kvti_fail(-EINVAL, "a bad-page array without LVERIFY");
+	if (d->wait && !is_gpu(d->src) && !is_gpu(d->dst))
+		return kvti_fail(-EINVAL, "a device event to wait for on a job "
+				 "that moves no device memory");
 	if (sums && d->npages && !d->sums)
 		return kvti_fail(-EINVAL, "checksum flag without a sums array");
 	if (d->prio < KVT_XFER_PRIO_DEFAULT || d->prio > KVT_XFER_PRIO_LOW)

@@ -33,8 +33,24 @@ static void encode(kvtd_buf *b, const kvtd_req *q)
 		kvtd_put_u64(b, q->u.reg.token_stride);
 		if (q->h.op == KVTD_MSG_REGISTER_ROWS)
 			kvtd_put_u64(b, q->u.reg.head_stride);
-		for (uint32_t l = 0; l < q->u.reg.nlayers; l++)
-			kvtd_put_u64(b, kvtd_u64_at(q->u.reg.layer_off, l));
+		kvtd_put_bytes(b, q->u.reg.uuid, KVTD_UUID_BYTES);
+		kvtd_put_u32(b, q->u.reg.nseg);
+		for (uint32_t i = 0; i < q->u.reg.nseg; i++) {
+			kvtd_put_u32(b, kvtd_seg_kind(q, i));
+			kvtd_put_u64(b, kvtd_seg_size(q, i));
+			kvtd_put_bytes(b, kvtd_seg_handle(q, i),
+				       KVTD_HANDLE_BYTES);
+		}
+		for (uint32_t l = 0; l < q->u.reg.nlayers; l++) {
+			kvtd_put_u32(b, kvtd_layer_seg(q, l));
+			kvtd_put_u64(b, kvtd_layer_off(q, l));
+		}
+		break;
+	case KVTD_MSG_EVENT:
+		kvtd_put_u32(b, (uint32_t)q->u.event.device);
+		kvtd_put_u32(b, q->u.event.kind);
+		kvtd_put_bytes(b, q->u.event.uuid, KVTD_UUID_BYTES);
+		kvtd_put_bytes(b, q->u.event.handle, KVTD_HANDLE_BYTES);
 		break;
 	case KVTD_MSG_UNREGISTER:
 	case KVTD_MSG_CANCEL:
@@ -62,6 +78,7 @@ static void encode(kvtd_buf *b, const kvtd_req *q)
 		kvtd_put_u32(b, q->u.job.slot);
 		kvtd_put_u32(b, q->u.job.nkeys);
 		kvtd_put_u32(b, q->u.job.first);
+		kvtd_put_u32(b, q->u.job.event_id);
 		for (uint32_t i = 0; i < q->u.job.nkeys; i++) {
 			kvt_page_key k = kvtd_key_at(q->u.job.keys, i);
 			kvtd_put_keys(b, &k, 1);

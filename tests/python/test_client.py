@@ -203,13 +203,15 @@ def test_strided_layout_and_gpu_refusal(tiny_daemon):
             cl.alloc_memfd(nb * block_stride, offs, nb, c // 2, kv_stride,
                            g.kv_heads * g.head_dim * 4)
         assert e.value.code in (kvtier.KVT_EGEOM, -errno.EINVAL)
-        # GPU memory: not implemented yet, and said so
+        # a memfd is host memory: device memory comes by handle
+        # (register_device), and a memfd said to be on a GPU is refused
         fd = os.memfd_create("x", os.MFD_ALLOW_SEALING)
         try:
             with pytest.raises(kvtier.KvtierError) as e:
                 cl.register_fd(fd, offs, nb, block_stride, kv_stride,
                                g.kv_heads * g.head_dim * 4, device=0)
-            assert e.value.code == kvtier.KVT_ENOTBUILT
+            assert e.value.code == -errno.EINVAL
+            assert "register_dev" in e.value.detail
         finally:
             os.close(fd)
 

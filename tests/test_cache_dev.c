@@ -1,15 +1,17 @@
 /*
- * test_cache_cuda — the cache over an engine's GPU memory (exit 77 without
- * CUDA or a GPU): per-layer cudaMalloc'ed buffers registered with device
- * 0, in vLLM-like (K/V outer) and block-outer strides with gaps. Pages are
+ * test_cache_dev — the cache over an engine's device memory, on the
+ * emulated device always and on each CUDA GPU when there is one:
+ * per-layer device buffers registered with the device, in vLLM-like (K/V
+ * outer) and block-outer strides with gaps. Pages are
  * stored out of GPU blocks, pushed down fabric -> dram -> ssd, and loaded
  * back into other GPU blocks bit-exact, layer by layer (each layer's bytes
  * read back from the GPU the moment it is reported ready), ssd -> GPU
  * included (staged through a pinned bounce tier). A page corrupted in dram
  * is never reported ready past its bad layer; a load cancelled before it
- * ran fails every block; kvt_cache_verify() passes at the end. Also: the
- * same with owned tiers that are not pinned (either refused with an error
- * or bit-exact: never wrong bytes).
+ * ran fails every block; kvt_cache_verify() passes at the end. The
+ * cache registers its host tiers with the device itself (tiers opened
+ * without 'pin', and with it on a GPU); the counters show the device
+ * moved and hashed the restores and no CPU thread did.
  */
 #include "cache_util.h"
 
@@ -140,6 +142,8 @@ static void cancel_load(kvt_cache *c, const eng *e)
 	CHECK_EQ(nf, SP);
 }
 
+static int DEVICE;
+
 static void run(const char *spec, int outer, int pinned)
 {
 	kvt_cache_config cfg = KVT_CACHE_CONFIG_INIT;
@@ -155,7 +159,7 @@ static void run(const char *spec, int outer, int pinned)
 	CHECK_OK(kvt_cache_open(&c, &cfg));
 	if (!c)
 		return;
-	CHECK_OK(eng_init(&e, &geom, NB, outer, 256, 0));
+	CHECK_OK(eng_init(&e, &geom, NB, outer, 256, DEVICE));
 	err = eng_register(c, &e);
 	if (!pinned && err) {
 		fprintf(stderr, "  unpinned tiers refused: %s (%s)\n",
@@ -178,31 +182,50 @@ static void run(const char *spec, int outer, int pinned)
 	CHECK_OK(kvt_cache_verify(c, &chk));
 	CHECK_EQ(chk.bad, 0);
 	CHECK(eng_gaps_intact(&e));
+	{
+		kvt_xfer_stat xs;
+
+		kvt_xfer_stat_get(kvt_cache_xfer(c), &xs);
+		CHECK_EQ(xs.bytes[KVT_XFER_MOVER_CPU][KVT_XFER_FLOW_RESTORE], 0);
+		CHECK_EQ(xs.cpu_hashed[KVT_XFER_FLOW_RESTORE], 0);
+		CHECK(xs.bytes[KVT_XFER_MOVER_KERNEL][KVT_XFER_FLOW_RESTORE] > 0);
+		CHECK(xs.dev_hashed[KVT_XFER_FLOW_RESTORE] > 0);
+	}
 out:
 	kvt_cache_close(c);
 	eng_free(&e);
 }
 
-int main(void)
+static void run_device(const char *dir, int device)
 {
-	const char *dir;
-	kvt_machine m;
 	char spec[700];
 
-	kvt_probe(&m);
-	if (!m.cuda_built)
-		SKIP("built without CUDA");
-	if (m.ngpus < 1)
-		SKIP(m.cuda_note);
-	fprintf(stderr, "GPU: %s\n", m.gpus[0].name);
-	dir = test_dir("cache_cuda");
-	small_geom(&geom, L, P); /* 64 KiB pages */
+	DEVICE = device;
+	fprintf(stderr, "device %d\n", device);
 	/* 16 pages of fabric, 48 of dram, 256 of ssd for 192 */
-	snprintf(spec, sizeof(spec), "fabric:memfd,1M,pin dram:3M,pin "
+	if (!kvti_dev_is_emu(device)) {
+		snprintf(spec, sizeof(spec), "fabric:memfd,1M,pin dram:3M,pin "
+			 "ssd:%s/ssd,16M,temp", dir);
+		run(spec, ENG_KV_OUTER, 1);
+	}
+	snprintf(spec, sizeof(spec), "fabric:memfd,1M dram:3M "
 		 "ssd:%s/ssd,16M,temp", dir);
 	run(spec, ENG_KV_OUTER, 1);
 	run(spec, ENG_BLOCK_OUTER, 1);
-	snprintf(spec, sizeof(spec), "dram:3M ssd:%s/ssd,16M,temp", dir);
-	run(spec, ENG_KV_OUTER, 0);
+}
+
+int main(void)
+{
+	kvti_dev *d;
+	const char *dir;
+
+	dir = test_dir("cache_dev");
+	small_geom(&geom, L, P); /* 64 KiB pages */
+	run_device(dir, KVT_DEVICE_EMU);
+	for (int g = 0; g < 16 && !kvti_dev_get(g, &d); g++) {
+		fprintf(stderr, "GPU: %s\n", d->name);
+		kvti_dev_put(d);
+		run_device(dir, g);
+	}
 	TEST_DONE();
 }
