@@ -103,7 +103,7 @@ int cmd_serve(int argc, char **argv)
 		{ "tiers", required_argument, 0, 't' },
 		{ "model", required_argument, 0, 'm' },
 		{ "page-tokens", required_argument, 0, 'p' },
-		{ "kv-dtype", required_argument, 0, 'D' },
+		{ "kv-dtype", required_argument, 0, 'K' },
 		{ "tp", required_argument, 0, 'T' },
 		{ "namespace", required_argument, 0, 'n' },
 		{ "tenants", required_argument, 0, 'u' },
@@ -136,7 +136,7 @@ int cmd_serve(int argc, char **argv)
 		case 't': name = "tiers"; break;
 		case 'm': name = "model"; break;
 		case 'p': name = "page_tokens"; break;
-		case 'D': name = "kv_dtype"; break;
+		case 'K': name = "kv_dtype"; break;
 		case 'T': name = "tp"; break;
 		case 'n': name = "namespace"; break;
 		case 'u': name = "tenants"; break;

@@ -81,7 +81,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage,
                                                   HiCacheStorageConfig,

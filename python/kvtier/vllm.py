@@ -78,11 +78,8 @@ the reason); KV events (take_events).
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import logging
-import mmap
-import os
 import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -91,13 +88,14 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import \
     KVConnectorStats
 
-from . import (KVT_ENOTBUILT, KVT_ENOTFOUND, Client, ConnectionLost,
+from . import (KVT_ENOTFOUND, Client, ConnectionLost,
                Geometry, Job, KvtierError)
 from . import Memory, keys_from_hashes
 from . import layout as _layout
 from . import vllm_compat as _compat
-from .client import shared_memfd
 from .staging import StagingPool
+from .vllm_host import (_buffer_of, _check_host, _is_torch, _rehome_torch,
+                        host_kv_buffer)
 
 # host memory for staging GPU KV (when staging_blocks is not given): 2 GiB
 _STAGING_BYTES = 2 << 30
@@ -132,129 +130,6 @@ __all__ = ["KvtierConnector", "KvtierConnectorMetadata", "KvtierStats",
            "LoadSpec", "SaveSpec", "host_kv_buffer"]
 
 log = logging.getLogger("kvtier.vllm")
-
-
-# -- host memory the daemon can map --------------------------------------------
-
-@dataclasses.dataclass
-class _HostBuffer:
-    fd: int
-    map: mmap.mmap
-    base: int
-    size: int
-
-
-_BUFFERS: List[_HostBuffer] = []
-
-
-def host_kv_buffer(nbytes: int) -> memoryview:
-    """@nbytes of zeroed host memory the kvtier daemon can map: a memfd
-    sealed against shrinking and growing, mapped shared here. Allocate
-    KV caches in it (np.frombuffer / torch.frombuffer) before handing
-    them to register_kv_caches(). Lives as long as the process."""
-    if nbytes <= 0:
-        raise ValueError(f"kvtier.vllm: host_kv_buffer({nbytes}): size must "
-                         f"be positive")
-    fd, mm = shared_memfd(nbytes, "kvtier-vllm-kv")
-    base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
-    _BUFFERS.append(_HostBuffer(fd, mm, base, nbytes))
-    return memoryview(mm)
-
-
-def _buffer_of(addr: int, end: int) -> Optional[_HostBuffer]:
-    for b in _BUFFERS:
-        if b.base <= addr and end <= b.base + b.size:
-            return b
-    return None
-
-
-# -- tensors, without depending on torch or numpy ------------------------------
-
-def _is_torch(t: Any) -> bool:
-    return type(t).__module__.startswith("torch")
-
-
-def _check_host(t: Any) -> None:
-    """KVT_ENOTBUILT for a tensor the daemon could only reach through GPU
-    registration (not implemented): say to stage it instead."""
-    if _is_torch(t) and t.device.type != "cpu":
-        raise KvtierError(KVT_ENOTBUILT, "kvtier.vllm: register KV caches",
-                          f"KV caches on {t.device} cannot be shared with "
-                          f"the daemon: GPU memory registration is not "
-                          f"implemented; leave \"staging\" at \"auto\" "
-                          f"(or true) to move pages through host staging "
-                          f"blocks")
-
-
-def _rehome_torch(caches: Dict[str, Any]) -> None:
-    """Move CPU torch tensors into one host_kv_buffer(), in place: each
-    distinct storage is copied once into memory the daemon can map and
-    every tensor viewing it is re-pointed there (Tensor.set_, same offset,
-    sizes and strides: permuted layouts such as HND stay as they were)."""
-    import torch
-    storages: Dict[int, Any] = {}
-    for t in caches.values():
-        st = t.untyped_storage() if hasattr(t, "untyped_storage") \
-            else t.storage()
-        storages.setdefault(st.data_ptr(), (st, t))
-    total = 0
-    place: Dict[int, int] = {}
-    for ptr, (st, _) in storages.items():
-        place[ptr] = total
-        total += (st.nbytes() + 4095) // 4096 * 4096
-    buf = host_kv_buffer(total)
-    new_of: Dict[int, Any] = {}
-    for ptr, (st, t) in storages.items():
-        n = st.nbytes()
-        raw = torch.frombuffer(buf, dtype=torch.uint8, count=n,
-                               offset=place[ptr])
-        raw.copy_(torch.frombuffer(
-            (ctypes.c_char * n).from_address(ptr), dtype=torch.uint8,
-            count=n))
-        new_of[ptr] = raw
-    for t in caches.values():
-        st = t.untyped_storage() if hasattr(t, "untyped_storage") \
-            else t.storage()
-        raw = new_of[st.data_ptr()]
-        view = raw.view(t.dtype) if t.element_size() != 1 else raw
-        t.set_(view.untyped_storage() if hasattr(view, "untyped_storage")
-               else view.storage(), t.storage_offset(), t.size(),
-               t.stride())
-
-
-_FP8 = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
-        "fp8_e5m2": "float8_e5m2", "fp8_inc": "float8_e4m3fn",
-        "fp8_ds_mla": "float8_e4m3fn"}
-
-
-def _kv_dtype_config(cfg: Any, cache_dtype: str) -> Any:
-    """The model config with the KV cache's element type: vLLM's
-    --kv-cache-dtype fp8* stores 1-byte elements whatever the model's
-    dtype (the daemon must serve the same: `kvtier serve --kv-dtype`)."""
-    kvd = _FP8.get(str(cache_dtype or "auto"))
-    if kvd is None:
-        if str(cache_dtype or "auto") not in ("auto", "bfloat16", "float16",
-                                             "half", "float32", "float"):
-            raise ValueError(f"kvtier.vllm: --kv-cache-dtype {cache_dtype} "
-                             f"is not supported")
-        if str(cache_dtype or "auto") == "auto":
-            return cfg
-        kvd = {"half": "float16", "float": "float32"}.get(
-            str(cache_dtype), str(cache_dtype))
-    if isinstance(cfg, (str, os.PathLike)) and not str(cfg).lstrip() \
-            .startswith("{"):
-        with open(cfg, encoding="utf-8") as f:
-            import json
-            cfg = json.load(f)
-    elif isinstance(cfg, str):
-        import json
-        cfg = json.loads(cfg)
-    cfg = dict(cfg)
-    if "text_config" in cfg and isinstance(cfg["text_config"], dict):
-        cfg["text_config"] = dict(cfg["text_config"], torch_dtype=kvd)
-    cfg["torch_dtype"] = kvd
-    cfg.pop("dtype", None)
-    return cfg
 
 
 # -- metadata and stats ------------------------------------------------------------
@@ -410,7 +285,7 @@ class KvtierConnector(KVConnectorBase_V1):
         if cfg is None:
             hf = mc.hf_config
             cfg = hf.to_dict() if hasattr(hf, "to_dict") else dict(hf)
-        cfg = _kv_dtype_config(cfg, getattr(vllm_config.cache_config,
+        cfg = _compat.kv_dtype_config(cfg, getattr(vllm_config.cache_config,
                                             "cache_dtype", "auto"))
         pc = vllm_config.parallel_config
         tp = int(getattr(pc, "tensor_parallel_size", 1))

@@ -26,7 +26,8 @@ import os
 from typing import Any, Iterable, List, Optional, Set
 
 __all__ = ["preempted_ids", "resumed_ids", "check_kv_cache_config",
-           "block_ids", "publishable_blocks", "require_hash_seed"]
+           "block_ids", "publishable_blocks", "require_hash_seed",
+           "kv_dtype_config"]
 
 
 def preempted_ids(arg: Any) -> Set[str]:
@@ -128,3 +129,38 @@ def require_hash_seed(extra: dict, role_is_scheduler: bool) -> None:
 def ids_of(x: Optional[Iterable[str]]) -> Set[str]:
     """A possibly-None collection of request ids as a set."""
     return set(x) if x else set()
+
+
+_FP8 = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
+        "fp8_e5m2": "float8_e5m2", "fp8_inc": "float8_e4m3fn",
+        "fp8_ds_mla": "float8_e4m3fn"}
+
+
+def kv_dtype_config(cfg: Any, cache_dtype: str) -> Any:
+    """The model config with the KV cache's element type: vLLM's
+    --kv-cache-dtype fp8* stores 1-byte elements whatever the model's
+    dtype (the daemon must serve the same: `kvtier serve --kv-dtype`)."""
+    kvd = _FP8.get(str(cache_dtype or "auto"))
+    if kvd is None:
+        if str(cache_dtype or "auto") not in ("auto", "bfloat16", "float16",
+                                             "half", "float32", "float"):
+            raise ValueError(f"kvtier.vllm: --kv-cache-dtype {cache_dtype} "
+                             f"is not supported")
+        if str(cache_dtype or "auto") == "auto":
+            return cfg
+        kvd = {"half": "float16", "float": "float32"}.get(
+            str(cache_dtype), str(cache_dtype))
+    if isinstance(cfg, (str, os.PathLike)) and not str(cfg).lstrip() \
+            .startswith("{"):
+        with open(cfg, encoding="utf-8") as f:
+            import json
+            cfg = json.load(f)
+    elif isinstance(cfg, str):
+        import json
+        cfg = json.loads(cfg)
+    cfg = dict(cfg)
+    if "text_config" in cfg and isinstance(cfg["text_config"], dict):
+        cfg["text_config"] = dict(cfg["text_config"], torch_dtype=kvd)
+    cfg["torch_dtype"] = kvd
+    cfg.pop("dtype", None)
+    return cfg

@@ -27,7 +27,7 @@ import inspect
 import json
 import os
 import re
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Tuple
 
 import pytest
 

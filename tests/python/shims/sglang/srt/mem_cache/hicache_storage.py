@@ -21,9 +21,14 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 from sglang import GENERATION as _GEN
+
+if TYPE_CHECKING:   # the annotations name them, as upstream's do
+    import torch
+    from sglang.srt.mem_cache.memory_pool_host import \
+        HostKVCache  # noqa: F401
 
 
 def get_hash_str(token_ids: List[int], prior_hash: Optional[str] = None) -> str:

@@ -14,7 +14,11 @@ from __future__ import annotations
 import enum
 import logging
 from abc import ABC, abstractmethod
-from typing import Any, Dict, Iterable, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional, Set, Tuple
+
+if TYPE_CHECKING:   # the annotations name them, as upstream's do
+    import torch
+    from vllm.distributed.kv_events import KVCacheEvent  # noqa: F401
 
 
 class KVConnectorRole(enum.Enum):
