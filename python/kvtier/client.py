@@ -36,7 +36,8 @@ import threading
 import weakref
 from ctypes import byref, c_uint32, c_uint64, c_void_p
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, TypeVar, Union
+from typing import (Any, Dict, List, Optional, Sequence, Tuple, TypeVar,
+                    Union)
 
 from . import _lib
 from . import keys as _keys
@@ -460,10 +461,110 @@ class Client(_Closable):
         self._adopt(mem)
         return mem
 
+    # -- device memory --------------------------------------------------------
+
+    def register_device(self, device: Any, layer_ptrs: Sequence[int],
+                        nblocks: int, block_stride: int, kv_stride: int,
+                        token_stride: int) -> "Memory":
+        """Register engine KV in device memory of this process: per layer
+        the device address of block 0's K chunk (strides as in
+        register_fd()). @device is a kvtier.Device; the allocations holding
+        the layers are found and sent by handle (kvt_client_register_ptrs),
+        and the daemon moves pages between its page-locked tiers and them
+        on the device, verified there."""
+        g = self.geometry
+        if len(layer_ptrs) != g.layers:
+            raise ValueError(f"kvtier: {len(layer_ptrs)} layer addresses "
+                             f"for a model of {g.layers} layers")
+        base = (c_void_p * g.layers)(*[int(p) for p in layer_ptrs])
+        m = c_void_p()
+        _check(lib.kvt_client_register_ptrs(self._handle(), device._handle(),
+                                            base, g.layers, nblocks,
+                                            block_stride, kv_stride,
+                                            token_stride, byref(m)),
+               "register device memory")
+        mem = Memory(self, m.value, nblocks, block_stride, kv_stride,
+                     token_stride, [int(p) for p in layer_ptrs], None, None,
+                     device=device.id)
+        self._adopt(mem)
+        return mem
+
+    def register_handles(self, device: int, uuid: Optional[bytes],
+                         segs: Sequence[Tuple[int, int, int, bytes]],
+                         layer_seg: Sequence[int],
+                         layer_off: Sequence[int], nblocks: int,
+                         block_stride: int, kv_stride: int,
+                         token_stride: int) -> "Memory":
+        """Register engine KV by handles another library made: @segs are
+        (kind, fd, bytes, handle) per allocation (kinds _lib.SEG_*), layer
+        l at layer_off[l] of allocation layer_seg[l]
+        (kvt_client_register_dev)."""
+        g = self.geometry
+        cs = (_lib.ClientSeg * max(len(segs), 1))()
+        for i, (kind, fd, nbytes, handle) in enumerate(segs):
+            cs[i].kind, cs[i].fd, cs[i].bytes = kind, fd, nbytes
+            hb = bytes(handle or b"")[:64]
+            ctypes.memmove(cs[i].handle, hb, len(hb))
+        ls = (c_uint32 * g.layers)(*[int(x) for x in layer_seg])
+        lo = (c_uint64 * g.layers)(*[int(x) for x in layer_off])
+        u = (ctypes.c_uint8 * 16).from_buffer_copy(uuid) if uuid else None
+        m = c_void_p()
+        _check(lib.kvt_client_register_dev(self._handle(), device, u, cs,
+                                           len(segs), ls, lo, g.layers,
+                                           nblocks, block_stride, kv_stride,
+                                           token_stride, byref(m)),
+               "register device memory")
+        mem = Memory(self, m.value, nblocks, block_stride, kv_stride,
+                     token_stride, [0] * g.layers, None, None, device=device)
+        self._adopt(mem)
+        return mem
+
+    def register_torch(self, tensors: Sequence[Any],
+                       layout: Any = None) -> "Memory":
+        """Register per-layer CUDA KV tensors (vLLM's FlashAttention shape
+        (2, num_blocks, P, H, D), K and V at [0] and [1]; or any packed
+        layout kvtier.layout.derive() gave, as @layout) by CUDA IPC
+        handle, as PyTorch's storage sharing gives them (the caching
+        allocator's segment and the offset in it): the daemon opens them
+        in its own context on the same GPU (found by UUID) and DMAs
+        straight between its tiers and them."""
+        from . import torch_dev
+        dev, uuid, segs, lseg, loff, bs, ks, ts, nb = \
+            torch_dev.ipc_layout(tensors, self.geometry, layout)
+        return self.register_handles(dev, uuid, segs, lseg, loff, nb, bs, ks,
+                                     ts)
+
+    # -- events ---------------------------------------------------------------
+
+    def event(self, device: Any) -> "ClientEvent":
+        """An IPC event of kvtier.Device @device, registered with the
+        daemon: record it after the engine's writes to blocks a store
+        names (or its reads of blocks a load overwrites) and pass it to
+        the job; the daemon's copies wait for that record."""
+        e = c_void_p()
+        _check(lib.kvt_client_event_new(self._handle(), device._handle(),
+                                        byref(e)), "register an event")
+        return ClientEvent(self, e.value)
+
+    def register_event(self, device: int, uuid: Optional[bytes], kind: int,
+                       handle: bytes, fd: int = -1) -> int:
+        """Register an IPC event another library made (PyTorch:
+        torch.cuda.Event(interprocess=True).ipc_handle(), kind
+        _lib.EVENT_CUDA_IPC): its id, for load()/store(event=)."""
+        hb = (ctypes.c_uint8 * 64)()
+        ctypes.memmove(hb, bytes(handle)[:64], min(64, len(handle)))
+        u = (ctypes.c_uint8 * 16).from_buffer_copy(uuid) if uuid else None
+        out = c_uint32()
+        _check(lib.kvt_client_event_register(self._handle(), device, u, kind,
+                                             hb, fd, byref(out)),
+               "register an event")
+        return out.value
+
     # -- jobs -------------------------------------------------------------------
 
     def _job(self, store: bool, mem: "Memory", keys: Sequence[bytes],
-             blocks: Sequence[int], first: int, each: bool) -> "Job":
+             blocks: Sequence[int], first: int, each: bool,
+             event: Any = None) -> "Job":
         what = "store" if store else "load"
         if mem._client is not self or mem._h is None:
             raise ValueError(f"kvtier: {what}: memory not registered by "
@@ -482,35 +583,44 @@ class Client(_Closable):
         ck = _keys.to_c(keys)
         cb = _u32_array(blocks, "blocks")
         j = c_void_p()
-        fn = lib.kvt_client_store_ex if store else lib.kvt_client_load_ex
+        ev = event.id if isinstance(event, ClientEvent) else int(event or 0)
+        fn = lib.kvt_client_store_ev if store else lib.kvt_client_load_ev
         _check(fn(self._handle(), mem._h, ck, len(keys), first, cb,
-                  _IO_EACH if each else 0, byref(j)), what)
+                  _IO_EACH if each else 0, ev, byref(j)), what)
         job = Job(self, j.value, [int(b) for b in blocks],
                   self.geometry.layers)
+        job.device = mem.device
         self._adopt(job)
         return job
 
     def load(self, mem: "Memory", keys: Sequence[bytes],
              blocks: Sequence[int], first: int = 0,
-             each: bool = False) -> "Job":
+             each: bool = False, event: Any = None) -> "Job":
         """Copy pages first..len(keys)-1 of the prefix @keys into @blocks
         of @mem, asynchronously. Never waits on the cache: a page not
         cached (or not loadable yet) puts its block on the failed list.
         each: every key is a one-page prefix of its own (page i into
-        blocks[i]; first 0): one request for many such pages."""
-        return self._job(False, mem, keys, blocks, first, each)
+        blocks[i]; first 0): one request for many such pages.
+        event: device memory only — a ClientEvent (or registered event
+        id) the daemon's copies wait for (the engine's last reads of the
+        blocks)."""
+        return self._job(False, mem, keys, blocks, first, each, event)
 
     def store(self, mem: "Memory", keys: Sequence[bytes],
               blocks: Sequence[int], first: int = 0,
-              each: bool = False) -> "Job":
+              each: bool = False, event: Any = None) -> "Job":
         """Copy pages first..len(keys)-1 of the prefix @keys out of @blocks
         of @mem into the cache, asynchronously. The blocks must not change
         until the job is done; pages before @first must already be cached
         (or being stored); pages already cached are skipped. Nothing
         becomes visible unless every page landed and was verified.
         each: every key a one-page prefix of its own (first 0); a page
-        that finds no room fails alone."""
-        return self._job(True, mem, keys, blocks, first, each)
+        that finds no room fails alone.
+        event: device memory only — a ClientEvent (or registered event
+        id) recorded after the engine's writes to the blocks: the daemon
+        reads them only after that (without it a store may read blocks
+        still being written)."""
+        return self._job(True, mem, keys, blocks, first, each, event)
 
     # -- the daemon -----------------------------------------------------------
 
@@ -555,8 +665,10 @@ class Memory(_Closable):
     def __init__(self, client: Client, h: int, nblocks: int,
                  block_stride: int, kv_stride: int, token_stride: int,
                  layer_addrs: List[int], buffer: Optional[memoryview],
-                 mapping: Optional[mmap.mmap]) -> None:
+                 mapping: Optional[mmap.mmap],
+                 device: int = _lib.DEVICE_HOST) -> None:
         self._client: Optional[Client] = client
+        self.device = device  # -1 host; else the device id
         self._h: Optional[int] = h
         self.nblocks = nblocks
         self.block_stride = block_stride
@@ -608,6 +720,28 @@ class Memory(_Closable):
     close = free
 
 
+class ClientEvent(_Closable):
+    """An IPC event registered with the daemon (Client.event())."""
+
+    def __init__(self, client: Client, h: int) -> None:
+        self._client: Optional[Client] = client
+        self._h: Optional[int] = h
+        self.id = lib.kvt_client_event_id(h)
+
+    def record(self, stream: Any) -> None:
+        """Record on @stream (a kvtier.device.Stream of its device)."""
+        if self._h is None:
+            raise ValueError("kvtier: the event is closed")
+        _check(lib.kvt_client_event_record(self._h, stream.handle),
+               "record an event")
+
+    def close(self) -> None:
+        h, self._h = self._h, None
+        cl, self._client = self._client, None
+        if h is not None and cl is not None and cl._h is not None:
+            lib.kvt_client_event_free(h)
+
+
 class Job(_Closable):
     """An asynchronous load or store.
 
@@ -626,6 +760,7 @@ class Job(_Closable):
         self._layers = layers
         self._failed: Optional[List[int]] = None
         self.result: Optional[int] = None
+        self.device = _lib.DEVICE_HOST  # its memory's device
 
     def _handle(self) -> int:
         if self._h is None:
@@ -646,6 +781,19 @@ class Job(_Closable):
             return False
         _raise(rc, "wait for layer")
         return False
+
+    def stream_wait(self, layer: int, stream: Any) -> None:
+        """Enqueue on @stream (a kvtier.device.Stream of the job's device,
+        e.g. Device.wrap_stream(torch stream)) a wait until @layer of every
+        block is in place and verified, or the job is over (then check
+        its failed blocks before using them): work the engine enqueues
+        after it (that layer's attention) starts then, without the CPU
+        (cuStreamWaitValue32 on the job slot's word)."""
+        if not 0 <= layer < self._layers:
+            raise IndexError(f"kvtier: layer {layer} of {self._layers}")
+        _check(lib.kvt_client_job_stream_wait(self._handle(), layer,
+                                              stream.handle),
+               "stream wait for a layer")
 
     def wait(self, timeout: Optional[float] = None) -> List[int]:
         """Block until the job is done. Returns the block ids whose copy

@@ -40,41 +40,57 @@ HOW IT MAPS
     that this step completes, and the preempted requests; request_finished()
     answers delay_free=True for a request with stores (or a load) the
     workers may still be running, which then return it in finished_sending.
-  * Worker side. register_kv_caches() makes vLLM's KV tensors memory the
-    daemon maps (a sealed memfd): CPU torch tensors are RE-HOMED in place
-    (Tensor.set_ onto a memfd view, contents copied) before any KV is in
-    them; NumPy arrays cannot be re-homed and must already be views of
-    host_kv_buffer() memory. The tensors may have any layout vLLM's
-    attention backends give (kvtier.layout: FlashAttention NHD / HND,
-    FlashInfer, the CPU backend's heads-before-tokens, MLA latents; fp8 as
-    1-byte elements); their own strides become the registered layout. GPU tensors: the daemon cannot
-    register GPU memory yet, so pages move through a staging pool of
-    host blocks it can map (kvtier.staging; "staging": "auto", the
-    default; "staging_blocks" sets its size, else 2 GiB worth): a load
-    copies each layer to the GPU as soon as the daemon reports it ready,
-    a store copies the step's pages out after the forward pass
-    (wait_for_save) and hands them to the daemon. "staging": true stages
-    host caches too; false refuses GPU caches (KVT_ENOTBUILT). The GPU
-    copies have not run on a GPU yet. start_load_kv() starts one load job per
-    request; async loads are reported by get_finished() when their job
-    is done, their failed blocks by get_block_ids_with_load_errors() in
-    the same step (vLLM recomputes them). With "load_mode": "layerwise"
-    loads are synchronous and wait_for_layer_load() waits per layer
-    (Job.wait_layer, a futex: no round trip). save_kv_layer() copies
-    nothing (the daemon reads the registered memory itself);
-    wait_for_save() submits the step's store jobs (not waited: the blocks
-    stay the request's until get_finished() returns it in finished_sending,
-    and handle_preemptions() cancels a preempted request's stores before
-    vLLM reuses its blocks).
+  * Worker side. register_kv_caches() shares vLLM's KV tensors with the
+    daemon, in whatever layout vLLM's attention backend gave them
+    (kvtier.layout: FlashAttention NHD / HND, FlashInfer, the CPU
+    backend's heads-before-tokens, MLA latents; fp8 as 1-byte elements):
+    their own strides become the registered layout. GPU tensors are
+    registered BY HANDLE (CUDA IPC handles of the allocator's segments
+    and offsets, as PyTorch's storage sharing gives them:
+    kvtier.torch_dev): the daemon opens them on the same GPU and moves
+    pages straight between its page-locked tiers and them — loads by its
+    gather kernel, stores by batched copy-engine DMA, both verified by a
+    checksum kernel on the GPU; no CPU copy of a page byte. The device
+    path takes layouts whose chunks are packed (a token's heads
+    contiguous: FlashAttention NHD, FlashInfer NHD, MLA); layouts in rows
+    (HND, heads before tokens) are refused there with the reason
+    ("staging": true moves them). Host tensors are memory the daemon maps
+    (a sealed memfd), in any layout: CPU torch tensors are RE-HOMED in
+    place (Tensor.set_ onto a memfd view, contents copied) before any KV
+    is in them; NumPy arrays must already be views of host_kv_buffer()
+    memory — or, with "device": "emu", of emu_kv_buffer() memory: the
+    emulated device (CI), registered by handle like a GPU's.
+    start_load_kv() starts one load job per request;
+    async loads are reported by get_finished() when their job is done,
+    their failed blocks by get_block_ids_with_load_errors() in the same
+    step (vLLM recomputes them). With "load_mode": "layerwise" loads are
+    synchronous: wait_for_layer_load() makes the compute stream wait for
+    the layer (a stream wait on the job slot's word: the layer's
+    attention starts once the layer has landed and been verified, no CPU
+    round trip) on a GPU, and waits on the job's futex otherwise.
+    save_kv_layer() copies nothing (the daemon reads the registered memory
+    itself); wait_for_save() records an IPC event on the compute stream
+    (GPU) and submits the step's store jobs naming it, so the daemon reads
+    the blocks only after the step's KV writes — nothing is waited for or
+    copied there: the blocks stay the request's until get_finished()
+    returns it in finished_sending, and handle_preemptions() cancels a
+    preempted request's stores before vLLM reuses its blocks.
+  * "staging": true moves GPU KV through a pool of host blocks instead
+    (kvtier.staging, any layout; "staging_blocks" sets its size, else
+    2 GiB worth): an explicit choice with a cost, printed at start (the
+    pages cross host memory several times and the GPU copies run inside
+    the step). Never a fallback: a GPU cache the daemon cannot open is an
+    error.
 
 A daemon that goes away is not an error for vLLM: lookups answer no hit,
 loads fail every block (recomputed), stores are counted as errors; both
 sides reconnect at most every 5 s, the worker registering its caches
 again.
 
-Not done: registering GPU memory with the daemon (staged instead, above);
-hybrid (HMA) models with several KV cache groups (refused at start, with
-the reason); KV events (take_events).
+Not done: hybrid (HMA) models with several KV cache groups (refused at
+start, with the reason); KV events (take_events); layouts in rows on the
+device path (refused, above). The GPU path has run on the emulated device
+only (CI); scripts/gpu-check runs it on a GPU.
 """
 from __future__ import annotations
 
@@ -88,13 +104,14 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import \
     KVConnectorStats
 
-from . import (KVT_ENOTFOUND, Client, ConnectionLost,
+from . import (KVT_ENOTBUILT, KVT_ENOTFOUND, Client, ConnectionLost,
                Geometry, Job, KvtierError)
 from . import Memory, keys_from_hashes
 from . import layout as _layout
 from . import vllm_compat as _compat
 from .staging import StagingPool
-from .vllm_host import (_buffer_of, _check_host, _is_torch, _rehome_torch,
+from .vllm_host import (_buffer_of, _check_host, _emu_device, _emu_memory,
+                        _is_torch, _rehome_torch, emu_kv_buffer,
                         host_kv_buffer)
 
 # host memory for staging GPU KV (when staging_blocks is not given): 2 GiB
@@ -127,7 +144,7 @@ class _FailedLoad:
         pass
 
 __all__ = ["KvtierConnector", "KvtierConnectorMetadata", "KvtierStats",
-           "LoadSpec", "SaveSpec", "host_kv_buffer"]
+           "LoadSpec", "SaveSpec", "emu_kv_buffer", "host_kv_buffer"]
 
 log = logging.getLogger("kvtier.vllm")
 
@@ -237,7 +254,7 @@ class KvtierConnector(KVConnectorBase_V1):
         known = {"socket", "tenant", "namespace", "model_config", "salt",
                  "model", "load_mode", "save", "inflight_wait_s",
                  "require_hash_seed", "timeout_ms", "staging",
-                 "staging_blocks", "kv_shape"}
+                 "staging_blocks", "kv_shape", "device"}
         unknown = sorted(set(extra) - known)
         if unknown:
             raise ValueError(f"kvtier.vllm: unknown kv_connector_extra_config "
@@ -262,6 +279,10 @@ class KvtierConnector(KVConnectorBase_V1):
         if self._staging_mode not in ("auto", True, False):
             raise ValueError(f"kvtier.vllm: staging must be \"auto\", true "
                              f"or false, not {self._staging_mode!r}")
+        self._device_mode = extra.get("device", "auto")
+        if self._device_mode not in ("auto", "emu"):
+            raise ValueError(f"kvtier.vllm: device must be \"auto\" or "
+                             f"\"emu\", not {self._device_mode!r}")
         self._staging_blocks = int(extra.get("staging_blocks", 0))
         if self._staging_blocks < 0:
             raise ValueError("kvtier.vllm: staging_blocks must be >= 0 "
@@ -310,6 +331,10 @@ class KvtierConnector(KVConnectorBase_V1):
         # worker state
         self._mem: Optional[Memory] = None
         self._register: Tuple[Any, ...] = ()
+        self._dev: Any = None          # device path: the kvtier.Device
+        self._torch_dev = False        # ... of torch CUDA tensors
+        self._ipc_event: Any = None    # (torch event, id) for stores
+        self._kv_list: List[Any] = []
         self._staging: Optional[StagingPool] = None
         self._layer_index: Dict[str, int] = {}
         self._load_jobs: Dict[str, Job] = {}
@@ -544,36 +569,29 @@ class KvtierConnector(KVConnectorBase_V1):
         layout the attention backend chose (kvtier.layout: FlashAttention
         NHD / HND, FlashInfer, the CPU backend, MLA; fp8 caches are 1-byte
         elements); CPU torch tensors are re-homed into daemon-mappable
-        memory first, GPU tensors staged (kvtier.staging)."""
+        memory first, GPU tensors registered by handle (or staged through
+        host blocks with "staging": true, kvtier.staging)."""
         g = self._geom
         if len(kv_caches) != g.layers:
             raise ValueError(f"kvtier.vllm: {len(kv_caches)} KV cache layers "
                              f"for a model of {g.layers} layers")
         roles = self._roles(kv_caches)
-        on_gpu = any(_is_torch(t) and t.device.type != "cpu"
+        on_gpu = any(_is_torch(t) and t.device.type == "cuda"
                      for t in kv_caches.values())
-        if self._staging_mode is True or (on_gpu and
-                                          self._staging_mode == "auto"):
+        if self._staging_mode is True:
             self._register_staging(kv_caches, roles)
             return
+        if on_gpu or self._device_mode == "emu":
+            self._register_device(kv_caches, roles, on_gpu)
+            return
         for t in kv_caches.values():
-            _check_host(t)  # GPU: KVT_ENOTBUILT before anything moves
+            _check_host(t)
         infos = [_layout.describe(t) for t in kv_caches.values()]
         if any(_is_torch(t) for t in kv_caches.values()) and \
                 not all(_buffer_of(i.addr, i.addr + 1) for i in infos):
             _rehome_torch(kv_caches)
             infos = [_layout.describe(t) for t in kv_caches.values()]
-        try:
-            lay = _layout.derive(infos, roles, g.page_tokens, g.kv_heads,
-                                 g.head_dim, g.kv, layers=g.layers)
-        except _layout.LayoutError as e:
-            raise ValueError(f"{e} (block size = the daemon's --page-tokens, "
-                             f"heads per TP rank)") from None
-        if lay.itemsize != g.dtype_bytes:
-            raise ValueError(f"kvtier.vllm: {lay.itemsize}-byte KV cache "
-                             f"elements ({lay.dtype}), the daemon's model "
-                             f"has {g.dtype_bytes}: start the daemon with "
-                             f"--kv-dtype matching vLLM's --kv-cache-dtype")
+        lay = self._derive(infos, roles)
         lo, hi = lay.extent()
         buf = _buffer_of(lo, hi)
         if buf is None:
@@ -592,6 +610,24 @@ class KvtierConnector(KVConnectorBase_V1):
     def _register_mem(self, cl: Client) -> Memory:
         fd, offs, nb, bs, ks, ts, hs = self._register
         return cl.register_fd(fd, offs, nb, bs, ks, ts, head_stride=hs)
+
+    def _derive(self, infos: List[Any], roles: Tuple[str, ...]
+                ) -> "_layout.Layout":
+        """The registered layout of the layer caches described by
+        @infos, or ValueError saying what does not fit."""
+        g = self._geom
+        try:
+            lay = _layout.derive(infos, roles, g.page_tokens, g.kv_heads,
+                                 g.head_dim, g.kv, layers=g.layers)
+        except _layout.LayoutError as e:
+            raise ValueError(f"{e} (block size = the daemon's --page-tokens, "
+                             f"heads per TP rank)") from None
+        if lay.itemsize != g.dtype_bytes:
+            raise ValueError(f"kvtier.vllm: {lay.itemsize}-byte KV cache "
+                             f"elements ({lay.dtype}), the daemon's model "
+                             f"has {g.dtype_bytes}: start the daemon with "
+                             f"--kv-dtype matching vLLM's --kv-cache-dtype")
+        return lay
 
     def _roles(self, kv_caches: Dict[str, Any]) -> Tuple[str, ...]:
         """Which dimension of the layer caches is which: the attention
@@ -619,10 +655,61 @@ class KvtierConnector(KVConnectorBase_V1):
                              f"\"kv_shape\" to one of "
                              f"{sorted(_layout.VLLM_SHAPES)}") from None
 
+    def _register_device(self, kv_caches: Dict[str, Any],
+                         roles: Tuple[str, ...], on_gpu: bool) -> None:
+        """Device memory by handle: torch CUDA tensors (their IPC
+        handles), or NumPy views of emu_kv_buffer() memory. The daemon's
+        device lane moves packed chunks: a layout in rows is refused."""
+        tensors = list(kv_caches.values())
+        lay = self._derive([_layout.describe(t) for t in tensors], roles)
+        if lay.rows:
+            raise KvtierError(
+                KVT_ENOTBUILT, "kvtier.vllm: register KV caches",
+                f"this attention backend's KV layout (dimensions {roles}) "
+                f"keeps a page's tokens in rows (head stride "
+                f"{lay.head_stride}, token stride {lay.token_stride} bytes); "
+                f"the daemon's device copies move packed chunks (a token's "
+                f"heads contiguous) only: use an NHD layout "
+                f"(VLLM_KV_CACHE_LAYOUT=NHD) or set \"staging\": true")
+        self._layer_index = {n: i for i, n in enumerate(kv_caches)}
+        self._kv_list = tensors
+        if on_gpu:
+            from .device import Device
+            self._torch_dev = True
+            self._dev = Device(tensors[0].device.index or 0)
+            self._register = ("torch", lay)
+            self._mem = self._client.register_torch(tensors, layout=lay)
+            log.info("kvtier.vllm: GPU KV caches registered with the daemon "
+                     "by IPC handle on %s: loads and stores are the "
+                     "daemon's device copies, verified on the GPU",
+                     self._dev.name)
+            return
+        mems = _emu_memory()
+        if not all(any(m.ptr <= a < m.ptr + m.nbytes for m in mems)
+                   for a in lay.addrs):
+            raise ValueError("kvtier.vllm: \"device\": \"emu\" takes KV "
+                             "caches in emu_kv_buffer() memory")
+        self._dev = _emu_device()
+        self._register = ("emu", list(lay.addrs), lay.nblocks,
+                          lay.block_stride, lay.kv_stride, lay.token_stride)
+        self._mem = self._client.register_device(self._dev, *self._register[1:])
+
+    def _store_event(self) -> Any:
+        """GPU: an IPC event recorded now on the compute stream, after
+        the step's KV writes (the daemon's store copies wait for it)."""
+        if not self._torch_dev:
+            return None
+        import torch
+        from .torch_dev import ipc_event
+        if self._ipc_event is None:
+            self._ipc_event = ipc_event(self._client)
+        self._ipc_event[0].record(torch.cuda.current_stream())
+        return self._ipc_event[1]
+
     def _register_staging(self, kv_caches: Dict[str, Any],
                           roles: Tuple[str, ...]) -> None:
-        """KV caches the daemon cannot map (GPU): move pages through a
-        staging pool of host blocks it can (kvtier.staging)."""
+        """"staging": true — move pages through a pool of host blocks the
+        daemon maps (kvtier.staging), at a cost said at start."""
         g = self._geom
         nblocks = tuple(next(iter(kv_caches.values())).shape)[
             roles.index("block")]
@@ -631,22 +718,31 @@ class KvtierConnector(KVConnectorBase_V1):
         self._staging = StagingPool(self._client, list(kv_caches.values()),
                                     n, roles=roles)
         self._layer_index = {name: i for i, name in enumerate(kv_caches)}
-        log.info("kvtier.vllm: KV caches staged through %d host blocks (%s)",
-                 n, self._staging.pinned)
+        log.warning(
+            "kvtier.vllm: \"staging\": true — KV moves through %d host "
+            "blocks (%s, %.1f GiB): a load's bytes are copied by the "
+            "daemon's CPU into staging, gathered and copied to the device "
+            "per layer inside the step, a store's copied out of the device "
+            "synchronously in wait_for_save; each byte crosses host memory "
+            "two or three times. Leave \"staging\" unset for the direct "
+            "path (the daemon DMAs into GPU memory it opens by handle).",
+            n, self._staging.pinned, n * g.page_bytes / (1 << 30))
 
     def _load(self, keys: List[bytes], blocks: List[int], first: int) -> Any:
         if self._staging is not None:
             return self._staging.load(keys, blocks, first)
         return self._client.load(self._need_mem(), keys, blocks, first)
 
-    def _store(self, keys: List[bytes], blocks: List[int], first: int) -> Any:
+    def _store(self, keys: List[bytes], blocks: List[int], first: int,
+               event: Any = None) -> Any:
         if self._staging is not None:
             st = self._staging.store(keys, blocks, first)
             st.copy_all()  # the step's forward is done: every layer written
             st.submit()
             self._stats.data["store_dropped_pages"] += st.dropped
             return st
-        return self._client.store(self._need_mem(), keys, blocks, first)
+        return self._client.store(self._need_mem(), keys, blocks, first,
+                                  event=event)
 
     def _need_mem(self) -> Memory:
         if self._mem is None:
@@ -705,6 +801,14 @@ class KvtierConnector(KVConnectorBase_V1):
         if not self._sync_jobs:
             return
         layer = self._layer_index[layer_name]
+        if self._torch_dev:
+            # the compute stream waits for the layer: no CPU round trip
+            import torch
+            s = self._dev.wrap_stream(torch.cuda.current_stream().cuda_stream)
+            for _, job in self._sync_jobs:
+                if isinstance(job, Job):
+                    job.stream_wait(layer, s)
+            return
         for _, job in self._sync_jobs:
             job.wait_layer(layer)
 
@@ -726,6 +830,7 @@ class KvtierConnector(KVConnectorBase_V1):
         assert isinstance(meta, KvtierConnectorMetadata)
         if self._staging is None:
             self._need_mem()
+        event = self._store_event() if meta.saves else None
         for ss in meta.saves:
             jobs = self._store_jobs.setdefault(ss.req_id, [])
             if ss.req_id in tainted:
@@ -733,7 +838,8 @@ class KvtierConnector(KVConnectorBase_V1):
                 # it wrote is wrong and vLLM recomputes it; store nothing
                 continue
             try:
-                job = self._store(ss.keys, ss.blocks[ss.first:], ss.first)
+                job = self._store(ss.keys, ss.blocks[ss.first:], ss.first,
+                                  event)
             except KvtierError as e:
                 self._note_down(e)
                 if e.code != KVT_ENOTFOUND or ss.first == 0:
@@ -741,7 +847,7 @@ class KvtierConnector(KVConnectorBase_V1):
                     log.warning("kvtier.vllm: store of %s: %s", ss.req_id, e)
                     continue
                 # a parent page left the cache: store the prefix whole
-                job = self._store(ss.keys, ss.blocks, 0)
+                job = self._store(ss.keys, ss.blocks, 0, event)
             jobs.append(job)
             self._stats.data["stores"] += 1
             self._stats.data["store_pages"] += len(ss.keys) - ss.first
@@ -826,6 +932,11 @@ class KvtierConnector(KVConnectorBase_V1):
                 staging = StagingPool(cl, self._staging.kv,
                                       self._staging.nblocks,
                                       roles=self._staging.roles)
+            elif self._register[0] == "torch":
+                mem = cl.register_torch(self._kv_list,
+                                        layout=self._register[1])
+            elif self._register[0] == "emu":
+                mem = cl.register_device(self._dev, *self._register[1:])
             else:
                 mem = self._register_mem(cl)
         except KvtierError as e:
@@ -838,6 +949,7 @@ class KvtierConnector(KVConnectorBase_V1):
         # closed (and its staging memory freed) once they have
         self._retired.append((self._client, self._staging))
         self._client = cl
+        self._ipc_event = None  # registered with the old daemon
         if self._staging is not None:
             self._staging = staging
         else:

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 from . import KVT_ENOTBUILT, KvtierError
 from .client import shared_memfd
 
-__all__ = ["host_kv_buffer"]
+__all__ = ["emu_kv_buffer", "host_kv_buffer"]
 
 
 @dataclasses.dataclass
@@ -49,6 +49,33 @@ def host_kv_buffer(nbytes: int) -> memoryview:
     return memoryview(mm)
 
 
+_EMU: List[Any] = []   # [Device, [DeviceMemory ...]] of emu_kv_buffer()
+
+
+def emu_kv_buffer(nbytes: int) -> memoryview:
+    """@nbytes of zeroed emulated-device memory (kvtier.Device("emu")):
+    allocate KV caches in it for "device": "emu" (CI's stand-in for GPU
+    memory: the daemon opens it by handle and moves pages with device
+    copies). Lives as long as the process."""
+    mem = _emu_device().alloc(nbytes)
+    _EMU[1].append(mem)
+    return memoryview((ctypes.c_char * nbytes).from_address(mem.ptr)
+                      ).cast("B")
+
+
+def _emu_device() -> Any:
+    """The process's emulated device (kvtier.Device("emu"))."""
+    if not _EMU:
+        from .device import Device
+        _EMU.extend([Device("emu"), []])
+    return _EMU[0]
+
+
+def _emu_memory() -> List[Any]:
+    """The DeviceMemory allocations emu_kv_buffer() made."""
+    return list(_EMU[1]) if _EMU else []
+
+
 def _buffer_of(addr: int, end: int) -> Optional[_HostBuffer]:
     for b in _BUFFERS:
         if b.base <= addr and end <= b.base + b.size:
@@ -63,15 +90,16 @@ def _is_torch(t: Any) -> bool:
 
 
 def _check_host(t: Any) -> None:
-    """KVT_ENOTBUILT for a tensor the daemon could only reach through GPU
-    registration (not implemented): say to stage it instead."""
+    """KVT_ENOTBUILT for a device tensor on the host path (the device
+    path registers GPU tensors by handle; this is what reaches here
+    otherwise, e.g. a device kvtier cannot open)."""
     if _is_torch(t) and t.device.type != "cpu":
         raise KvtierError(KVT_ENOTBUILT, "kvtier.vllm: register KV caches",
                           f"KV caches on {t.device} cannot be shared with "
-                          f"the daemon: GPU memory registration is not "
-                          f"implemented; leave \"staging\" at \"auto\" "
-                          f"(or true) to move pages through host staging "
-                          f"blocks")
+                          f"the daemon as host memory; CUDA tensors are "
+                          f"registered by handle, other devices are not "
+                          f"supported (\"staging\": true moves their "
+                          f"pages through host blocks)")
 
 
 def _rehome_torch(caches: Dict[str, Any]) -> None:

@@ -1,6 +1,7 @@
 /*
  * job_finish.c — the worker thread: it finishes every job once all its
- * transfers are done, and runs the staged ssd -> engine loads.
+ * transfers are done, and runs the staged transfers through the ssd
+ * bounce (ssd -> engine loads, device memory -> ssd stores).
  *
  *   load:  each page landed and verified counts; one that did not verify
  *          goes on the failed list and its source copy is marked BAD
@@ -175,46 +176,58 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	pthread_mutex_unlock(&c->smu);
 }
 
-/* ssd -> stage -> engine, STAGE_SLOTS pages at a time (worker thread). The
- * ssd read verifies every layer sum; the stage -> engine copy verifies
- * again what landed. Layers are reported when the last round is in. */
+/* Staged transfers through the ssd bounce tier, STAGE_SLOTS pages at a
+ * time (worker thread), layers reported when the last round is in:
+ *   load   ssd -> stage -> engine: into host memory both hops verify
+ *          every layer; into device memory only the second, by the
+ *          device over what landed, against the same sums — no CPU
+ *          thread reads a page byte on the way to a GPU (a page damaged
+ *          on the ssd still fails there, counted against the ssd tier)
+ *   store  engine (device memory) -> stage -> ssd: the first hop takes
+ *          the layer sums on the device over the engine's blocks (after
+ *          the engine's event), the second writes the bounce out */
 static int staged_run(kvt_cache *c, struct sub *s)
 {
 	uint32_t st_slots[STAGE_SLOTS];
 	kvt_tier_desc ed;
-	int err = 0, dev;
+	int err = 0, dev, store = s->src == ENGINE;
 
-	/* into device memory the second hop is verified by the device over
-	 * what landed, against the same sums: the first hop (ssd -> bounce)
-	 * is not verified on the CPU, so no CPU thread reads a page byte
-	 * on the way to a GPU (a page damaged on the ssd still fails, at
-	 * the second hop, and is counted against the ssd tier) */
 	kvt_tier_info(s->cj->mem->t, &ed);
 	dev = !ed.hostdev;
-
 	for (uint32_t i = 0; i < STAGE_SLOTS; i++)
 		st_slots[i] = i;
 	for (size_t off = 0; off < s->n && !err; off += STAGE_SLOTS) {
 		size_t k = KVT_MIN(STAGE_SLOTS, s->n - off);
-		kvt_xfer_desc a = {
-			.src = c->tiers[KVT_TIER_SSD], .dst = c->stage,
-			.src_slots = s->ss + off, .dst_slots = st_slots,
-			.npages = k, .prio = KVT_XFER_PRIO_HIGH,
-			.sums = c->verify && !dev ? s->sums + off * c->L : NULL,
-			.bad = c->verify && !dev ? s->bad + off : NULL,
-			.flags = c->verify && !dev ? KVT_XFER_LVERIFY : 0,
-		};
-		kvt_xfer_desc b = a;
+		uint64_t *sums = c->verify ? s->sums + off * c->L : NULL;
+		kvt_xfer_desc a = { .dst = c->stage, .dst_slots = st_slots,
+				    .npages = k, .sums = sums };
+		kvt_xfer_desc b = { .src = c->stage, .src_slots = st_slots,
+				    .npages = k };
 		kvt_xfer_job *xj;
 
-		b.src = c->stage;
-		b.dst = s->cj->mem->t;
-		b.src_slots = st_slots;
-		b.dst_slots = s->ds + off;
-		b.sums = c->verify ? s->sums + off * c->L : NULL;
-		b.bad = c->verify ? s->bad + off : NULL;
-		b.flags = c->verify ? KVT_XFER_LVERIFY : 0;
-		b.wait = s->cj->wait;
+		if (store) {
+			a.src = s->cj->mem->t;
+			a.src_slots = s->ss + off;
+			a.prio = b.prio = KVT_XFER_PRIO_NORMAL;
+			a.flags = c->verify ? KVT_XFER_LSUM : 0;
+			a.wait = s->cj->wait;
+			b.dst = c->tiers[KVT_TIER_SSD];
+			b.dst_slots = s->ds + off;
+		} else {
+			a.src = c->tiers[KVT_TIER_SSD];
+			a.src_slots = s->ss + off;
+			a.prio = b.prio = KVT_XFER_PRIO_HIGH;
+			a.bad = c->verify && !dev ? s->bad + off : NULL;
+			a.flags = c->verify && !dev ? KVT_XFER_LVERIFY : 0;
+			if (dev)
+				a.sums = NULL;
+			b.dst = s->cj->mem->t;
+			b.dst_slots = s->ds + off;
+			b.sums = sums;
+			b.bad = c->verify ? s->bad + off : NULL;
+			b.flags = c->verify ? KVT_XFER_LVERIFY : 0;
+			b.wait = s->cj->wait;
+		}
 		pthread_mutex_lock(&s->cj->mu);
 		if (s->cj->cancel)
 			err = -ECANCELED;

@@ -146,6 +146,14 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 				       j->pin_each ? 0 : p);
 	}
 	j->st.skipped = j->n - eng->n - j->st.failed;
+	/* device memory into an ssd top tier: through the page-locked
+	 * bounce (the worker runs it), summed on the device */
+	{
+		kvt_tier_desc ed;
+
+		kvt_tier_info(j->mem->t, &ed);
+		eng->staged = !ed.hostdev && c->top == KVT_TIER_SSD;
+	}
 	pthread_mutex_unlock(&c->smu);
 	/* the evictions that made room copy now, without c->mu; then each
 	 * fresh slot waits until no copy still reads or writes it */

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import kvtier
+import kvtier.layout as kv_layout
 import kvtier.vllm as kv_vllm
 import kvt_testutil
 import tinymodel
@@ -289,17 +290,18 @@ def test_bad_config(sock, workdir, monkeypatch):
     except ImportError:
         torch = None
     if torch is not None:
-        # device tensors go through the staging pool ("staging": "auto") ...
+        # tensors on a device that is neither the host nor CUDA are
+        # refused (saying "staging" moves them) ...
         dev = {f"l{i}": torch.zeros(shape, device="meta") for i in range(L)}
-        w.register_kv_caches(dev)
-        assert w._staging is not None and w._mem is None
-        # ... or, with staging off, are refused: GPU registration not built
-        cfg = ve.vllm_config({"socket": sock, "staging": False},
+        with pytest.raises(kvtier.KvtierError) as ei:
+            w.register_kv_caches(dev)
+        assert ei.value.name == "KVT_ENOTBUILT" and "staging" in str(ei.value)
+        # ... and with "staging": true go through the staging pool
+        cfg = ve.vllm_config({"socket": sock, "staging": True},
                              tinymodel.CONFIG)
         w2 = kv_vllm.KvtierConnector(cfg, KVConnectorRole.WORKER)
-        with pytest.raises(kvtier.KvtierError) as ei:
-            w2.register_kv_caches(dev)
-        assert ei.value.name == "KVT_ENOTBUILT" and "staging" in str(ei.value)
+        w2.register_kv_caches(dev)
+        assert w2._staging is not None and w2._mem is None
         w2.shutdown()
     w.shutdown()
     for bad in ({"staging": "maybe"}, {"staging_blocks": -1}):
@@ -498,9 +500,30 @@ def test_layouts_round_trip(workdir, i):
         req = eb.add("b", a + [1, 2, 3], 1)
         eb.run(pattern_forward(eb))
         assert eb.stats["load_pages"] == 5 and eb.invalid == []
-        assert req.output_token_ids == [pattern_reference(
-            a + [1, 2, 3], L_, shape, mla)], (backend, layout, nb_, nl)
+        want = [pattern_reference(a + [1, 2, 3], L_, shape, mla)]
+        assert req.output_token_ids == want, (backend, layout, nb_, nl)
         eb.shutdown()
+        # the device path (the emulated device, registered by handle as a
+        # GPU's): layouts whose chunks are packed load there the same;
+        # layouts in rows are refused, saying why and what to do
+        info = kv_layout.derive([kv_layout.describe(t) for t in
+                                 eb.kv.values()], eb.roles, P, shape[0],
+                                shape[1], 1 if mla else 2)
+        ext = {"socket": s, "save": False, "device": "emu"}
+        if info.rows:
+            with pytest.raises(kvtier.KvtierError, match="rows") as ei:
+                ve.Engine(ext, model_config=cfg, backend=nb_, kv_layout=nl,
+                          cache_dtype=kvd, emu=True)
+            assert ei.value.name == "KVT_ENOTBUILT" and \
+                "staging" in str(ei.value)
+            return
+        ed = ve.Engine(ext, model_config=cfg, backend=nb_, kv_layout=nl,
+                       cache_dtype=kvd, emu=True)
+        req = ed.add("d", a + [1, 2, 3], 1)
+        ed.run(pattern_forward(ed))
+        assert ed.stats["load_pages"] == 5 and ed.invalid == []
+        assert req.output_token_ids == want, ("emu", nb_, nl)
+        ed.shutdown()
 
 
 def test_hybrid_model_refused(sock):

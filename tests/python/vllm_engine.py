@@ -94,7 +94,7 @@ class Engine:
                  backend: str = "FLASH_ATTN", kv_layout: str = "NHD",
                  cache_dtype: str = "auto", token_budget: int = 2048,
                  kv_config: Any = "default", ktc: Any = None,
-                 model: str = "tiny-llama") -> None:
+                 model: str = "tiny-llama", emu: bool = False) -> None:
         cfg = model_config or tinymodel.CONFIG
         self.model_config = cfg
         self.mla = "kv_lora_rank" in cfg
@@ -131,7 +131,8 @@ class Engine:
                else cfg["head_dim"])
         self.kv = self.runner.initialize_kv_cache(
             num_blocks, block_size, heads, dim, dtype,
-            allocator=None if staged else kvtier.vllm.host_kv_buffer,
+            allocator=None if staged else kvtier.vllm.emu_kv_buffer if emu
+            else kvtier.vllm.host_kv_buffer,
             use_torch=use_torch, cache_dtype=cache_dtype)
         from kvtier.layout import vllm_roles
         t0 = next(iter(self.kv.values()))
@@ -241,17 +242,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="KV caches in memory the daemon cannot map, moved "
                     "through the connector's staging pool of BLOCKS blocks "
                     "(the GPU path)")
+    ap.add_argument("--device", default="", help="emu: KV caches in the "
+                    "emulated device's memory, registered by handle (the "
+                    "GPU path, on CI)")
     a = ap.parse_args(argv)
     tokens = [int(t) for t in a.tokens.split(",")]
     extra = {"socket": a.socket, "load_mode": a.load_mode,
              "save": not a.no_save}
     if a.staging:
         extra.update(staging=True, staging_blocks=a.staging)
+    if a.device == "emu":
+        extra.update(device="emu")
     model = (tinymodel.TinyMLAModel(seed=a.seed) if a.mla
              else tinymodel.TinyModel(seed=a.seed))
     eng = Engine(extra, num_blocks=len(tokens) // P + 4, use_torch=a.torch,
                  staged=a.staging > 0, backend=a.backend,
-                 kv_layout=a.kv_layout, model_config=model.config)
+                 kv_layout=a.kv_layout, model_config=model.config,
+                 emu=a.device == "emu")
     eng.add("r0", tokens)
     eng.run(tiny_forward(eng, model))
     eng.shutdown()
