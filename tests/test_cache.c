@@ -358,6 +358,64 @@ static void load_check(kvt_cache *c, const eng *e, uint32_t tenant,
 		}
 }
 
+/* kvt_cache_lookup_runs(): the runs add up to the lookup, tier by tier,
+ * neighbours differ; with room for one run, one run of the slowest tier. */
+static void check_runs(kvt_cache *c, const kvt_page_key *k, size_t n)
+{
+	kvt_cache_run runs[KVT_CACHE_MAX_RUNS];
+	kvt_cache_lookup_result r, r1;
+	uint64_t by[KVT_TIER_COUNT] = { 0 }, sum = 0;
+	size_t nr = 99;
+	uint32_t slowest = 0;
+
+	CHECK_OK(kvt_cache_lookup_runs(c, 0, k, n, 0, &r, runs,
+				       KVT_CACHE_MAX_RUNS, &nr));
+	CHECK(nr >= 1 && nr <= KVT_CACHE_MAX_RUNS);
+	for (size_t i = 0; i < nr; i++) {
+		CHECK(runs[i].pages > 0);
+		CHECK(runs[i].tier > KVT_TIER_HBM &&
+		      runs[i].tier < KVT_TIER_REMOTE);
+		if (i)
+			CHECK(runs[i].tier != runs[i - 1].tier);
+		by[runs[i].tier] += runs[i].pages;
+		sum += runs[i].pages;
+		if (runs[i].tier > slowest)
+			slowest = runs[i].tier;
+	}
+	CHECK_EQ(sum, r.pages);
+	for (int t = 0; t < KVT_TIER_COUNT; t++)
+		CHECK_EQ(by[t], r.tier_pages[t]);
+	CHECK_OK(kvt_cache_lookup_runs(c, 0, k, n, 0, &r1, runs, 1, &nr));
+	CHECK_EQ(nr, 1);
+	CHECK_EQ(runs[0].pages, r1.pages);
+	CHECK_EQ(runs[0].tier, slowest);
+	CHECK_ERR(kvt_cache_lookup_runs(c, 0, k, n, 0, &r1, runs, 0, &nr),
+		  -EINVAL);
+}
+
+/* kvt_cache_rates(): every tier loads came from was measured, and stores. */
+static void check_rates(kvt_cache *c, const uint64_t *from, uint64_t page,
+			unsigned flags)
+{
+	static kvt_xfer_rate rt[KVT_TIER_COUNT][KVT_TIER_COUNT];
+
+	CHECK_OK(kvt_cache_rates(c, rt));
+	for (int t = KVT_TIER_FABRIC; t < KVT_TIER_REMOTE; t++) {
+		const kvt_xfer_rate *x = &rt[t][KVT_TIER_HBM];
+
+		if (!from[t] || (t == KVT_TIER_SSD &&
+				 (flags & KVT_CACHE_STAGE_SSD)))
+			continue; /* staged: two hops, ssd -> stage -> engine */
+		CHECK(x->jobs > 0);
+		CHECK(x->total_bytes >= (double)page);
+		CHECK(x->gbps > 0 && x->gbps < 1e4);
+		CHECK(x->bytes > 0 && x->busy_s > 0);
+	}
+	CHECK(rt[KVT_TIER_HBM][KVT_TIER_FABRIC].jobs > 0);
+	CHECK_EQ(rt[KVT_TIER_SSD][KVT_TIER_SSD].jobs, 0);
+	CHECK_ERR(kvt_cache_rates(c, NULL), -EINVAL);
+}
+
 static void test_round_trip(int outer, unsigned flags, int write)
 {
 	static kvt_page_key keys[S][SP + 4];
@@ -431,10 +489,13 @@ static void test_round_trip(int outer, unsigned flags, int write)
 	CHECK(where[KVT_TIER_DRAM] > 0);
 	CHECK(where[KVT_TIER_SSD] > 0);
 	for (uint32_t s = 0; s < S; s++)
+		check_runs(c, keys[s], s ? SP : SP + 4);
+	for (uint32_t s = 0; s < S; s++)
 		load_check(c, &e, 0, keys[s], s ? SP : SP + 4, s * 7 + 1, from);
 	CHECK(from[KVT_TIER_FABRIC] > 0);
 	CHECK(from[KVT_TIER_DRAM] > 0);
 	CHECK(from[KVT_TIER_SSD] > 0);
+	check_rates(c, from, e.page, flags);
 	CHECK(eng_gaps_intact(&e));
 	kvt_cache_stat_get(c, &cs);
 	CHECK_EQ(cs.corrupt, 0);

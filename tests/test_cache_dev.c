@@ -144,7 +144,9 @@ static void cancel_load(kvt_cache *c, const eng *e)
 
 static int DEVICE;
 
-static void run(const char *spec, int outer, int pinned)
+/* @load_m: the cache's device load method (0: the default, the gather
+ * kernel); stores then go one copy per chunk instead of batched. */
+static void run(const char *spec, int outer, int pinned, int load_m)
 {
 	kvt_cache_config cfg = KVT_CACHE_CONFIG_INIT;
 	uint64_t from[KVT_TIER_COUNT] = { 0 };
@@ -153,9 +155,12 @@ static void run(const char *spec, int outer, int pinned)
 	eng e;
 	int err;
 
-	fprintf(stderr, "%s, %s\n", spec, outer ? "block outer" : "kv outer");
+	fprintf(stderr, "%s, %s%s\n", spec, outer ? "block outer" : "kv outer",
+		load_m ? ", loads by copy engines, stores per chunk" : "");
 	cfg.tiers = spec;
 	cfg.geom = &geom;
+	cfg.dev_load = load_m;
+	cfg.dev_store = load_m ? KVT_XFER_CUDA_CHUNK : 0;
 	CHECK_OK(kvt_cache_open(&c, &cfg));
 	if (!c)
 		return;
@@ -188,7 +193,12 @@ static void run(const char *spec, int outer, int pinned)
 		kvt_xfer_stat_get(kvt_cache_xfer(c), &xs);
 		CHECK_EQ(xs.bytes[KVT_XFER_MOVER_CPU][KVT_XFER_FLOW_RESTORE], 0);
 		CHECK_EQ(xs.cpu_hashed[KVT_XFER_FLOW_RESTORE], 0);
-		CHECK(xs.bytes[KVT_XFER_MOVER_KERNEL][KVT_XFER_FLOW_RESTORE] > 0);
+		/* who moved the restores: the method asked for */
+		CHECK_EQ(xs.bytes[load_m ? KVT_XFER_MOVER_COPY_ENGINE :
+				  KVT_XFER_MOVER_KERNEL][KVT_XFER_FLOW_RESTORE] > 0, 1);
+		CHECK_EQ(xs.bytes[load_m ? KVT_XFER_MOVER_KERNEL :
+				  KVT_XFER_MOVER_COPY_ENGINE][KVT_XFER_FLOW_RESTORE], 0);
+		CHECK(xs.bytes[KVT_XFER_MOVER_COPY_ENGINE][KVT_XFER_FLOW_SAVE] > 0);
 		CHECK(xs.dev_hashed[KVT_XFER_FLOW_RESTORE] > 0);
 	}
 out:
@@ -245,12 +255,13 @@ static void run_device(const char *dir, int device)
 	if (!kvti_dev_is_emu(device)) {
 		snprintf(spec, sizeof(spec), "fabric:memfd,1M,pin dram:3M,pin "
 			 "ssd:%s/ssd,16M,temp", dir);
-		run(spec, ENG_KV_OUTER, 1);
+		run(spec, ENG_KV_OUTER, 1, 0);
 	}
 	snprintf(spec, sizeof(spec), "fabric:memfd,1M dram:3M "
 		 "ssd:%s/ssd,16M,temp", dir);
-	run(spec, ENG_KV_OUTER, 1);
-	run(spec, ENG_BLOCK_OUTER, 1);
+	run(spec, ENG_KV_OUTER, 1, 0);
+	run(spec, ENG_BLOCK_OUTER, 1, 0);
+	run(spec, ENG_KV_OUTER, 1, KVT_XFER_CUDA_BATCH);
 	ssd_only(dir);
 }
 

@@ -16,6 +16,8 @@ ARGS=(--socket "$SOCK" --tiers dram:2M --model "$MODEL" --page-tokens 4)
 [ -x "$KVTD" ] && "$KVTD" --help | grep -q "kvtierd" || fail "kvtierd --help"
 expect 2 "no tiers" -- serve --socket "$SOCK" --model "$MODEL"
 expect 2 "unexpected argument" -- serve now
+expect 2 "--load-method 'memcpy'" -- serve "${ARGS[@]}" --load-method memcpy
+expect 2 "--store-method 'cpu'" -- serve "${ARGS[@]}" --store-method cpu
 expect 2 "--lease-ms" -- serve "${ARGS[@]}" --lease-ms 0
 expect 2 "tp" -- serve "${ARGS[@]}" --tp zero
 expect 2 "unknown model" -- serve --socket "$SOCK" --tiers dram:2M --model gpt-17

@@ -73,6 +73,72 @@ static void test_agentic(void)
 	kvti_wl_fini(&w);
 }
 
+/* The demo's agentic workload: a system prompt every session shares and
+ * nothing after it, sessions arriving as a Poisson process, each with a
+ * pace of its own; with none of it, exactly the draws of before. */
+static void test_agentic_sessions(void)
+{
+	kvt_sim_config c;
+	struct wl w, w0;
+	struct wl_item *it, *it0, next;
+	uint32_t n, n0, *a, *b;
+	double gaps = 0, prev = 0, pace[2] = { 0 };
+
+	kvt_sim_config_init(&c);
+	c.sessions = 400;
+	c.turns = 2;
+	c.context = 6000;
+	c.append = 500;
+	c.output = 100;
+	c.system = 1000;
+	c.session_rate = 50;
+	c.think_s = 2;
+	c.think_sigma = 0.8;
+	CHECK_OK(kvti_wl_init(&w, &c, 1));
+	CHECK_OK(kvti_wl_initial(&w, &it, &n));
+	CHECK_EQ(n, 400);
+	a = tokens(&w, &it[0]);
+	b = tokens(&w, &it[1]);
+	CHECK_EQ(common(a, it[0].prompt, b, it[1].prompt), 1000);
+	free(a);
+	free(b);
+	for (uint32_t i = 0; i < n; i++) {
+		CHECK(it[i].arrival >= prev);
+		gaps += it[i].arrival - prev;
+		prev = it[i].arrival;
+	}
+	/* mean gap 1/50 s within 20% over 400 sessions */
+	CHECK(fabs(gaps / n - 0.02) < 0.004);
+	/* two sessions' paces differ: their mean think times are their own */
+	for (int s = 0; s < 2; s++) {
+		for (int k = 0; k < 200; k++) {
+			CHECK_EQ(kvti_wl_next(&w, &it[s], 10.0, &next), 1);
+			pace[s] += next.arrival - 10.0;
+		}
+		pace[s] /= 200;
+	}
+	CHECK(fabs(pace[0] - pace[1]) > 0.05 * (pace[0] + pace[1]));
+	kvt_free(it);
+	kvti_wl_fini(&w);
+
+	/* without them: every session at 0, the old token streams */
+	c.system = 0;
+	c.session_rate = 0;
+	c.think_sigma = 0;
+	CHECK_OK(kvti_wl_init(&w0, &c, 1));
+	CHECK_OK(kvti_wl_initial(&w0, &it0, &n0));
+	CHECK_EQ(it0[n0 - 1].arrival, 0);
+	a = tokens(&w0, &it0[0]);
+	b = tokens(&w0, &it0[1]);
+	CHECK(common(a, it0[0].prompt, b, it0[1].prompt) < 8);
+	free(a);
+	free(b);
+	kvt_free(it0);
+	kvti_wl_fini(&w0);
+	c.system = 6000;
+	CHECK_ERR(kvti_wl_init(&w0, &c, 1), KVT_ECONFIG);
+}
+
 static void test_documents(void)
 {
 	static const kvt_workload kinds[] = { KVT_WL_LOOGLE,
@@ -199,6 +265,7 @@ static void test_sharegpt_seed(void)
 int main(void)
 {
 	test_agentic();
+	test_agentic_sessions();
 	test_documents();
 	test_trace_tokens();
 	test_sharegpt_seed();

@@ -1,13 +1,16 @@
 /*
- * cmd_demo.c — kvtier demo: the agentic workload through the real cache
- * (src/demo/demo.c), printed for people (a progress bar, a table per turn,
- * the comparison) or for machines (--json).
+ * cmd_demo.c — kvtier demo: the serving engine over the real cache under
+ * kvtier's scheduler and the baselines (src/demo/), printed for people (a
+ * progress line, a table per rate, the comparison, the sweep's throughput
+ * at equal TTFT, the ablation, the checks) or for machines (--json); the
+ * curves as PNG with --plot (gnuplot).
  */
 #include "cli.h"
 
+#include <errno.h>
 #include <getopt.h>
-#include <stdint.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,35 +20,52 @@ static void demo_usage(FILE *f)
 	fprintf(f,
 "usage: kvtier demo [options]\n"
 "\n"
-"Runs an agentic workload through the real kvtier cache on this machine,\n"
-"the demo acting as the inference engine: sessions with a cold turn and\n"
-"warm turns over a growing context, idling between turns so their KV is\n"
-"demoted down the tiers and restored. The engine owns its KV memory (host\n"
-"memory in vLLM's layout, EMULATED hbm) and keeps no prefix cache of its\n"
-"own; each request's TTFT is MEASURED on the wall clock from its arrival\n"
-"to its first token: lookup, waits, the restore, a prefill that spends\n"
-"each layer's MODELED GPU time (hardware profile) in real time, the save.\n"
-"Every restored page is checksum-verified layer by layer. Runs the\n"
-"workload as an LMCache-style baseline and with kvtier's policy, turn by\n"
-"turn, and compares them request by request.\n"
+"Serves an agentic workload through the real kvtier cache on this machine\n"
+"with a continuous-batching engine: agent sessions arrive (Poisson) and run\n"
+"turns over a growing context with think times between them, so many\n"
+"requests wait, load, prefill and decode at once. Every step is planned by\n"
+"the scheduler from the live cache; loads and stores are real copies into\n"
+"and out of the engine's KV memory (host memory in vLLM's layout, EMULATED\n"
+"hbm), every restored page checksum-verified layer by layer; each step's\n"
+"GPU time is MODELED (hardware profile) and spent in real time. TTFT,\n"
+"decode tokens and throughput are MEASURED on the wall clock, under\n"
+"kvtier's scheduler and the LMCache, LMCache layer-wise and vLLM\n"
+"offloading baselines, one after another on tiers of the same sizes.\n"
 "\n"
-"  --sessions N        agent sessions (10)\n"
-"  --turns N           turns per session, the first cold (6)\n"
+"workload\n"
+"  --sessions N        agent sessions (8)\n"
+"  --turns N           turns per session, the first cold (4)\n"
+"  --rate R            sessions arriving per second (2)\n"
+"  --think S           median of the sessions' mean think times (1.5)\n"
+"  --think-sigma X     log-sd of those means (0.5)\n"
 "  --system N          shared system prompt tokens (2048)\n"
 "  --context N         each session's own tokens at the cold turn (4096)\n"
 "  --turn-tokens N     new tokens per turn: tool output, user input (1024)\n"
-"  --output N          answer tokens per turn (256)\n"
+"  --output N          answer tokens per turn (64)\n"
+"  --seed N            (1)\n"
+"engine and model\n"
 "  --model NAME        geometry preset (llama-3.2-1b)\n"
 "  --page-tokens P     tokens per page (16)\n"
 "  --hardware NAME     GPU profile for the modeled compute (testbed-b: H200)\n"
-"  --policy P          lmcache, kvtier or both (both)\n"
-"  --background P      policies whose cache demotes in the background:\n"
-"                      lmcache, kvtier, both or none (both); the others\n"
-"                      evict synchronously inside their stores\n"
-"  --stress N          N memory-stressor threads copying during the runs\n"
-"  --stress-bytes B    each stressor's two buffers (256M)\n"
-"  --hbm SIZE          the engine's own KV memory, its blocks (default:\n"
-"                      1.5 sessions)\n"
+"  --token-budget N    tokens per step (8192)\n"
+"  --hbm SIZE          the engine's KV memory, its blocks (default: four of\n"
+"                      the largest requests)\n"
+"policies\n"
+"  --policy LIST       lmcache, lmcache-layerwise, vllm, kvtier or all (all)\n"
+"  --sweep             every policy at several session rates (--rates), the\n"
+"                      sessions arriving over the same window at each (so\n"
+"                      more of them at a higher rate): the throughput each\n"
+"                      policy reaches at equal p90 TTFT\n"
+"  --rates LIST        the sweep's rates (default 1,2,4,8 x --rate / 2)\n"
+"  --ttft-targets LIST p90 TTFT targets in ms (default: chosen from the\n"
+"                      curves, where all of them reach)\n"
+"  --ablation          kvtier with each of its policies switched off alone\n"
+"  --repeat N          every (policy, rate) N times (1)\n"
+"  --plot FILE.png     p90 TTFT against throughput per policy (gnuplot)\n"
+"  --predict PROFILE   also simulate every pass (kvtier sim's engine, the\n"
+"                      same requests) on this machine's hardware profile\n"
+"                      (scripts/demo-profile): predicted next to measured\n"
+"tiers\n"
 "  --fabric/--dram/--ssd SIZE  kvtier's tier sizes (default: from the\n"
 "                      workload and the machine)\n"
 "  --fabric numa=N,SIZE | /dev/daxX.Y[,SIZE] | memfd,SIZE | file=PATH,SIZE\n"
@@ -55,193 +75,106 @@ static void demo_usage(FILE *f)
 "                      default; a file)\n"
 "  --dir DIR           directory for the ssd tier (default: a temp dir,\n"
 "                      removed at the end)\n"
-"  --seed N            workload seed (1)\n"
 "  --daemon            each policy's cache in a node daemon process\n"
-"                      (kvtierd), the engine a client of it: its KV memory\n"
-"                      shared as a memfd, every call through the socket\n"
+"                      (kvtierd), the engine a client of it\n"
+"  --stress N          N memory-stressor threads copying during the runs\n"
+"  --stress-bytes B    each stressor's two buffers (256M)\n"
+"output\n"
 "  --json              machine-readable result on stdout\n"
-"  --quiet             no progress bar and no tables: one summary line\n"
+"  --quiet             no progress line and no tables: one summary line\n"
 "\n"
 "Exit status: 0 when every request ran, every load and store succeeded\n"
 "and every checksum matched; 1 otherwise (the summary says what failed).\n");
 }
 
-#define KVT_MIN_U64(a, b) ((uint64_t)(a) < (uint64_t)(b) ? (uint64_t)(a) : (uint64_t)(b))
-
 static int progress_on;
 
-static void progress(void *arg, const char *policy, size_t done, size_t total)
+static void progress(void *arg, const char *label, size_t done, size_t total,
+		     size_t pass, size_t passes)
 {
-	int width = 40, fill = total ? (int)(done * (size_t)width / total) : 0;
+	int width = 30, fill = total ? (int)(done * (size_t)width / total) : 0;
 
 	(void)arg;
 	if (!progress_on)
 		return;
-	fprintf(stderr, "\r  [%.*s%*s] %3zu/%zu  %-8s", fill,
-		"########################################", width - fill, "",
-		done, total, policy);
-	if (done == total)
+	fprintf(stderr, "\r  pass %zu/%zu [%.*s%*s] %3zu/%zu requests  %-28s",
+		pass + 1, passes, fill, "##############################",
+		width - fill, "", done, total, label);
+	if (done == total && pass + 1 == passes)
 		fputc('\n', stderr);
 	fflush(stderr);
 }
 
-/* ---- statistics ----------------------------------------------------- */
+/* ---- what ran ------------------------------------------------------------ */
 
-static int cmp_double(const void *a, const void *b)
+#define NPOL 4
+static const char *const pol_order[NPOL] = { "lmcache", "lmcache-layerwise",
+					     "vllm", "kvtier" };
+
+/* The headline pass of @policy at @rate (no variant, repeat @rep). */
+static const kvt_demo_pass *find(const kvt_demo_result *r, const char *policy,
+				 double rate, uint32_t rep)
 {
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
+	for (int i = 0; i < r->npasses; i++) {
+		const kvt_demo_pass *p = &r->pass[i];
 
-/* Nearest-rank percentiles (q in [0, 1]) of @n values, sorted in place. */
-static double pct_sorted(const double *s, size_t n, double q)
-{
-	size_t k;
-
-	if (!n)
-		return 0;
-	k = (size_t)ceil(q * (double)n);
-	return s[k ? k - 1 : 0];
-}
-
-/* Sorted values of one field over a set of requests. */
-struct dist {
-	double *v;
-	size_t n;
-	double sum;
-};
-
-static void dist_add(struct dist *d, double x)
-{
-	d->v[d->n++] = x;
-	d->sum += x;
-}
-
-static double dist_mean(const struct dist *d)
-{
-	return d->n ? d->sum / (double)d->n : 0;
-}
-
-static double dist_pct(struct dist *d, double q)
-{
-	qsort(d->v, d->n, sizeof(*d->v), cmp_double);
-	return pct_sorted(d->v, d->n, q);
-}
-
-enum { F_TTFT, F_LOOKUP, F_BLOCK, F_LOADW, F_PREFILL, F_RECOMP, F_SAVE,
-       F_RESTORE, F_MODEL, F_DECODE, F_READY, F_NFIELDS };
-
-static const char *const field_names[F_NFIELDS] = {
-	"ttft", "lookup", "block_wait", "load_wait", "prefill", "recompute",
-	"save", "restore", "prefill_modeled", "decode_modeled", "ready",
-};
-
-static double req_field(const kvt_demo_req *q, int f)
-{
-	switch (f) {
-	case F_TTFT: return q->ttft_s;
-	case F_LOOKUP: return q->lookup_s;
-	case F_BLOCK: return q->block_wait_s;
-	case F_LOADW: return q->load_wait_s;
-	case F_PREFILL: return q->prefill_s;
-	case F_RECOMP: return q->recompute_s;
-	case F_SAVE: return q->save_s;
-	case F_RESTORE: return q->restore_s;
-	case F_MODEL: return q->prefill_model_s;
-	case F_DECODE: return q->decode_s;
-	default: return q->ready_s;
+		if (!strcmp(p->policy, policy) && !p->variant[0] &&
+		    p->rate == rate && p->repeat == rep)
+			return p;
 	}
+	return NULL;
 }
 
-/* Requests of one turn (or every warm turn: @k < 0) that ran. */
-struct turn_stat {
-	struct dist f[F_NFIELDS];
-	uint64_t prompt, hit[KVT_TIER_COUNT], computed, bytes, loaded,
-		verified, failed, engine_checked, engine_bad, stored;
-	double restore_sum;
-};
-
-static int turn_collect(const kvt_demo_result *r, const kvt_demo_pass *p,
-			int k, struct turn_stat *ts)
+static uint32_t nrates(const kvt_demo_config *c)
 {
-	memset(ts, 0, sizeof(*ts));
-	for (int f = 0; f < F_NFIELDS; f++)
-		if (!(ts->f[f].v = calloc(p->nreqs + 1, sizeof(double))))
-			return -1;
-	for (size_t i = 0; i < p->nreqs; i++) {
-		const kvt_demo_req *q = &p->reqs[i];
+	return c->nrates ? c->nrates : 1;
+}
 
-		if (!q->prompt_tokens || (k >= 0 ? q->turn != (uint32_t)k :
-					  q->turn == 0))
-			continue; /* did not run, or another turn */
-		for (int f = 0; f < F_NFIELDS; f++)
-			dist_add(&ts->f[f], req_field(q, f));
-		ts->prompt += q->prompt_tokens;
-		for (int t = 0; t < KVT_TIER_COUNT; t++)
-			ts->hit[t] += q->hit_tokens[t];
-		ts->computed += q->computed_tokens;
-		ts->bytes += q->restore_bytes;
-		ts->restore_sum += q->restore_s;
-		ts->loaded += q->loaded_pages;
-		ts->verified += q->verified_pages;
-		ts->failed += q->failed_pages;
-		ts->engine_checked += q->engine_checked;
-		ts->engine_bad += q->engine_bad;
-		ts->stored += q->stored_pages;
+static double rate_at(const kvt_demo_config *c, uint32_t k)
+{
+	return c->nrates ? c->rates[k] : c->rate;
+}
+
+/* Median over repeats of one statistic of (policy, rate). */
+static double med(const kvt_demo_result *r, const char *pol, double rate,
+		  double (*get)(const kvt_demo_pass *), double *lo, double *hi)
+{
+	double v[64];
+	uint32_t n = 0;
+
+	for (uint32_t k = 0; k < r->config.repeat && n < 64; k++) {
+		const kvt_demo_pass *p = find(r, pol, rate, k);
+
+		if (p && !p->err)
+			v[n++] = get(p);
 	}
-	(void)r;
-	return 0;
-}
-
-static void turn_free(struct turn_stat *ts)
-{
-	for (int f = 0; f < F_NFIELDS; f++)
-		free(ts->f[f].v);
-}
-
-/* The same warm request under both policies: how often kvtier's TTFT was
- * lower, and the spread of lmcache/kvtier. */
-struct paired {
-	size_t n, kvtier_lower;
-	double median, p25, p75, min, max;
-};
-
-static void paired(const kvt_demo_pass *lm, const kvt_demo_pass *kv,
-		   struct paired *pr)
-{
-	double *v = calloc(lm->nreqs + 1, sizeof(double));
-	size_t n = 0;
-
-	memset(pr, 0, sizeof(*pr));
-	if (!v)
-		return;
-	for (size_t i = 0; i < lm->nreqs && i < kv->nreqs; i++) {
-		const kvt_demo_req *a = &lm->reqs[i], *b = &kv->reqs[i];
-
-		if (!a->turn || !a->prompt_tokens || !b->prompt_tokens ||
-		    b->ttft_s <= 0)
-			continue;
-		v[n++] = a->ttft_s / b->ttft_s;
-		pr->kvtier_lower += b->ttft_s < a->ttft_s;
+	if (!n) {
+		if (lo)
+			*lo = *hi = NAN;
+		return NAN;
 	}
-	qsort(v, n, sizeof(*v), cmp_double);
-	pr->n = n;
-	pr->median = pct_sorted(v, n, 0.5);
-	pr->p25 = pct_sorted(v, n, 0.25);
-	pr->p75 = pct_sorted(v, n, 0.75);
-	pr->min = n ? v[0] : 0;
-	pr->max = n ? v[n - 1] : 0;
-	free(v);
+	for (uint32_t i = 1; i < n; i++)
+		for (uint32_t j = i; j > 0 && v[j] < v[j - 1]; j--) {
+			double t = v[j];
+
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	if (lo) {
+		*lo = v[0];
+		*hi = v[n - 1];
+	}
+	return n & 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* What was checked and what failed, over both policies: never more than
- * was verified. */
+static double g_p90(const kvt_demo_pass *p) { return p->st.ttft_ms.p90; }
+
+/* ---- integrity ------------------------------------------------------------- */
+
 struct integrity {
-	uint64_t loaded, verified, failed, engine_checked,
-		engine_bad, moves_verified, moves_corrupt, move_errors,
-		store_errors, checked, check_bad;
-	int check_incomplete;  /* a final re-read did not finish */
-	uint64_t bad;          /* verification failures, all kinds */
+	uint64_t engine_checked, engine_bad, failed, moves_verified, corrupt,
+		move_errors, checked, check_bad, bad;
+	int incomplete;
 };
 
 static void integrity_get(const kvt_demo_result *r, struct integrity *g)
@@ -249,85 +182,25 @@ static void integrity_get(const kvt_demo_result *r, struct integrity *g)
 	memset(g, 0, sizeof(*g));
 	for (int i = 0; i < r->npasses; i++) {
 		const kvt_demo_pass *p = &r->pass[i];
-		uint64_t verified = 0;
 
 		for (size_t j = 0; j < p->nreqs; j++) {
-			const kvt_demo_req *q = &p->reqs[j];
-
-			g->loaded += q->loaded_pages;
-			verified += q->verified_pages;
-			g->failed += q->failed_pages;
-			g->engine_checked += q->engine_checked;
-			g->engine_bad += q->engine_bad;
-			g->store_errors += q->store_err != 0;
+			g->engine_checked += p->reqs[j].engine_checked;
+			g->engine_bad += p->reqs[j].engine_bad;
+			g->failed += p->reqs[j].failed_pages;
 		}
-		g->verified += verified;
-		/* the cache's count includes the loads' pages */
-		g->moves_verified += p->cache.verified - KVT_MIN_U64(
-			p->cache.verified, verified);
-		g->moves_corrupt += p->cache.corrupt;
+		g->moves_verified += p->cache.verified;
+		g->corrupt += p->cache.corrupt;
 		g->move_errors += p->cache.move_errors;
 		g->checked += p->check.checked;
 		g->check_bad += p->check.bad;
-		g->check_incomplete |= p->check_err != 0 &&
-				       p->check_err != KVT_ECORRUPT;
-		/* the cache counts every copy that failed verification:
-		 * loads, stores, moves */
+		g->incomplete |= p->check_err != 0 && p->check_err != KVT_ECORRUPT;
 		g->bad += p->cache.corrupt + p->check.bad;
 	}
 	g->bad += g->engine_bad;
 }
 
-/* ---- text output ---------------------------------------------------- */
+/* ---- text ------------------------------------------------------------------ */
 
-static void print_pass(const kvt_demo_result *r, const kvt_demo_pass *p)
-{
-	printf("\n%s — %s\n", p->policy, !strcmp(p->policy, "lmcache") ?
-	       "write-through; restore the whole prefix, then prefill; "
-	       "synchronous save" :
-	       "write-back; restore overlapped layer by layer with the "
-	       "prefill; asynchronous save");
-	printf("  %-7s %-20s | %-46s | %-7s | %s\n", "", "TTFT ms, measured",
-	       "mean ms, measured; they add up to the mean TTFT", "prefill",
-	       "tokens, all sessions of the turn:");
-	printf("  %-7s %6s %6s %6s | %6s %6s %6s %7s %6s %6s | %7s | %7s %-20s %7s\n",
-	       "turn", "p50", "p90", "mean", "lookup", "blocks", "load", "prefill",
-	       "redo", "save", "modeled", "prompt", "   loaded from", "compute");
-	printf("  %-7s %6s %6s %6s | %6s %6s %6s %7s %6s %6s | %7s | %7s %6s %6s %6s %7s\n",
-	       "", "", "", "", "", "wait", "wait", "spent", "", "", "mean ms",
-	       "", "fabric", "dram", "ssd", "");
-	for (uint32_t k = 0; k < r->config.turns; k++) {
-		struct turn_stat ts;
-		char name[16];
-
-		if (turn_collect(r, p, (int)k, &ts) || !ts.f[F_TTFT].n) {
-			turn_free(&ts);
-			continue;
-		}
-		snprintf(name, sizeof(name), k ? "warm %u" : "cold", k);
-		printf("  %-7s %6.1f %6.1f %6.1f | %6.2f %6.1f %6.1f %7.1f %6.1f "
-		       "%6.1f | %7.1f | %7llu %6llu %6llu %6llu %7llu\n", name,
-		       dist_pct(&ts.f[F_TTFT], 0.5) * 1e3,
-		       dist_pct(&ts.f[F_TTFT], 0.9) * 1e3,
-		       dist_mean(&ts.f[F_TTFT]) * 1e3,
-		       dist_mean(&ts.f[F_LOOKUP]) * 1e3,
-		       dist_mean(&ts.f[F_BLOCK]) * 1e3,
-		       dist_mean(&ts.f[F_LOADW]) * 1e3,
-		       dist_mean(&ts.f[F_PREFILL]) * 1e3,
-		       dist_mean(&ts.f[F_RECOMP]) * 1e3,
-		       dist_mean(&ts.f[F_SAVE]) * 1e3,
-		       dist_mean(&ts.f[F_MODEL]) * 1e3,
-		       (unsigned long long)ts.prompt,
-		       (unsigned long long)ts.hit[KVT_TIER_FABRIC],
-		       (unsigned long long)ts.hit[KVT_TIER_DRAM],
-		       (unsigned long long)ts.hit[KVT_TIER_SSD],
-		       (unsigned long long)ts.computed);
-		turn_free(&ts);
-	}
-}
-
-/* How the fabric backing will be opened. The demo never passes
- * allow-cpus, so a numa=N tier that opens is on a CPU-less node. */
 static const char *fabric_label(const char *b, char *buf, size_t len)
 {
 	if (!b[0] || !strncmp(b, "memfd", 5))
@@ -341,47 +214,310 @@ static const char *fabric_label(const char *b, char *buf, size_t len)
 	return buf;
 }
 
-static void print_header(const kvt_demo_result *r)
+static void print_header(const kvt_demo_config *c, const kvt_geom *g,
+			 const char *gpu)
 {
-	char fab[KVT_PATH_MAX + 16];
-	const kvt_demo_config *c = &r->config;
-	char a[32], b[32], d[32], e[32];
+	char fab[KVT_PATH_MAX + 16], a[32], b[32], d[32], e[32];
+	uint64_t page = kvt_geom_page_bytes(g);
 
-	printf("kvtier demo: %u agent sessions x %u turns (1 cold + %u warm), "
-	       "system prompt %u + context %u tokens,\n  +%u new and +%u answer "
-	       "tokens per turn; %s geometry (%s of KV per token), %u-token "
-	       "pages\n", c->sessions, c->turns, c->turns - 1, c->system_tokens,
-	       c->context_tokens, c->turn_tokens, c->output_tokens, r->geom.name,
-	       kvt_size_format(kvt_geom_token_bytes(&r->geom), a, sizeof(a)),
+	printf("kvtier demo: %u agent sessions arriving at %g/s (Poisson), %u "
+	       "turns each (1 cold + %u warm),\n  think time %.2g s median "
+	       "per session (log-sd %.2g); system prompt %u + context %u "
+	       "tokens,\n  +%u new and +%u answer tokens per turn; %s geometry "
+	       "(%s of KV per token), %u-token pages\n", c->sessions, c->rate,
+	       c->turns, c->turns - 1, c->think_s, c->think_sigma,
+	       c->system_tokens, c->context_tokens, c->turn_tokens,
+	       c->output_tokens, g->name,
+	       kvt_size_format(kvt_geom_token_bytes(g), a, sizeof(a)),
 	       c->page_tokens);
-	printf("engine KV memory %s (EMULATED hbm: host memory, vLLM layout; no "
-	       "prefix cache of its own)\ntiers: fabric %s (%s) | "
-	       "dram %s | ssd %s (temp dir, removed at the end)\n",
-	       kvt_size_format(c->hbm_bytes, a, sizeof(a)),
-	       kvt_size_format(c->fabric_bytes, b, sizeof(b)),
+	printf("engine: the serving step loop of src/engine (the simulator's), "
+	       "token budget %u,\n  chunked prefill, a decode batch, "
+	       "admission and preemption over %llu blocks of KV memory\n  (%s, "
+	       "EMULATED hbm: host memory, vLLM layout; no prefix cache of its "
+	       "own)\n", c->token_budget,
+	       (unsigned long long)(c->hbm_bytes / page),
+	       kvt_size_format(c->hbm_bytes, a, sizeof(a)));
+	printf("tiers: fabric %s (%s) | dram %s | ssd %s (temp dir, removed at "
+	       "the end)\n", kvt_size_format(c->fabric_bytes, b, sizeof(b)),
 	       fabric_label(c->fabric, fab, sizeof(fab)),
 	       kvt_size_format(c->dram_bytes, d, sizeof(d)),
 	       kvt_size_format(c->ssd_bytes, e, sizeof(e)));
-	printf("MEASURED on this machine: every TTFT, wall clock from arrival to "
-	       "first token: lookups, waits,\n  restores, the prefill's time as "
-	       "spent, saves; every checksum.\nMODELED: how long each layer's "
-	       "prefill takes on %s (profile %s; spent in real time),\n  and "
-	       "decode (reported, not spent).\n", r->gpu_name, c->hardware);
+	printf("MEASURED on this machine: every TTFT and decode token (wall "
+	       "clock), throughput, every load,\n  store and demotion, the "
+	       "transfer engine's rates, every checksum.\nMODELED: the GPU's "
+	       "time for each step on %s (profile %s), spent in real time.\n",
+	       gpu, c->hardware);
 	if (c->stress)
 		printf("stress: %u memory-stressor threads copying %s buffers "
-		       "during both runs\n", c->stress,
+		       "during the runs\n", c->stress,
 		       kvt_size_format(c->stress_bytes, a, sizeof(a)));
+	printf("load average at the start: %.2f (2 cores; other engineers' "
+	       "builds share them)\n", kvt_demo_loadavg());
 }
 
-static double warm(const kvt_demo_result *r, const kvt_demo_pass *p, int p50)
+static void print_pass_row(const kvt_demo_pass *p, const char *name)
 {
-	struct turn_stat ts;
-	double v = 0;
+	const kvt_demo_stat *s = &p->st;
+	uint64_t rec = 0;
 
-	if (!turn_collect(r, p, -1, &ts))
-		v = p50 ? dist_pct(&ts.f[F_TTFT], 0.5) : dist_mean(&ts.f[F_TTFT]);
-	turn_free(&ts);
-	return v;
+	for (int t = 0; t < KVT_TIER_COUNT; t++)
+		rec += s->recomputed_tokens[t];
+	printf("  %-19s %7.1f %6.1f %7.1f %7.1f %6.2f %8.0f | %7llu %7llu "
+	       "%7llu %7llu %8llu | %5llu %5llu %3llu %4.2f%s\n", name,
+	       s->ttft_ms.mean, s->ttft_ms.p50, s->ttft_ms.p90, s->ttft_ms.p99,
+	       s->tpot_ms.mean, s->tokens_per_s,
+	       (unsigned long long)s->loaded_tokens[KVT_TIER_FABRIC],
+	       (unsigned long long)s->loaded_tokens[KVT_TIER_DRAM],
+	       (unsigned long long)s->loaded_tokens[KVT_TIER_SSD],
+	       (unsigned long long)rec,
+	       (unsigned long long)s->computed_tokens,
+	       (unsigned long long)s->steps, (unsigned long long)s->deferred,
+	       (unsigned long long)s->preemptions, s->gpu_busy,
+	       p->err ? "  FAILED" : "");
+}
+
+static void print_table_head(void)
+{
+	printf("  %-19s %-30s %6s %8s | %-31s %8s | %-5s %5s %3s %4s\n", "",
+	       "TTFT ms, measured", "TPOT", "tokens/s", "tokens loaded from",
+	       "computed", "steps", "defer", "pre", "GPU");
+	printf("  %-19s %7s %6s %7s %7s %6s %8s | %7s %7s %7s %7s %8s | %5s "
+	       "%5s %3s %4s\n", "policy", "mean", "p50", "p90", "p99", "ms", "",
+	       "fabric", "dram", "ssd", "recomp", "(prefill)", "", "", "emp",
+	       "busy");
+}
+
+static void print_rates(const kvt_demo_result *r)
+{
+	const kvt_demo_config *c = &r->config;
+
+	for (uint32_t rep = 0; rep < c->repeat; rep++)
+		for (uint32_t k = 0; k < nrates(c); k++) {
+			printf("\nsessions at %g/s (%u sessions):\n",
+			       rate_at(c, k), kvt_demo_sessions_at(c, rate_at(c, k)));
+			if (c->repeat > 1)
+				printf("  (run %u of %u)\n", rep + 1, c->repeat);
+			print_table_head();
+			for (int i = 0; i < NPOL; i++) {
+				const kvt_demo_pass *p = find(r, pol_order[i],
+							      rate_at(c, k), rep);
+
+				if (p)
+					print_pass_row(p, p->policy);
+			}
+		}
+	printf("  (recomp: cached tokens computed rather than loaded, kvtier's "
+	       "load-or-recompute; computed:\n  prompt tokens prefilled in all; "
+	       "GPU busy: modeled GPU time over the run's span)\n");
+}
+
+static void print_ablation(const kvt_demo_result *r)
+{
+	int any = 0;
+
+	for (int i = 0; i < r->npasses; i++) {
+		const kvt_demo_pass *p = &r->pass[i];
+		char name[48];
+
+		if (!p->variant[0])
+			continue;
+		if (!any) {
+			const kvt_demo_pass *full = find(r, "kvtier",
+							 r->config.rate, 0);
+
+			printf("\nablation: kvtier with one policy switched off "
+			       "at a time (sessions at %g/s):\n",
+			       r->config.rate);
+			print_table_head();
+			if (full)
+				print_pass_row(full, "kvtier (all on)");
+			any = 1;
+		}
+		snprintf(name, sizeof(name), "kvtier %s", p->variant);
+		print_pass_row(p, name);
+	}
+}
+
+/* The p90 TTFT targets: given, or five between where every curve starts
+ * and where every curve ends (log-spaced). */
+static uint32_t targets(const kvt_demo_result *r, double *t)
+{
+	const kvt_demo_config *c = &r->config;
+	double lo = 0, hi = INFINITY;
+	uint32_t n = 0;
+
+	if (c->ntargets) {
+		memcpy(t, c->targets_ms, c->ntargets * sizeof(*t));
+		return c->ntargets;
+	}
+	for (int i = 0; i < NPOL; i++) {
+		double a = med(r, pol_order[i], rate_at(c, 0), g_p90, NULL, NULL);
+		double b = med(r, pol_order[i], rate_at(c, nrates(c) - 1), g_p90,
+			       NULL, NULL);
+
+		if (isnan(a))
+			continue;
+		lo = fmax(lo, a);
+		hi = fmin(hi, b);
+	}
+	if (!(lo > 0) || !isfinite(hi))
+		return 0;
+	if (hi <= lo * 1.01)
+		hi = lo * 4;
+	for (n = 0; n < 5; n++)
+		t[n] = lo * 1.02 * pow(hi / (lo * 1.02), n / 4.0);
+	return n;
+}
+
+struct goals {
+	double ratio_lm, ratio_vllm;    /* max over targets, kvtier / x */
+	double at_lm, at_vllm;          /* the target where it is reached */
+	double top_rate;                /* highest rate all sustain */
+	double p90[NPOL];
+	int have_ratio, have_top;
+	int pass_ratio, pass_p90;
+};
+
+/* The speed goals of the issue, from the measured curves (medians over
+ * repeats): kvtier's throughput at equal p90 TTFT >= 1.5x lmcache's and
+ * >= 1.2x vllm's; kvtier's p90 TTFT at the highest rate every policy
+ * sustains (p90 under the largest target) lower than each baseline's. */
+static void goals_get(const kvt_demo_result *r, const double *tg, uint32_t nt,
+		      struct goals *g)
+{
+	const kvt_demo_config *c = &r->config;
+	double bound = 0;
+
+	memset(g, 0, sizeof(*g));
+	for (uint32_t i = 0; i < nt; i++) {
+		double kv, lm, vl;
+
+		bound = fmax(bound, tg[i]);
+		if (kvt_demo_throughput_at(r, "kvtier", 0, tg[i], &kv) < 0)
+			continue;
+		if (kvt_demo_throughput_at(r, "lmcache", 0, tg[i], &lm) >= 0 &&
+		    lm > 0 && kv / lm > g->ratio_lm) {
+			g->ratio_lm = kv / lm;
+			g->at_lm = tg[i];
+			g->have_ratio = 1;
+		}
+		if (kvt_demo_throughput_at(r, "vllm", 0, tg[i], &vl) >= 0 &&
+		    vl > 0 && kv / vl > g->ratio_vllm) {
+			g->ratio_vllm = kv / vl;
+			g->at_vllm = tg[i];
+			g->have_ratio = 1;
+		}
+	}
+	g->pass_ratio = g->have_ratio && g->ratio_lm >= 1.5 &&
+			g->ratio_vllm >= 1.2;
+	for (uint32_t k = 0; k < nrates(c); k++) {
+		int all = 1;
+
+		for (int i = 0; i < NPOL; i++) {
+			double v = med(r, pol_order[i], rate_at(c, k), g_p90,
+				       NULL, NULL);
+
+			if (!isnan(v) && (!bound || v > bound))
+				all = 0;
+		}
+		if (all) {
+			g->top_rate = rate_at(c, k);
+			g->have_top = 1;
+		}
+	}
+	if (g->have_top) {
+		g->pass_p90 = 1;
+		for (int i = 0; i < NPOL; i++) {
+			g->p90[i] = med(r, pol_order[i], g->top_rate, g_p90,
+					NULL, NULL);
+			if (i != 3 && !isnan(g->p90[i]) &&
+			    !(g->p90[3] < g->p90[i]))
+				g->pass_p90 = 0;
+		}
+	}
+}
+
+static void print_sweep(const kvt_demo_result *r)
+{
+	const kvt_demo_config *c = &r->config;
+	double tg[KVT_DEMO_MAX_TARGETS];
+	uint32_t nt = targets(r, tg);
+	struct goals g;
+
+	if (c->nrates < 2)
+		return;
+	printf("\nthroughput (tokens/s) at equal p90 TTFT, interpolated along "
+	       "the measured curves%s:\n  %-12s", c->repeat > 1 ?
+	       " (first run)" : "", "p90 target");
+	for (int i = 0; i < NPOL; i++)
+		printf(" %18s", pol_order[i]);
+	printf(" %12s %12s\n", "kvt/lmcache", "kvt/vllm");
+	for (uint32_t j = 0; j < nt; j++) {
+		double v[NPOL];
+
+		printf("  %9.0f ms", tg[j]);
+		for (int i = 0; i < NPOL; i++) {
+			int rc = kvt_demo_throughput_at(r, pol_order[i], 0, tg[j],
+							&v[i]);
+
+			if (rc < 0) {
+				v[i] = NAN;
+				printf(" %18s", rc == -ERANGE ? "(never this low)" :
+				       "-");
+			} else {
+				printf(" %17.0f%s", v[i], rc == 1 ? "+" : " ");
+			}
+		}
+		printf(" %12.2f %12.2f\n", v[3] / v[0], v[3] / v[2]);
+	}
+	printf("  (+: every rate met the target: a lower bound)\n");
+	goals_get(r, tg, nt, &g);
+	printf("\nspeed goals (this run):\n");
+	if (g.have_ratio)
+		printf("  kvtier's throughput at equal p90 TTFT: %.2fx lmcache's "
+		       "(at %.0f ms; goal >= 1.5x), %.2fx vllm's (at %.0f ms; "
+		       "goal >= 1.2x): %s\n", g.ratio_lm, g.at_lm, g.ratio_vllm,
+		       g.at_vllm, g.pass_ratio ? "met" : "NOT MET");
+	else
+		printf("  throughput at equal p90 TTFT: no target every curve "
+		       "reaches: NOT MEASURED\n");
+	if (g.have_top)
+		printf("  p90 TTFT at %g sessions/s, the highest rate every policy "
+		       "sustains (p90 under %.0f ms):\n    lmcache %.0f, "
+		       "lmcache-layerwise %.0f, vllm %.0f, kvtier %.0f ms: %s\n",
+		       g.top_rate, tg[nt ? nt - 1 : 0], g.p90[0], g.p90[1],
+		       g.p90[2], g.p90[3], g.pass_p90 ? "kvtier lowest (met)" :
+		       "kvtier NOT the lowest (NOT MET)");
+	else
+		printf("  no rate every policy sustains: p90 goal NOT MEASURED\n");
+}
+
+static void print_compare(const kvt_demo_result *r)
+{
+	const kvt_demo_config *c = &r->config;
+	const kvt_demo_pass *kv = find(r, "kvtier", c->rate, 0);
+
+	if (!kv || c->nrates)
+		return;
+	printf("\nat %g sessions/s, kvtier against each baseline (measured side "
+	       "by side, this run):\n", c->rate);
+	for (int i = 0; i < 3; i++) {
+		const kvt_demo_pass *b = find(r, pol_order[i], c->rate, 0);
+
+		if (!b || b->err || kv->err)
+			continue;
+		printf("  vs %-18s p90 TTFT %.0f vs %.0f ms (%.2fx lower), mean "
+		       "%.0f vs %.0f ms; throughput %.0f vs %.0f tokens/s "
+		       "(%.2fx)%s\n", b->policy, kv->st.ttft_ms.p90,
+		       b->st.ttft_ms.p90, b->st.ttft_ms.p90 / kv->st.ttft_ms.p90,
+		       kv->st.ttft_ms.mean, b->st.ttft_ms.mean,
+		       kv->st.tokens_per_s, b->st.tokens_per_s,
+		       kv->st.tokens_per_s / b->st.tokens_per_s,
+		       kv->st.ttft_ms.p90 < b->st.ttft_ms.p90 ? "" :
+		       "  -- kvtier did NOT win this one");
+	}
+	printf("  (throughput at one rate mostly follows the offered load; "
+	       "--sweep measures it at equal TTFT)\n");
 }
 
 static void print_integrity(const kvt_demo_result *r, int err)
@@ -389,22 +525,16 @@ static void print_integrity(const kvt_demo_result *r, int err)
 	struct integrity g;
 
 	integrity_get(r, &g);
-	printf("checksums: %llu restored pages loaded, %llu verified layer by "
-	       "layer, %llu failed (recomputed);\n  the engine sampled %llu "
-	       "restored blocks: %llu wrong; %llu page copies between tiers\n"
-	       "  verified; %llu copies failed verification (loads, stores, "
-	       "moves); %llu I/O errors\n  between tiers; %llu store jobs "
-	       "failed;\n", (unsigned long long)g.loaded,
-	       (unsigned long long)g.verified, (unsigned long long)g.failed,
+	printf("\nchecksums: %llu restored blocks sampled by the engine: %llu "
+	       "wrong; %llu page copies verified\n  (loads, stores, moves); "
+	       "%llu failed verification; %llu I/O errors between tiers;\n",
 	       (unsigned long long)g.engine_checked,
 	       (unsigned long long)g.engine_bad,
 	       (unsigned long long)g.moves_verified,
-	       (unsigned long long)g.moves_corrupt,
-	       (unsigned long long)g.move_errors,
-	       (unsigned long long)g.store_errors);
-	if (g.check_incomplete)
-		printf("  the final re-read of every copy did NOT complete "
-		       "(%llu re-read before it stopped).\n",
+	       (unsigned long long)g.corrupt, (unsigned long long)g.move_errors);
+	if (g.incomplete)
+		printf("  the final re-read of every copy did NOT complete (%llu "
+		       "re-read before it stopped).\n",
 		       (unsigned long long)g.checked);
 	else if (err || g.bad)
 		printf("  of the page copies still in the tiers at the end, %llu "
@@ -426,292 +556,289 @@ static void print_integrity(const kvt_demo_result *r, int err)
 		       "copy checked matched.\n");
 }
 
-static void print_summary(const kvt_demo_result *r, int quiet, int err)
+static void print_quiet(const kvt_demo_result *r, int err)
 {
-	const kvt_demo_pass *lm = NULL, *kv = NULL;
+	const kvt_demo_config *c = &r->config;
 	struct integrity g;
-	struct paired pr = { 0 };
 
-	for (int i = 0; i < r->npasses; i++)
-		if (!strcmp(r->pass[i].policy, "lmcache"))
-			lm = &r->pass[i];
-		else
-			kv = &r->pass[i];
-	if (lm && kv)
-		paired(lm, kv, &pr);
 	integrity_get(r, &g);
-	if (quiet) {
-		char a[64] = "", b[64] = "", c[96] = "", e[300] = "";
+	printf("kvtier demo:");
+	for (int i = 0; i < NPOL; i++) {
+		const kvt_demo_pass *p = find(r, pol_order[i], rate_at(c, 0), 0);
 
-		if (lm)
-			snprintf(a, sizeof(a), " lmcache %.1f ms", warm(r, lm, 0) * 1e3);
-		if (kv)
-			snprintf(b, sizeof(b), "%s kvtier %.1f ms", lm ? "," : "",
-				 warm(r, kv, 0) * 1e3);
-		if (pr.n)
-			snprintf(c, sizeof(c), " (kvtier lower in %zu of %zu, "
-				 "median lmcache/kvtier %.2fx)", pr.kvtier_lower,
-				 pr.n, pr.median);
-		if (err)
-			snprintf(e, sizeof(e), "; FAILED: %s", r->error[0] ?
-				 r->error : kvt_strerror(err));
-		printf("kvtier demo: warm-turn mean TTFT%s%s%s; checksums: %llu "
-		       "restored pages verified, %llu copies re-read%s, %llu "
-		       "bad%s; %.1f s\n", a, b, c, (unsigned long long)g.verified,
-		       (unsigned long long)g.checked, g.check_incomplete ?
-		       " (re-read incomplete)" : "", (unsigned long long)g.bad,
-		       e, r->seconds);
-		return;
+		if (p)
+			printf(" %s p90 %.0f ms %.0f tok/s;", p->policy,
+			       p->st.ttft_ms.p90, p->st.tokens_per_s);
 	}
-	printf("\n");
-	if (lm && kv) {
-		double a = warm(r, lm, 0), b = warm(r, kv, 0);
-
-		printf("warm turns, measured TTFT: mean lmcache %.1f ms, kvtier "
-		       "%.1f ms (%.2fx); median %.1f ms, %.1f ms%s\n", a * 1e3,
-		       b * 1e3, b > 0 ? a / b : 0, warm(r, lm, 1) * 1e3,
-		       warm(r, kv, 1) * 1e3,
-		       r->config.stress ? " (under memory stress)" : "");
-		printf("request by request (same session and turn): kvtier lower "
-		       "in %zu of %zu warm requests;\n  lmcache/kvtier median "
-		       "%.2fx, middle half %.2f-%.2fx, range %.2f-%.2fx\n",
-		       pr.kvtier_lower, pr.n, pr.median, pr.p25, pr.p75, pr.min,
-		       pr.max);
-		if (pr.n && (2 * pr.kvtier_lower <= pr.n || pr.median <= 1.0))
-			printf("kvtier did NOT win on this run: its TTFT was lower "
-			       "in %zu of %zu warm requests, median ratio %.2fx.\n",
-			       pr.kvtier_lower, pr.n, pr.median);
-	}
-	for (int i = 0; i < r->npasses; i++) {
-		const kvt_demo_pass *p = &r->pass[i];
-
-		printf("%-8s %.1f s of requests: %llu loads (%.2f GB), %llu stores "
-		       "(%llu pages), %llu pages moved between tiers (%.2f GB)\n"
-		       "         in %llu background passes (%.1f s); the cache "
-		       "waited %.3f s for room; %llu engine blocks;\n         "
-		       "%.2f s drained before the other policy ran (in no TTFT)%s\n",
-		       p->policy, p->seconds, (unsigned long long)p->cache.loads,
-		       (double)p->cache.load_bytes / 1e9,
-		       (unsigned long long)p->cache.stores,
-		       (unsigned long long)p->cache.store_pages,
-		       (unsigned long long)p->cache.move_pages,
-		       (double)p->cache.move_bytes / 1e9,
-		       (unsigned long long)p->cache.bg_passes, p->cache.bg_s,
-		       p->cache.wait_s, (unsigned long long)p->nblocks, p->drain_s,
-		       p->stress_gbps > 0 ? "" : "");
-		if (p->stress_gbps > 0)
-			printf("         stressors copied %.1f GB/s meanwhile\n",
-			       p->stress_gbps);
-	}
-	print_integrity(r, err);
-	printf("done in %.1f s (%.1f s of it opening the tiers and faulting "
-	       "their memory in)\n", r->seconds, r->setup_s);
+	printf(" checksums: %llu blocks sampled, %llu copies re-read%s, %llu "
+	       "bad%s%s; %.1f s\n", (unsigned long long)g.engine_checked,
+	       (unsigned long long)g.checked, g.incomplete ?
+	       " (re-read incomplete)" : "", (unsigned long long)g.bad,
+	       err ? "; FAILED: " : "", err ? (r->error[0] ? r->error :
+					      kvt_strerror(err)) : "",
+	       r->seconds);
 }
 
-/* ---- JSON ----------------------------------------------------------- */
+/* ---- JSON -------------------------------------------------------------------- */
 
-static cJSON *ms_obj(struct dist *d)
+static cJSON *dist_json(const kvt_dist *d)
 {
 	cJSON *o = cJSON_CreateObject();
 
-	cJSON_AddNumberToObject(o, "mean", dist_mean(d) * 1e3);
-	cJSON_AddNumberToObject(o, "p50", dist_pct(d, 0.5) * 1e3);
-	cJSON_AddNumberToObject(o, "p90", dist_pct(d, 0.9) * 1e3);
+	cJSON_AddNumberToObject(o, "mean", d->mean);
+	cJSON_AddNumberToObject(o, "p50", d->p50);
+	cJSON_AddNumberToObject(o, "p90", d->p90);
+	cJSON_AddNumberToObject(o, "p99", d->p99);
+	cJSON_AddNumberToObject(o, "n", (double)d->n);
 	return o;
 }
 
-static cJSON *tiers_obj(const uint64_t *v)
+static cJSON *tiers_json(const uint64_t *v)
 {
 	cJSON *o = cJSON_CreateObject();
 
-	for (int t = 0; t < KVT_TIER_COUNT; t++)
+	for (int t = KVT_TIER_FABRIC; t < KVT_TIER_REMOTE; t++)
 		cJSON_AddNumberToObject(o, kvt_tier_kind_name((kvt_tier_kind)t),
 					(double)v[t]);
 	return o;
 }
 
-static cJSON *turn_json(const kvt_demo_result *r, const kvt_demo_pass *p,
-			uint32_t k)
+static cJSON *stat_json(const kvt_demo_pass *p)
 {
-	struct turn_stat ts;
-	cJSON *t = cJSON_CreateObject(), *m;
+	const kvt_demo_stat *s = &p->st;
+	cJSON *o = cJSON_CreateObject(), *x;
 
-	if (turn_collect(r, p, (int)k, &ts)) {
-		turn_free(&ts);
-		return t;
-	}
-	cJSON_AddNumberToObject(t, "turn", k);
-	cJSON_AddStringToObject(t, "kind", k ? "warm" : "cold");
-	cJSON_AddNumberToObject(t, "requests", (double)ts.f[F_TTFT].n);
-	cJSON_AddNumberToObject(t, "prompt_tokens", (double)ts.prompt);
-	cJSON_AddItemToObject(t, "ttft_ms", ms_obj(&ts.f[F_TTFT]));
-	m = cJSON_AddObjectToObject(t, "components_ms_mean");
-	for (int f = F_LOOKUP; f <= F_SAVE; f++)
-		cJSON_AddNumberToObject(m, field_names[f],
-					dist_mean(&ts.f[f]) * 1e3);
-	cJSON_AddItemToObject(t, "restore_ms_measured", ms_obj(&ts.f[F_RESTORE]));
-	cJSON_AddItemToObject(t, "ready_ms_measured", ms_obj(&ts.f[F_READY]));
-	cJSON_AddItemToObject(t, "prefill_ms_modeled", ms_obj(&ts.f[F_MODEL]));
-	cJSON_AddNumberToObject(t, "decode_ms_modeled_mean",
-				dist_mean(&ts.f[F_DECODE]) * 1e3);
-	cJSON_AddNumberToObject(t, "restore_bytes", (double)ts.bytes);
-	cJSON_AddNumberToObject(t, "restore_gbps", ts.restore_sum > 0 ?
-				(double)ts.bytes / 1e9 / ts.restore_sum : 0);
-	cJSON_AddItemToObject(t, "hit_tokens", tiers_obj(ts.hit));
-	cJSON_AddNumberToObject(t, "computed_tokens", (double)ts.computed);
-	cJSON_AddNumberToObject(t, "loaded_pages", (double)ts.loaded);
-	cJSON_AddNumberToObject(t, "verified_pages", (double)ts.verified);
-	cJSON_AddNumberToObject(t, "failed_pages", (double)ts.failed);
-	cJSON_AddNumberToObject(t, "engine_checked_pages", (double)ts.engine_checked);
-	cJSON_AddNumberToObject(t, "stored_pages", (double)ts.stored);
-	turn_free(&ts);
-	return t;
-}
-
-static cJSON *req_json(const kvt_demo_req *q)
-{
-	cJSON *o = cJSON_CreateObject();
-	uint64_t hit[KVT_TIER_COUNT];
-
-	cJSON_AddNumberToObject(o, "session", q->session);
-	cJSON_AddNumberToObject(o, "turn", q->turn);
-	for (int f = 0; f < F_NFIELDS; f++) {
-		char key[40];
-
-		snprintf(key, sizeof(key), "%s_ms", field_names[f]);
-		cJSON_AddNumberToObject(o, key, req_field(q, f) * 1e3);
-	}
-	for (int t = 0; t < KVT_TIER_COUNT; t++)
-		hit[t] = q->hit_tokens[t];
-	cJSON_AddItemToObject(o, "hit_tokens", tiers_obj(hit));
-	cJSON_AddNumberToObject(o, "computed_tokens", q->computed_tokens);
-	cJSON_AddNumberToObject(o, "inflight_pages", q->inflight_pages);
-	cJSON_AddNumberToObject(o, "failed_pages", (double)q->failed_pages);
+	cJSON_AddItemToObject(o, "ttft_ms", dist_json(&s->ttft_ms));
+	cJSON_AddItemToObject(o, "warm_ttft_ms", dist_json(&s->warm_ttft_ms));
+	cJSON_AddItemToObject(o, "tpot_ms", dist_json(&s->tpot_ms));
+	cJSON_AddNumberToObject(o, "tokens_per_s", s->tokens_per_s);
+	cJSON_AddNumberToObject(o, "output_tokens_per_s", s->output_per_s);
+	cJSON_AddNumberToObject(o, "makespan_s", s->makespan_s);
+	cJSON_AddItemToObject(o, "loaded_tokens", tiers_json(s->loaded_tokens));
+	cJSON_AddItemToObject(o, "recomputed_tokens",
+			      tiers_json(s->recomputed_tokens));
+	cJSON_AddNumberToObject(o, "computed_tokens", (double)s->computed_tokens);
+	cJSON_AddNumberToObject(o, "prompt_tokens", (double)s->prompt_tokens);
+	cJSON_AddNumberToObject(o, "output_tokens", (double)s->output_tokens);
+	cJSON_AddNumberToObject(o, "steps", (double)s->steps);
+	cJSON_AddNumberToObject(o, "decode_only_steps",
+				(double)s->decode_only_steps);
+	cJSON_AddNumberToObject(o, "deferred", (double)s->deferred);
+	cJSON_AddNumberToObject(o, "preemptions", (double)s->preemptions);
+	cJSON_AddNumberToObject(o, "gpu_busy_modeled", s->gpu_busy);
+	cJSON_AddNumberToObject(o, "gpu_overrun_s", s->gpu_overrun_s);
+	cJSON_AddNumberToObject(o, "load_wait_s", s->load_wait_s);
+	cJSON_AddNumberToObject(o, "store_skipped_pages",
+				(double)s->store_skipped_pages);
+	x = cJSON_AddObjectToObject(o, "load_gbps_measured");
+	for (int t = KVT_TIER_FABRIC; t < KVT_TIER_REMOTE; t++)
+		cJSON_AddNumberToObject(x, kvt_tier_kind_name((kvt_tier_kind)t),
+					s->load_gbps[t]);
 	return o;
 }
 
-static cJSON *data_json(const kvt_demo_pass *p)
+static cJSON *pass_json(const kvt_demo_pass *p)
 {
-	cJSON *x = cJSON_CreateObject();
+	cJSON *o = stat_json(p), *x;
 
-	cJSON_AddNumberToObject(x, "engine_blocks", (double)p->nblocks);
+	cJSON_AddStringToObject(o, "policy", p->policy);
+	cJSON_AddStringToObject(o, "variant", p->variant);
+	cJSON_AddNumberToObject(o, "rate", p->rate);
+	cJSON_AddNumberToObject(o, "sessions", p->sessions);
+	cJSON_AddNumberToObject(o, "repeat", p->repeat);
+	cJSON_AddNumberToObject(o, "order", p->order);
+	cJSON_AddStringToObject(o, "tiers", p->tiers);
+	cJSON_AddStringToObject(o, "fabric_tier", p->fabric_where);
+	cJSON_AddNumberToObject(o, "requests", (double)p->nreqs);
+	cJSON_AddNumberToObject(o, "requests_run", (double)p->done);
+	cJSON_AddNumberToObject(o, "engine_blocks", (double)p->nblocks);
+	cJSON_AddNumberToObject(o, "seconds", p->seconds);
+	cJSON_AddNumberToObject(o, "setup_seconds", p->setup_s);
+	cJSON_AddNumberToObject(o, "loadavg", p->loadavg);
+	if (p->predicted) {
+		x = cJSON_AddObjectToObject(o, "predicted");
+		cJSON_AddItemToObject(x, "ttft_ms", dist_json(&p->pred_ttft_ms));
+		cJSON_AddItemToObject(x, "tpot_ms", dist_json(&p->pred_tpot_ms));
+		cJSON_AddNumberToObject(x, "tokens_per_s", p->pred_tokens_per_s);
+		cJSON_AddNumberToObject(x, "loaded_tokens", (double)p->pred_loaded);
+	}
+	if (p->stress_gbps > 0)
+		cJSON_AddNumberToObject(o, "stress_gbps", p->stress_gbps);
+	x = cJSON_AddObjectToObject(o, "data");
 	cJSON_AddNumberToObject(x, "loads", (double)p->cache.loads);
-	cJSON_AddNumberToObject(x, "load_pages", (double)p->cache.load_pages);
 	cJSON_AddNumberToObject(x, "load_bytes", (double)p->cache.load_bytes);
 	cJSON_AddNumberToObject(x, "stores", (double)p->cache.stores);
-	cJSON_AddNumberToObject(x, "store_pages", (double)p->cache.store_pages);
 	cJSON_AddNumberToObject(x, "store_bytes", (double)p->cache.store_bytes);
-	cJSON_AddNumberToObject(x, "move_jobs", (double)p->cache.moves);
 	cJSON_AddNumberToObject(x, "move_pages", (double)p->cache.move_pages);
 	cJSON_AddNumberToObject(x, "move_bytes", (double)p->cache.move_bytes);
 	cJSON_AddNumberToObject(x, "move_errors", (double)p->cache.move_errors);
-	cJSON_AddNumberToObject(x, "moves_verified", (double)p->cache.verified);
+	cJSON_AddNumberToObject(x, "verified", (double)p->cache.verified);
 	cJSON_AddNumberToObject(x, "corrupt", (double)p->cache.corrupt);
-	cJSON_AddNumberToObject(x, "failed_blocks", (double)p->cache.failed_blocks);
+	cJSON_AddNumberToObject(x, "failed_blocks",
+				(double)p->cache.failed_blocks);
 	cJSON_AddNumberToObject(x, "bg_passes", (double)p->cache.bg_passes);
-	cJSON_AddNumberToObject(x, "bg_seconds", p->cache.bg_s);
 	cJSON_AddNumberToObject(x, "cache_wait_seconds", p->cache.wait_s);
-	cJSON_AddNumberToObject(x, "drain_seconds", p->drain_s);
 	cJSON_AddBoolToObject(x, "final_check_complete",
 			      p->check_err == 0 || p->check_err == KVT_ECORRUPT);
 	cJSON_AddNumberToObject(x, "final_checked", (double)p->check.checked);
 	cJSON_AddNumberToObject(x, "final_bad", (double)p->check.bad);
-	cJSON_AddItemToObject(x, "final_checked_by_tier",
-			      tiers_obj(p->check.per_tier));
-	cJSON_AddItemToObject(x, "evicted_by_tier", tiers_obj(p->index.evicted));
-	cJSON_AddItemToObject(x, "demoted_into", tiers_obj(p->index.demoted));
-	cJSON_AddItemToObject(x, "copied_into", tiers_obj(p->index.copied));
-	cJSON_AddNumberToObject(x, "dropped", (double)p->index.dropped);
-	return x;
+	if (p->err)
+		cJSON_AddStringToObject(o, "error", p->error);
+	return o;
 }
 
 static cJSON *result_json(const kvt_demo_result *r, int err)
 {
 	const kvt_demo_config *c = &r->config;
 	cJSON *root = cJSON_CreateObject(), *o, *a;
+	double tg[KVT_DEMO_MAX_TARGETS];
+	uint32_t nt = c->nrates >= 2 ? targets(r, tg) : 0;
 	struct integrity g;
 
 	o = cJSON_AddObjectToObject(root, "config");
 	cJSON_AddStringToObject(o, "model", r->geom.name);
-	cJSON_AddNumberToObject(o, "token_bytes", (double)kvt_geom_token_bytes(&r->geom));
+	cJSON_AddNumberToObject(o, "token_bytes",
+				(double)kvt_geom_token_bytes(&r->geom));
 	cJSON_AddNumberToObject(o, "page_tokens", c->page_tokens);
 	cJSON_AddNumberToObject(o, "sessions", c->sessions);
 	cJSON_AddNumberToObject(o, "turns", c->turns);
+	cJSON_AddNumberToObject(o, "rate", c->rate);
+	cJSON_AddNumberToObject(o, "think_s", c->think_s);
+	cJSON_AddNumberToObject(o, "think_sigma", c->think_sigma);
 	cJSON_AddNumberToObject(o, "system_tokens", c->system_tokens);
 	cJSON_AddNumberToObject(o, "context_tokens", c->context_tokens);
 	cJSON_AddNumberToObject(o, "turn_tokens", c->turn_tokens);
 	cJSON_AddNumberToObject(o, "output_tokens", c->output_tokens);
+	cJSON_AddNumberToObject(o, "token_budget", c->token_budget);
 	cJSON_AddStringToObject(o, "hardware", c->hardware);
 	cJSON_AddStringToObject(o, "gpu_modeled", r->gpu_name);
-	cJSON_AddBoolToObject(o, "real_gpu", c->gpu);
 	cJSON_AddBoolToObject(o, "daemon", c->daemon);
 	cJSON_AddNumberToObject(o, "stress_threads", c->stress);
 	cJSON_AddNumberToObject(o, "hbm_bytes", (double)c->hbm_bytes);
 	cJSON_AddNumberToObject(o, "fabric_bytes", (double)c->fabric_bytes);
 	cJSON_AddNumberToObject(o, "dram_bytes", (double)c->dram_bytes);
 	cJSON_AddNumberToObject(o, "ssd_bytes", (double)c->ssd_bytes);
-	a = cJSON_AddArrayToObject(root, "passes");
-	for (int i = 0; i < r->npasses; i++) {
-		const kvt_demo_pass *p = &r->pass[i];
-		cJSON *po = cJSON_CreateObject(), *turns, *reqs;
+	cJSON_AddNumberToObject(o, "seed", (double)c->seed);
+	cJSON_AddNumberToObject(o, "repeat", c->repeat);
+	a = cJSON_AddArrayToObject(o, "rates");
+	for (uint32_t k = 0; k < nrates(c); k++)
+		cJSON_AddItemToArray(a, cJSON_CreateNumber(rate_at(c, k)));
+	/* the headline: each policy at the first rate, first run */
+	o = cJSON_AddObjectToObject(root, "policies");
+	for (int i = 0; i < NPOL; i++) {
+		const kvt_demo_pass *p = find(r, pol_order[i], rate_at(c, 0), 0);
 
-		cJSON_AddStringToObject(po, "policy", p->policy);
-		cJSON_AddStringToObject(po, "tiers", p->tiers);
-		cJSON_AddStringToObject(po, "fabric_tier", p->fabric_where);
-		cJSON_AddNumberToObject(po, "seconds", p->seconds);
-		cJSON_AddNumberToObject(po, "requests_run", (double)p->done);
-		cJSON_AddNumberToObject(po, "warm_ttft_mean_ms", warm(r, p, 0) * 1e3);
-		cJSON_AddNumberToObject(po, "warm_ttft_p50_ms", warm(r, p, 1) * 1e3);
-		if (c->stress)
-			cJSON_AddNumberToObject(po, "stress_gbps", p->stress_gbps);
-		turns = cJSON_AddArrayToObject(po, "turns");
-		for (uint32_t k = 0; k < c->turns; k++)
-			cJSON_AddItemToArray(turns, turn_json(r, p, k));
-		reqs = cJSON_AddArrayToObject(po, "requests");
-		for (size_t j = 0; j < p->nreqs; j++)
-			if (p->reqs[j].prompt_tokens)
-				cJSON_AddItemToArray(reqs, req_json(&p->reqs[j]));
-		cJSON_AddItemToObject(po, "data", data_json(p));
-		cJSON_AddItemToArray(a, po);
+		if (p)
+			cJSON_AddItemToObject(o, p->policy, stat_json(p));
 	}
-	if (r->npasses == 2) {
-		struct paired pr;
+	a = cJSON_AddArrayToObject(root, "passes");
+	for (int i = 0; i < r->npasses; i++)
+		cJSON_AddItemToArray(a, pass_json(&r->pass[i]));
+	if (nt) {
+		struct goals gl;
 
-		paired(&r->pass[0], &r->pass[1], &pr);
-		o = cJSON_AddObjectToObject(root, "paired_warm");
-		cJSON_AddNumberToObject(o, "requests", (double)pr.n);
-		cJSON_AddNumberToObject(o, "kvtier_lower", (double)pr.kvtier_lower);
-		cJSON_AddNumberToObject(o, "median_ratio", pr.median);
-		cJSON_AddNumberToObject(o, "ratio_p25", pr.p25);
-		cJSON_AddNumberToObject(o, "ratio_p75", pr.p75);
-		cJSON_AddNumberToObject(o, "ratio_min", pr.min);
-		cJSON_AddNumberToObject(o, "ratio_max", pr.max);
+		o = cJSON_AddObjectToObject(root, "throughput_at_equal_ttft");
+		cJSON_AddStringToObject(o, "statistic", "p90");
+		for (uint32_t j = 0; j < nt; j++) {
+			char key[32];
+			cJSON *t;
+
+			snprintf(key, sizeof(key), "%.0f", tg[j]);
+			t = cJSON_AddObjectToObject(o, key);
+			for (int i = 0; i < NPOL; i++) {
+				double v;
+				int rc = kvt_demo_throughput_at(r, pol_order[i],
+								0, tg[j], &v);
+
+				if (rc < 0)
+					cJSON_AddNullToObject(t, pol_order[i]);
+				else
+					cJSON_AddNumberToObject(t, pol_order[i],
+								v);
+			}
+		}
+		goals_get(r, tg, nt, &gl);
+		o = cJSON_AddObjectToObject(root, "goals");
+		cJSON_AddNumberToObject(o, "kvtier_over_lmcache", gl.ratio_lm);
+		cJSON_AddNumberToObject(o, "kvtier_over_vllm", gl.ratio_vllm);
+		cJSON_AddBoolToObject(o, "throughput_goal_met", gl.pass_ratio);
+		cJSON_AddNumberToObject(o, "highest_sustained_rate",
+					gl.have_top ? gl.top_rate : 0);
+		cJSON_AddBoolToObject(o, "p90_goal_met", gl.pass_p90);
 	}
 	integrity_get(r, &g);
 	o = cJSON_AddObjectToObject(root, "integrity");
-	cJSON_AddNumberToObject(o, "restored_pages", (double)g.loaded);
-	cJSON_AddNumberToObject(o, "restored_verified", (double)g.verified);
-	cJSON_AddNumberToObject(o, "restore_failed", (double)g.failed);
 	cJSON_AddNumberToObject(o, "engine_checked", (double)g.engine_checked);
 	cJSON_AddNumberToObject(o, "engine_bad", (double)g.engine_bad);
-	cJSON_AddNumberToObject(o, "moves_verified", (double)g.moves_verified);
-	cJSON_AddNumberToObject(o, "corrupt", (double)g.moves_corrupt);
+	cJSON_AddNumberToObject(o, "restore_failed", (double)g.failed);
+	cJSON_AddNumberToObject(o, "verified", (double)g.moves_verified);
+	cJSON_AddNumberToObject(o, "corrupt", (double)g.corrupt);
 	cJSON_AddNumberToObject(o, "move_io_errors", (double)g.move_errors);
-	cJSON_AddNumberToObject(o, "store_jobs_failed", (double)g.store_errors);
 	cJSON_AddNumberToObject(o, "final_checked", (double)g.checked);
 	cJSON_AddNumberToObject(o, "final_bad", (double)g.check_bad);
-	cJSON_AddBoolToObject(o, "final_check_complete", !g.check_incomplete);
+	cJSON_AddBoolToObject(o, "final_check_complete", !g.incomplete);
 	cJSON_AddNumberToObject(o, "bad", (double)g.bad);
 	cJSON_AddBoolToObject(root, "ok", !err);
 	if (err)
 		cJSON_AddStringToObject(root, "error", r->error[0] ? r->error :
 					kvt_strerror(err));
-	cJSON_AddNumberToObject(root, "setup_seconds", r->setup_s);
 	cJSON_AddNumberToObject(root, "seconds", r->seconds);
+	cJSON_AddNumberToObject(root, "loadavg_start", r->loadavg_start);
+	cJSON_AddNumberToObject(root, "loadavg_end", r->loadavg_end);
 	return root;
 }
 
-/* ---- main --------------------------------------------------------------- */
+/* ---- the plot ------------------------------------------------------------------ */
+
+static int plot(const kvt_demo_result *r, const char *png)
+{
+	char dat[] = "/tmp/kvtier-demo-plot-XXXXXX", cmd[512];
+	FILE *f, *gp;
+	int fd, rc;
+
+	if ((fd = mkstemp(dat)) < 0 || !(f = fdopen(fd, "w"))) {
+		fprintf(stderr, "kvtier demo: --plot: no temp file\n");
+		return -1;
+	}
+	for (int i = 0; i < NPOL; i++) {
+		fprintf(f, "# %s\n", pol_order[i]);
+		for (uint32_t k = 0; k < nrates(&r->config); k++) {
+			const kvt_demo_pass *p = find(r, pol_order[i],
+						      rate_at(&r->config, k), 0);
+
+			if (p && !p->err)
+				fprintf(f, "%g %g %g\n", p->st.tokens_per_s,
+					p->st.ttft_ms.p90, p->rate);
+		}
+		fprintf(f, "\n\n");
+	}
+	fclose(f);
+	if (!(gp = popen("gnuplot 2>&1", "w"))) {
+		fprintf(stderr, "kvtier demo: --plot: cannot run gnuplot\n");
+		unlink(dat);
+		return -1;
+	}
+	fprintf(gp, "set terminal png size 900,600\nset output '%s'\n"
+		"set title 'kvtier demo: p90 TTFT against throughput (measured, "
+		"%s, %u sessions)'\nset xlabel 'throughput, tokens/s'\n"
+		"set ylabel 'p90 TTFT, ms'\nset logscale y\nset key top left\n"
+		"set grid\nplot ", png, r->geom.name, r->config.sessions);
+	for (int i = 0; i < NPOL; i++)
+		fprintf(gp, "%s'%s' index %d using 1:2 with linespoints "
+			"title '%s'", i ? ", " : "", dat, i, pol_order[i]);
+	fprintf(gp, "\n");
+	rc = pclose(gp);
+	unlink(dat);
+	snprintf(cmd, sizeof(cmd), "%s", png);
+	if (rc || access(cmd, R_OK)) {
+		fprintf(stderr, "kvtier demo: --plot: gnuplot failed (is "
+			"gnuplot-nox installed? scripts/bootstrap)\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- main ------------------------------------------------------------------------ */
 
 static int size_opt(const char *flag, const char *v, uint64_t *out)
 {
@@ -723,8 +850,6 @@ static int size_opt(const char *flag, const char *v, uint64_t *out)
 	return 0;
 }
 
-/* --fabric [BACKING,]SIZE or BACKING: the backing is a fabric tier-spec
- * option (checked when the tier opens). */
 static int fabric_opt(const char *v, kvt_demo_config *c)
 {
 	const char *comma = strrchr(v, ',');
@@ -750,8 +875,28 @@ static int fabric_opt(const char *v, kvt_demo_config *c)
 	return 0;
 }
 
+/* A comma list of positive numbers into @v (at most @max): count or -1. */
+static int num_list(const char *flag, const char *s, double *v, uint32_t max)
+{
+	char buf[512], *tok, *save = NULL;
+	uint32_t n = 0;
+
+	if (snprintf(buf, sizeof(buf), "%s", s) >= (int)sizeof(buf))
+		return -1;
+	for (tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (n == max || cli_double(flag, tok, 1e-6, 1e9, &v[n]))
+			return -1;
+		n++;
+	}
+	return n ? (int)n : -1;
+}
+
 int cmd_demo(int argc, char **argv)
 {
+	enum { O_HBM = 1, O_FAB, O_DRAM, O_SSD, O_RATE, O_THINK, O_SIGMA,
+	       O_BUDGET, O_SWEEP, O_RATES, O_TARGETS, O_ABL, O_REPEAT,
+	       O_PLOT, O_PREDICT };
 	static const struct option lo[] = {
 		{ "sessions", required_argument, 0, 'S' },
 		{ "turns", required_argument, 0, 'T' },
@@ -763,13 +908,23 @@ int cmd_demo(int argc, char **argv)
 		{ "page-tokens", required_argument, 0, 'p' },
 		{ "hardware", required_argument, 0, 'H' },
 		{ "policy", required_argument, 0, 'P' },
-		{ "background", required_argument, 0, 'g' },
 		{ "stress", required_argument, 0, 's' },
 		{ "stress-bytes", required_argument, 0, 'B' },
-		{ "hbm", required_argument, 0, 1 },
-		{ "fabric", required_argument, 0, 2 },
-		{ "dram", required_argument, 0, 3 },
-		{ "ssd", required_argument, 0, 4 },
+		{ "hbm", required_argument, 0, O_HBM },
+		{ "fabric", required_argument, 0, O_FAB },
+		{ "dram", required_argument, 0, O_DRAM },
+		{ "ssd", required_argument, 0, O_SSD },
+		{ "rate", required_argument, 0, O_RATE },
+		{ "think", required_argument, 0, O_THINK },
+		{ "think-sigma", required_argument, 0, O_SIGMA },
+		{ "token-budget", required_argument, 0, O_BUDGET },
+		{ "sweep", no_argument, 0, O_SWEEP },
+		{ "rates", required_argument, 0, O_RATES },
+		{ "ttft-targets", required_argument, 0, O_TARGETS },
+		{ "ablation", no_argument, 0, O_ABL },
+		{ "repeat", required_argument, 0, O_REPEAT },
+		{ "plot", required_argument, 0, O_PLOT },
+		{ "predict", required_argument, 0, O_PREDICT },
 		{ "dir", required_argument, 0, 'd' },
 		{ "seed", required_argument, 0, 'e' },
 		{ "json", no_argument, 0, 'j' },
@@ -780,7 +935,8 @@ int cmd_demo(int argc, char **argv)
 	};
 	kvt_demo_config c;
 	kvt_demo_result *r = NULL;
-	int json = 0, quiet = 0, ch, err;
+	int json = 0, quiet = 0, sweep = 0, ch, err, n;
+	const char *png = NULL;
 	uint64_t v;
 
 	kvt_demo_config_init(&c);
@@ -790,31 +946,42 @@ int cmd_demo(int argc, char **argv)
 		case 'S': if (cli_u64("--sessions", optarg, 1, KVT_DEMO_MAX_SESSIONS, &v)) return 2; c.sessions = (uint32_t)v; break;
 		case 'T': if (cli_u64("--turns", optarg, 1, KVT_DEMO_MAX_TURNS, &v)) return 2; c.turns = (uint32_t)v; break;
 		case 'y': if (cli_u64("--system", optarg, 0, 1u << 24, &v)) return 2; c.system_tokens = (uint32_t)v; break;
-		case 'c': if (cli_u64("--context", optarg, 0, 1u << 24, &v)) return 2; c.context_tokens = (uint32_t)v; break;
+		case 'c': if (cli_u64("--context", optarg, 1, 1u << 24, &v)) return 2; c.context_tokens = (uint32_t)v; break;
 		case 'n': if (cli_u64("--turn-tokens", optarg, 0, 1u << 24, &v)) return 2; c.turn_tokens = (uint32_t)v; break;
-		case 'o': if (cli_u64("--output", optarg, 0, 1u << 20, &v)) return 2; c.output_tokens = (uint32_t)v; break;
+		case 'o': if (cli_u64("--output", optarg, 1, 1u << 20, &v)) return 2; c.output_tokens = (uint32_t)v; break;
 		case 'p': if (cli_u64("--page-tokens", optarg, 1, 4096, &v)) return 2; c.page_tokens = (uint32_t)v; break;
 		case 'm': snprintf(c.model, sizeof(c.model), "%s", optarg); break;
 		case 'H': snprintf(c.hardware, sizeof(c.hardware), "%s", optarg); break;
 		case 'P':
-			if (!strcmp(optarg, "lmcache")) c.policies = KVT_DEMO_LMCACHE;
-			else if (!strcmp(optarg, "kvtier")) c.policies = KVT_DEMO_KVTIER;
-			else if (!strcmp(optarg, "both")) c.policies = KVT_DEMO_LMCACHE | KVT_DEMO_KVTIER;
-			else return cli_usage("demo", "--policy: '%s' is not lmcache, kvtier or both", optarg);
-			break;
-		case 'g':
-			if (!strcmp(optarg, "lmcache")) c.background = KVT_DEMO_LMCACHE;
-			else if (!strcmp(optarg, "kvtier")) c.background = KVT_DEMO_KVTIER;
-			else if (!strcmp(optarg, "both")) c.background = KVT_DEMO_LMCACHE | KVT_DEMO_KVTIER;
-			else if (!strcmp(optarg, "none")) c.background = 0;
-			else return cli_usage("demo", "--background: '%s' is not lmcache, kvtier, both or none", optarg);
+			if (kvt_demo_policy_parse(optarg, &c.policies))
+				return cli_usage("demo", "--policy: '%s' is not a list of lmcache, lmcache-layerwise, vllm, kvtier or all", optarg);
 			break;
 		case 's': if (cli_u64("--stress", optarg, 0, 64, &v)) return 2; c.stress = (unsigned)v; break;
 		case 'B': if (size_opt("--stress-bytes", optarg, &c.stress_bytes)) return 2; break;
-		case 1: if (size_opt("--hbm", optarg, &c.hbm_bytes)) return 2; break;
-		case 2: if (fabric_opt(optarg, &c)) return 2; break;
-		case 3: if (size_opt("--dram", optarg, &c.dram_bytes)) return 2; break;
-		case 4: if (size_opt("--ssd", optarg, &c.ssd_bytes)) return 2; break;
+		case O_HBM: if (size_opt("--hbm", optarg, &c.hbm_bytes)) return 2; break;
+		case O_FAB: if (fabric_opt(optarg, &c)) return 2; break;
+		case O_DRAM: if (size_opt("--dram", optarg, &c.dram_bytes)) return 2; break;
+		case O_SSD: if (size_opt("--ssd", optarg, &c.ssd_bytes)) return 2; break;
+		case O_RATE: if (cli_double("--rate", optarg, 1e-3, 1e4, &c.rate)) return 2; break;
+		case O_THINK: if (cli_double("--think", optarg, 0, 1e4, &c.think_s)) return 2; break;
+		case O_SIGMA: if (cli_double("--think-sigma", optarg, 0, 10, &c.think_sigma)) return 2; break;
+		case O_BUDGET: if (cli_u64("--token-budget", optarg, 1, 1u << 24, &v)) return 2; c.token_budget = (uint32_t)v; break;
+		case O_SWEEP: sweep = 1; break;
+		case O_RATES:
+			if ((n = num_list("--rates", optarg, c.rates, KVT_DEMO_MAX_RATES)) < 0)
+				return cli_usage("demo", "--rates: '%s' is not a list of up to %d rates", optarg, KVT_DEMO_MAX_RATES);
+			c.nrates = (uint32_t)n;
+			sweep = 1;
+			break;
+		case O_TARGETS:
+			if ((n = num_list("--ttft-targets", optarg, c.targets_ms, KVT_DEMO_MAX_TARGETS)) < 0)
+				return cli_usage("demo", "--ttft-targets: '%s' is not a list of up to %d targets in ms", optarg, KVT_DEMO_MAX_TARGETS);
+			c.ntargets = (uint32_t)n;
+			break;
+		case O_ABL: c.ablation = 1; break;
+		case O_REPEAT: if (cli_u64("--repeat", optarg, 1, 64, &v)) return 2; c.repeat = (uint32_t)v; break;
+		case O_PLOT: png = optarg; sweep = 1; break;
+		case O_PREDICT: snprintf(c.predict, sizeof(c.predict), "%s", optarg); break;
 		case 'd': snprintf(c.dir, sizeof(c.dir), "%s", optarg); break;
 		case 'e': if (cli_u64("--seed", optarg, 0, UINT64_MAX, &v)) return 2; c.seed = v; break;
 		case 'j': json = 1; break;
@@ -826,9 +993,16 @@ int cmd_demo(int argc, char **argv)
 	}
 	if (optind < argc)
 		return cli_usage("demo", "unexpected argument '%s'", argv[optind]);
+	if (sweep && !c.nrates) {
+		static const double x[] = { 0.5, 1, 2, 4 };
+
+		for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
+			c.rates[c.nrates++] = c.rate * x[i];
+	}
+	if (sweep && c.nrates < 2)
+		return cli_usage("demo", "--sweep needs at least two rates");
 	if ((err = kvt_demo_size(&c)))
 		return cli_fail("demo", err);
-
 	if (getenv("KVT_DEMO_TAMPER") &&
 	    cli_u64("KVT_DEMO_TAMPER", getenv("KVT_DEMO_TAMPER"), 0,
 		    UINT64_MAX, &c.tamper_after))
@@ -836,12 +1010,14 @@ int cmd_demo(int argc, char **argv)
 	progress_on = !json && !quiet && isatty(2);
 	c.progress = progress;
 	if (!json && !quiet) {
-		kvt_demo_result hdr = { .config = c };
+		kvt_geom g;
 		kvt_hw hw;
-		kvt_geom_preset(&hdr.geom, c.model, c.page_tokens, 1, 0);
+		char gpu[KVT_NAME_MAX] = "?";
+
+		kvt_geom_preset(&g, c.model, c.page_tokens, 1, 0);
 		if (!kvt_hw_load(&hw, c.hardware))
-			snprintf(hdr.gpu_name, sizeof(hdr.gpu_name), "%s", hw.gpu_name);
-		print_header(&hdr);
+			snprintf(gpu, sizeof(gpu), "%s", hw.gpu_name);
+		print_header(&c, &g, gpu);
 		fflush(stdout);
 	}
 	err = kvt_demo_run(&c, &r);
@@ -849,12 +1025,20 @@ int cmd_demo(int argc, char **argv)
 		return cli_fail("demo", err);
 	if (json) {
 		cli_json_print(result_json(r, err));
+	} else if (quiet) {
+		print_quiet(r, err);
 	} else {
-		if (!quiet)
-			for (int i = 0; i < r->npasses; i++)
-				print_pass(r, &r->pass[i]);
-		print_summary(r, quiet, err);
+		print_rates(r);
+		print_compare(r);
+		print_sweep(r);
+		print_ablation(r);
+		print_integrity(r, err);
+		printf("done in %.1f s (load average %.2f at the start, %.2f at "
+		       "the end)\n", r->seconds, r->loadavg_start,
+		       r->loadavg_end);
 	}
+	if (png && plot(r, png) && !err)
+		err = -EIO;
 	if (err)
 		fprintf(stderr, "kvtier demo: %s\n", r->error[0] ? r->error :
 			kvt_strerror(err));

@@ -74,6 +74,14 @@ static void usage(FILE *f)
 "  --append N            agentic: new tokens per warm turn (1024)\n"
 "  --output N            output tokens (agentic 256; else the dataset's)\n"
 "  --think S             agentic: mean think/tool seconds (5)\n"
+"  --system N            agentic: a shared system prompt of N tokens opens\n"
+"                        every session (0)\n"
+"  --session-rate R      agentic: sessions arrive as a Poisson process, R per\n"
+"                        second (0: all at once)\n"
+"  --think-sigma X       agentic: each session's mean think time log-normal\n"
+"                        around --think with log-sd X (0)\n"
+"  --hbm-share on|off    a request may use another's pages in hbm (on); off:\n"
+"                        an engine with no prefix cache (kvtier demo's)\n"
 "  --requests N          open loop: requests (1000; trace: all)\n"
 "  --rate R              open loop: arrivals per second (default: half\n"
 "                        the node's estimated capacity)\n"
@@ -251,7 +259,7 @@ enum {
 	O_HW = 256, O_MODEL, O_TP, O_ENG, O_PAGE, O_OFF, O_OFFB, O_STRESS,
 	O_REUSE, O_WRITE, O_POL, O_FEAT, O_IO, O_BUDGET, O_MAXB, O_DH,
 	O_RATIO, O_SKIPS, O_WL, O_SESS, O_TURNS, O_CTX, O_APPEND, O_OUT,
-	O_THINK, O_REQ, O_RATE, O_DIST, O_QS, O_SPEED, O_SEED, O_MAXSIM,
+	O_THINK, O_SYSTEM, O_SRATE, O_SIGMA, O_SHARE, O_REQ, O_RATE, O_DIST, O_QS, O_SPEED, O_SEED, O_MAXSIM,
 	O_SWEEP, O_RATES, O_TARGET, O_JSON, O_CSV, O_PLOT, O_HELP, O_XFER,
 	O_SET, O_CPULAT, O_HOLD, O_CONTIG, O_TARGETS, O_RPLOT, O_EXPLAIN, O_RATESCOPY,
 };
@@ -282,6 +290,10 @@ static const struct option lo[] = {
 	{ "append", required_argument, 0, O_APPEND },
 	{ "output", required_argument, 0, O_OUT },
 	{ "think", required_argument, 0, O_THINK },
+	{ "system", required_argument, 0, O_SYSTEM },
+	{ "session-rate", required_argument, 0, O_SRATE },
+	{ "think-sigma", required_argument, 0, O_SIGMA },
+	{ "hbm-share", required_argument, 0, O_SHARE },
 	{ "requests", required_argument, 0, O_REQ },
 	{ "rate", required_argument, 0, O_RATE },
 	{ "cache-distance", required_argument, 0, O_DIST },
@@ -384,6 +396,15 @@ static int option(struct opts *o, int c, const char *a)
 	case O_APPEND: return u32("--append", a, 0, 1 << 24, &k->append);
 	case O_OUT: return u32("--output", a, 1, 1 << 20, &k->output);
 	case O_THINK: return cli_double("--think", a, 0, 1e6, &k->think_s);
+	case O_SYSTEM: return u32("--system", a, 0, 1 << 24, &k->system);
+	case O_SRATE: return cli_double("--session-rate", a, 0, 1e6, &k->session_rate);
+	case O_SIGMA: return cli_double("--think-sigma", a, 0, 10, &k->think_sigma);
+	case O_SHARE:
+		if (!strcmp(a, "on") || !strcmp(a, "off")) {
+			k->hbm_share = !strcmp(a, "on");
+			return 0;
+		}
+		return cli_usage(WHAT, "--hbm-share: on or off"), -1;
 	case O_REQ: return u32("--requests", a, 1, 1 << 24, &k->requests);
 	case O_RATE: return cli_double("--rate", a, 1e-6, 1e6, &k->rate);
 	case O_DIST:

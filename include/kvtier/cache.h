@@ -155,6 +155,11 @@ enum {
  *              instead of at the first kvt_cache_attach() of each device
  *              (which registers them otherwise). A tier opened with 'pin'
  *              is used as it is.
+ * @dev_load, @dev_store: the device lanes' copy method for loads into
+ *              device memory and stores out of it: KVT_XFER_CUDA_KERNEL
+ *              (the SM-capped gather kernel), _BATCH (batched copy-engine
+ *              DMA) or _CHUNK (one copy per chunk); 0: kernel for loads,
+ *              batch for stores (kvt_xfer_config.cuda_load / cuda_store).
  */
 typedef struct kvt_cache_config {
 	uint32_t size;
@@ -169,6 +174,7 @@ typedef struct kvt_cache_config {
 	uint32_t xfer_threads;
 	const char *remote;
 	const char *devices;
+	int dev_load, dev_store;
 } kvt_cache_config;
 
 #define KVT_CACHE_CONFIG_INIT { .size = sizeof(kvt_cache_config) }
@@ -330,6 +336,45 @@ enum {
 KVT_API int kvt_cache_lookup(kvt_cache *c, uint32_t tenant,
 			     const kvt_page_key *keys, size_t nkeys,
 			     unsigned flags, kvt_cache_lookup_result *r);
+
+/** One run of the leading loadable pages: @pages in a row whose fastest
+ *  committed copy is in tier @tier. */
+typedef struct kvt_cache_run {
+	uint32_t tier;   /* kvt_tier_kind */
+	uint32_t pages;
+} kvt_cache_run;
+
+#define KVT_CACHE_MAX_RUNS 8
+
+/**
+ * kvt_cache_lookup_runs() - kvt_cache_lookup(), and where its r->pages
+ * leading pages are, in prefix order: runs of consecutive pages whose
+ * fastest copy is in one tier, at most @max of them (<= KVT_CACHE_MAX_RUNS
+ * is plenty: eviction demotes leaves first, so a prefix is mostly fast
+ * tiers first). When there are more runs, the last one takes the rest of
+ * the pages under the slowest tier among them. *@nruns gets the count; the
+ * runs' pages add up to r->pages. For a scheduler that decides per tier
+ * run whether loading beats recomputing (kvt_sched_req.run_*). Same
+ * errors as kvt_cache_lookup(), and -EINVAL for @max 0 or NULL arrays.
+ */
+KVT_API int kvt_cache_lookup_runs(kvt_cache *c, uint32_t tenant,
+				  const kvt_page_key *keys, size_t nkeys,
+				  unsigned flags, kvt_cache_lookup_result *r,
+				  kvt_cache_run *runs, size_t max,
+				  size_t *nruns);
+
+/**
+ * kvt_cache_rates() - the transfer engine's recent measured rates between
+ * every pair of tier kinds (kvt_xfer_rate_get(); the engine's registered
+ * memory is KVT_TIER_HBM): rates[src][dst]. What a scheduler prices loads
+ * (from each tier into hbm) and stores with, instead of constants. Loads
+ * from ssd staged through the bounce tier (GPU memory, or
+ * KVT_CACHE_STAGE_SSD) show as their two hops, ssd -> dram (the bounce
+ * tier is of kind dram) and dram -> hbm.
+ * Returns 0, or -EINVAL for NULL arguments.
+ */
+KVT_API int kvt_cache_rates(kvt_cache *c,
+			    kvt_xfer_rate rates[KVT_TIER_COUNT][KVT_TIER_COUNT]);
 
 /**
  * kvt_cache_load() - start copying pages first..nkeys-1 of the prefix
@@ -619,9 +664,15 @@ KVT_API void kvt_cache_quiesce(kvt_cache *c);
  *              area, EXISTS first (pages already there are not sent again),
  *              then one pipelined SET batch. Never blocks the store; a full
  *              queue drops (counted).
- *   lookup     kvt_cache_lookup() asks the remote tier, with one batched
- *              EXISTS, how many pages follow the local leading run
- *              (only when none is in flight): tier_pages[KVT_TIER_REMOTE].
+ *   lookup     kvt_cache_lookup() reports how many pages follow the local
+ *              leading run in the remote tier (only when none is in
+ *              flight): tier_pages[KVT_TIER_REMOTE]. It never waits on
+ *              the network: it answers from what this node knows (pages
+ *              it wrote, or that an EXISTS probe, a write-through or a
+ *              prefetch saw, within the last minute), and keys it does not
+ *              know are probed by a thread of their own, batched, for the
+ *              next lookup. A prefix asked about for the first time, or a
+ *              hung server, reports no remote run until a probe answers.
  *              They are not in @pages: a load cannot supply them until
  *              kvt_cache_prefetch() has brought them in.
  *   prefetch   kvt_cache_prefetch() (blocking) or kvt_cache_prefetch_start()
@@ -653,9 +704,10 @@ KVT_API int kvt_cache_prefetch(kvt_cache *c, uint32_t tenant,
  * kvt_cache_prefetch_start() - the same, in a thread of its own, in
  * batches of up to 16 MiB, while the caller goes on (a request waiting in
  * the scheduler's queue). kvt_cache_prefetch_end() then either waits for
- * it (@cut 0) or cuts it off (@cut 1: the batch in flight finishes, no
- * other starts: whatever arrived is in the top tier and loadable), frees
- * the handle and gives the pages brought in. End every prefetch before
+ * it (@cut 0) or cuts it off (@cut 1: returns at once, no other batch
+ * starts; whatever arrived is in the top tier and loadable; the batch in
+ * flight, if any, finishes in the background and frees the handle), frees
+ * the handle and gives the pages brought in so far. End every prefetch before
  * kvt_cache_close() (which stops them between batches).
  * start: 0, -EINVAL, KVT_ENOTFOUND (no remote tier), -ENOMEM.
  * end: kvt_cache_prefetch()'s result.
@@ -684,6 +736,8 @@ typedef struct kvt_cache_remote_stat {
 	uint64_t lookups;        /* lookups that asked the remote tier */
 	uint64_t lookup_pages;   /* pages they found there */
 	uint64_t prefetched;     /* pages brought in by kvt_cache_prefetch */
+	uint64_t probe_pages;    /* pages asked about off the lookup path */
+	uint64_t probe_dropped;  /* pages not asked about: probes queue full */
 } kvt_cache_remote_stat;
 
 /** Copy the counters: 0, or KVT_ENOTFOUND (no remote tier). */

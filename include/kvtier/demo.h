@@ -1,83 +1,92 @@
 /*
- * kvtier/demo.h — the end-to-end demo: an agentic workload through the real
- * cache, with the demo acting as the inference engine. Included by
- * <kvtier.h>; run by `kvtier demo`.
+ * kvtier/demo.h — the main job: a serving engine over the real cache, with
+ * kvtier's scheduler and faithful baselines, measured end to end. Included
+ * by <kvtier.h>; run by `kvtier demo`.
  *
- * N sessions (agents) each run one cold turn and then warm turns. Every
- * turn appends new tokens (tool output, user input) to the session's
- * growing context, computes the answer, and appends that too; between turns
- * the session idles (a tool call) while the other sessions run, so its KV
- * is pushed down the tiers and must come back for its next turn.
+ * THE WORKLOAD. Agent sessions arrive as a Poisson process (@rate sessions
+ * per second). Each runs a cold turn and warm turns over one growing
+ * context: every turn appends new tokens (tool output, user input) to the
+ * previous prompt and answer, and between turns the session idles for its
+ * tool call — an exponential think time whose mean is drawn per session
+ * (log-normal around @think_s) — while the others run, so its KV is pushed
+ * down fabric -> dram -> ssd and must come back. Every session opens with
+ * one shared system prompt. Many requests wait, load, prefill and decode at
+ * once. (The workload is the simulator's agentic one, src/sim/workload.c,
+ * with the same seed: `kvtier sim` runs exactly these requests.)
  *
- *   turn k of session s:   prompt = context(k-1) + answer(k-1) + new tokens
+ *   turn k of session s:   prompt = system + context + k * (turn + answer)
  *
- * THE ENGINE. The demo owns its KV memory the way vLLM does: per layer one
- * buffer [2][nblocks][P][H][D] (K/V outer), registered once with
- * kvt_cache_register(), and its own block ids (a free list). It keeps no
- * prefix cache of its own between requests: a warm turn gets its cached
- * prefix back from kvtier's tiers (fabric, dram, ssd) and computes the
- * rest. The memory is host memory (EMULATED hbm; no GPU memory in this
- * version, see the README).
+ * THE ENGINE is the serving step loop of src/engine/ — the same one the
+ * simulator runs on its virtual clock — on the wall clock over the real
+ * cache (src/demo/serve.c):
  *
- * ONE REQUEST, all of it on the wall clock, from its arrival (the moment
- * the demo starts handling it):
+ *   step:  kvt_sched_plan_step() over the running prefills and the first
+ *          64 waiting requests, each seen from the live cache (tier runs of
+ *          its prefix: kvt_cache_lookup_runs(); its own loads in flight;
+ *          pages another running request is computing right now), the
+ *          transfer engine's measured rates per tier (kvt_cache_rates()),
+ *          a token budget (8192) with chunked prefill, a decode batch, the
+ *          engine's block pool (admission; preemption of the newest request
+ *          when decodes run out of blocks);
+ *          loads start (kvt_cache_load(): real copies into the engine's
+ *          blocks, verified layer by layer);
+ *          the step's GPU time comes from the cost model on the hardware
+ *          profile (@hardware: an H200 by default) and is SPENT IN REAL
+ *          TIME, layer by layer, while the emulated GPU writes each layer of
+ *          the KV it computes into the blocks; a layer-wise policy waits for
+ *          layer l of its loads before layer l (kvt_cache_job_wait_layer),
+ *          the others for the whole load before layer 0;
+ *          computed pages are stored (kvt_cache_store(); waited for inside
+ *          the step by a synchronous-save policy); decode tokens are
+ *          produced one per step and timed.
  *
- *   hash its tokens, kvt_cache_lookup()                     lookup
- *   pages still being stored by its own earlier requests:
- *   wait for those stores (pages that background demotion
- *   is moving at that instant are computed instead)         block wait
- *   take blocks from the free list; when there are too few,
- *   wait for earlier requests' store jobs to free theirs     block wait
- *   kvt_cache_load(cached pages -> blocks)                  restore (async)
- *     (a page evicted or moving when the load starts fails
- *      alone and is recomputed: kvtier after the last layer, redo
- *      lmcache within its prefill)
- *   for layer l = 0 .. L-1:                                  the compute thread
- *       wait until layer l is ready                          load wait
- *         (kvtier: kvt_cache_job_wait_layer(l);
- *          lmcache: kvt_cache_job_wait() before layer 0)
- *       spend layer l's modeled prefill time IN REAL TIME,   prefill
- *       writing layer l of the computed pages into the blocks
- *   kvt_cache_store(computed pages)                          save
- *       (lmcache: and wait for it, as LMCache's wait_for_save)
- *   = TTFT
+ * The engine's KV memory is host memory in vLLM's layout, per layer
+ * [2][nblocks][P][H][D] (EMULATED hbm), registered once; it keeps no
+ * prefix cache of its own: what a request does not load or compute itself
+ * is not in hbm for it. With @daemon each policy's cache runs in a node
+ * daemon (kvtierd) child process and every call goes through the client
+ * library and the socket.
  *
- * Layer l's modeled time is kvt_cost_prefill_s() of the computed tokens
- * after the cached ones, on the hardware profile's GPU, divided by L;
- * the compute thread sleeps through it (spinning the last 50 us) and the
- * time it actually took is what counts. Then the answer is decoded (modeled
- * only: kvt_cost_step_s() per token, never slept), its pages are written
- * into the blocks and stored too. The blocks go back to the free list when
- * every job on them is done.
+ * POLICIES (docs/PERFORMANCE.md gives the source of each), on tiers of the
+ * same sizes and backings, run one after another, the order alternating
+ * between rates:
  *
- * POLICIES, each on tiers of its own of the same sizes and backings:
+ *   lmcache            LMCache's vLLM v1 connector: the hit, whole 256-token
+ *                      chunks only, retrieved before the forward pass that
+ *                      uses it (the step waits for it: a blocking retrieve),
+ *                      then prefill; the step's computed chunks saved before
+ *                      the step ends (wait_for_save); FCFS
+ *   lmcache-layerwise  the same with use_layerwise: layer l retrieved while
+ *                      layer l-1 computes
+ *   vllm               vLLM's offloading connector: loads start when a
+ *                      request is first scheduled and run asynchronously; the
+ *                      request waits (WAITING_FOR_REMOTE_KVS, not blocking
+ *                      the queue) and joins a step once they are home; saves
+ *                      asynchronous; FCFS
+ *   kvtier             kvtier's scheduler, every policy on: layer-wise
+ *                      overlap, prefetch, delay-hit, balanced batches, stall
+ *                      hiding, starvation bound, load-or-recompute by
+ *                      measured cost
  *
- *   lmcache   write-through (every stored page is copied to the tier below
- *             at once), the whole prefix restored before the prefill, and a
- *             synchronous save inside TTFT
- *   kvtier    write-back with background demotion, layer-wise overlap of
- *             restore and prefill, asynchronous save (its blocks are held
- *             until the store is done; a later request that runs out of
- *             blocks waits for it, and that wait is in its TTFT)
+ * Every cache demotes in the background (LMCache writes its disk backend
+ * asynchronously too).
  *
- * Both have the cache's background demotion (LMCache writes to its disk
- * backend asynchronously too). The turns run policy by policy: turn k of
- * every session under one policy, then under the other, alternating which
- * goes first; the policy that is about to run never shares the machine
- * with the other's leftover work (it is waited for first, and that drain is
- * counted apart, in no TTFT). A request is paired with the same session's
- * same turn under the other policy.
- *
- * Every session shares one system prompt. A page's bytes are a
- * deterministic function of its prefix, so identical prefixes hold
- * identical bytes and every restored block can be checked by the engine
- * too (a sample of every chunk), beside the cache's own per-layer sums.
+ * WHAT IS MEASURED: every TTFT (arrival to first token, wall clock), every
+ * decode token, every load, store and demotion and its bytes, throughput
+ * (prompt + output tokens over first arrival to last token), the tokens
+ * each request loaded from each tier and recomputed; a checksum (XXH3-64
+ * per page and layer) verified on every restore and demotion and, at the
+ * end, on every page copy in every tier; the engine samples every restored
+ * block against the bytes it computed. WHAT IS MODELED: how long the GPU
+ * takes for each step (spent in real time; steps that the CPU's emulation
+ * of the GPU writes made longer are counted as overruns).
  */
 #ifndef KVTIER_DEMO_H
 #define KVTIER_DEMO_H
 
 #include <kvtier.h>
 #include <kvtier/cache.h>
+#include <kvtier/sim.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -85,29 +94,30 @@ extern "C" {
 
 #define KVT_DEMO_MAX_TURNS 64
 #define KVT_DEMO_MAX_SESSIONS 1024
+#define KVT_DEMO_MAX_RATES 16
+#define KVT_DEMO_MAX_TARGETS 8
 
 enum kvt_demo_policy {
 	KVT_DEMO_LMCACHE = 1u << 0,
-	KVT_DEMO_KVTIER = 1u << 1,
+	KVT_DEMO_LMCACHE_LW = 1u << 1,
+	KVT_DEMO_VLLM = 1u << 2,
+	KVT_DEMO_KVTIER = 1u << 3,
+	KVT_DEMO_ALL = (1u << 4) - 1,
 };
+
+/** "lmcache", "lmcache-layerwise", "vllm", "kvtier" for one bit; NULL. */
+KVT_API const char *kvt_demo_policy_name(unsigned bit);
+/** A list such as "lmcache,kvtier" or "all" into bits: 0 or -EINVAL. */
+KVT_API int kvt_demo_policy_parse(const char *s, unsigned *bits);
 
 typedef struct kvt_demo_req kvt_demo_req;
 
-/** Called after every request (from the thread running the demo). */
-typedef void (*kvt_demo_progress_fn)(void *arg, const char *policy,
-				     size_t done, size_t total);
-
-/**
- * kvt_demo_layers_fn - the per-layer timeline of one request, after it
- * ended (outside its measured time): for layer l, @ready[l] is when the
- * compute thread had layer l's data (its wait ended), @end[l] when layer l's
- * prefill ended, @model[l] the modeled seconds it was to spend; times in
- * seconds from the request's arrival. For tests and tracing.
- */
-typedef void (*kvt_demo_layers_fn)(void *arg, const char *policy,
-				   const kvt_demo_req *r, uint32_t nlayers,
-				   const double *ready, const double *end,
-				   const double *model);
+/** Progress: called from the engine thread about every 0.2 s and after
+ *  each pass: the pass's label, requests done of total, passes done of
+ *  total. */
+typedef void (*kvt_demo_progress_fn)(void *arg, const char *label,
+				     size_t done, size_t total,
+				     size_t pass, size_t passes);
 
 /**
  * struct kvt_demo_config - fill with kvt_demo_config_init(), change what
@@ -116,18 +126,19 @@ typedef void (*kvt_demo_layers_fn)(void *arg, const char *policy,
 typedef struct kvt_demo_config {
 	char model[KVT_NAME_MAX];  /* geometry preset (llama-3.2-1b) */
 	uint32_t page_tokens;      /* 16 */
-	uint32_t sessions;         /* 10 */
-	uint32_t turns;            /* 6: one cold, five warm */
+	uint32_t sessions;         /* 8 */
+	uint32_t turns;            /* 4: one cold, three warm */
 	uint32_t system_tokens;    /* shared system prompt (2048) */
 	uint32_t context_tokens;   /* a session's own context at turn 0 (4096) */
-	uint32_t turn_tokens;      /* new tokens per turn: tool output, user (1024) */
-	uint32_t output_tokens;    /* answer tokens per turn (256) */
+	uint32_t turn_tokens;      /* new tokens per turn (1024) */
+	uint32_t output_tokens;    /* answer tokens per turn (64) */
+	double rate;               /* sessions arriving per second (2) */
+	double think_s;            /* median of the sessions' mean think
+				      times (1.5 s) */
+	double think_sigma;        /* log-sd of those means (0.5) */
 	char hardware[KVT_NAME_MAX]; /* GPU profile for the modeled compute */
-	unsigned policies;         /* enum kvt_demo_policy bits (both) */
-	unsigned background;       /* policies whose cache demotes in the
-				      background (both); the others evict
-				      synchronously in their stores
-				      (KVT_CACHE_NO_BACKGROUND) */
+	unsigned policies;         /* enum kvt_demo_policy bits (all) */
+	uint32_t token_budget;     /* tokens per step (8192) */
 	/* sizes in bytes; 0 = sized by kvt_demo_size(). hbm_bytes is the
 	 * engine's own KV memory (its blocks), the rest kvtier's tiers. */
 	uint64_t hbm_bytes, fabric_bytes, dram_bytes, ssd_bytes;
@@ -138,24 +149,35 @@ typedef struct kvt_demo_config {
 				      devdax device), "file=PATH". A devdax
 				      device has one owner: run one policy */
 	char dir[KVT_PATH_MAX];    /* ssd directory (a fresh temp dir if "") */
-	int gpu;                   /* 1: engine memory on a CUDA GPU; always 0
-				      in this version (host memory) */
-	int daemon;                /* 1: each policy's cache runs in a node
-				      daemon child process (kvtierd) and the
-				      engine reaches it through the client
-				      library, its KV memory shared as a
-				      memfd; 0: in this process */
+	int daemon;                /* 1: each policy's cache in a kvtierd child
+				      process, reached through the client */
 	unsigned stress;           /* memory stressor threads during the runs */
 	uint64_t stress_bytes;     /* each stressor's two buffers (256 MiB) */
-	uint64_t seed;
+	uint64_t seed;             /* (1) */
+	/* the sweep: these session rates (nrates > 0), every policy at
+	 * each, for the throughput each reaches at equal TTFT targets. The
+	 * sessions arrive over the same window at every rate (@sessions /
+	 * @rate seconds), so the offered load grows with the rate: at rate r,
+	 * kvt_demo_sessions_at(c, r) sessions. */
+	double rates[KVT_DEMO_MAX_RATES];
+	uint32_t nrates;
+	double targets_ms[KVT_DEMO_MAX_TARGETS]; /* p90 TTFT targets; 0 of
+				      them: chosen from the curves */
+	uint32_t ntargets;
+	int ablation;              /* also kvtier with each of its policies
+				      switched off alone, at @rate */
+	uint32_t repeat;           /* runs of each (policy, rate) (1) */
+	char predict[KVT_PATH_MAX]; /* a hardware profile of this machine
+				      (scripts/demo-profile): every pass is
+				      also simulated (kvt_sim_run() of
+				      kvt_demo_sim_config()), predicted next
+				      to measured; "": not */
 	kvt_demo_progress_fn progress;
 	void *progress_arg;
-	kvt_demo_layers_fn layers; /* NULL: no per-layer timeline */
-	void *layers_arg;
 	/* fault injection for tests (`kvtier demo` reads KVT_DEMO_TAMPER):
-	 * after this many requests, overwrite every ssd file of both policies
-	 * past its 4 KiB header (at most 64 MiB of it) with a constant byte,
-	 * as a careless operator might. 0: never. */
+	 * after this many requests of the first pass, overwrite its ssd
+	 * files past their 4 KiB header (at most 64 MiB) with a constant
+	 * byte, as a careless operator might. 0: never. */
 	uint64_t tamper_after;
 } kvt_demo_config;
 
@@ -163,100 +185,138 @@ KVT_API void kvt_demo_config_init(kvt_demo_config *c);
 
 /**
  * kvt_demo_size() - check the configuration and fill the sizes left at 0
- * from the workload and the machine, per policy: engine memory about 1.5
- * sessions' context (one running request and most of the previous one's
- * blocks, held until its store is done), fabric and dram three sessions
- * each, ssd every session and a quarter more; the memory of both policies
- * together stays under a third of the memory available now. Returns 0,
- * -EINVAL naming a bad field (zero counts, too many turns, contexts over
- * 2^31 tokens, engine memory under one session), KVT_EPRESET, KVT_ECONFIG
- * (hardware profile), -ENOMEM when the machine cannot hold even a reduced
- * set of tiers, -ENOSPC when the ssd directory's file system lacks room.
+ * from the workload and the machine, per policy (one policy's tiers are
+ * open at a time): engine memory for about four of the largest requests,
+ * fabric and dram three sessions' contexts each, ssd every session and a
+ * quarter more; the memory stays under a third of what is available.
+ * Returns 0, -EINVAL naming a bad field (zero counts, too many turns,
+ * contexts over 2^31 tokens, engine memory under one request, rates not
+ * positive and increasing), KVT_EPRESET, KVT_ECONFIG (hardware profile),
+ * -ENOMEM when the machine cannot hold even a reduced set of tiers,
+ * -ENOSPC when the ssd directory's file system lacks room.
  */
 KVT_API int kvt_demo_size(kvt_demo_config *c);
 
-/** One request: session @session's turn @turn under one policy. Times are
- *  measured wall-clock seconds unless they say modeled. */
+/** Sessions at rate @rate: @c->sessions at @c->rate, and as many more or
+ *  fewer as arrive in the same window at another rate (at least one). */
+KVT_API uint32_t kvt_demo_sessions_at(const kvt_demo_config *c, double rate);
+
+/** The simulator configuration of this workload (the same requests, the
+ *  same engine and policy: kvt_sim_run() predicts a pass), for policy bit
+ *  @policy at session rate @rate, with the profile @hw (this machine's,
+ *  for the tiers). 0 or the errors of the profile and preset. */
+KVT_API int kvt_demo_sim_config(const kvt_demo_config *c, unsigned policy,
+				double rate, const kvt_hw *hw,
+				kvt_sim_config *out);
+
+/** One request. Times are measured wall-clock seconds from the pass's
+ *  start unless they say modeled. */
 struct kvt_demo_req {
 	uint32_t session, turn;
-	uint32_t prompt_tokens;
-	uint32_t hit_tokens[KVT_TIER_COUNT]; /* cached prefix loaded, by the
-						tier it came from */
-	uint32_t computed_tokens;  /* prompt tokens prefilled (misses, the
-				      partial last page, failed blocks) */
-	uint32_t inflight_pages;   /* lookup: pages still being stored */
-	uint64_t restore_bytes;
-	uint64_t loaded_pages;     /* pages the load copied */
-	uint64_t verified_pages;   /* of them, every layer sum matched */
-	uint64_t failed_pages;     /* blocks on the load's failed list */
+	uint32_t prompt_tokens, output_tokens;
+	double arrival, start, first_token, finish;
+	double loads_home;         /* its last load job done (0: none) */
+	double ttft_s;             /* first_token - arrival */
+	double tpot_s;             /* (finish - first_token) / (output - 1) */
+	uint32_t loaded_tokens[KVT_TIER_COUNT];     /* cached prefix loaded */
+	uint32_t recomputed_tokens[KVT_TIER_COUNT]; /* cached, computed */
+	uint32_t computed_tokens;  /* prompt tokens prefilled */
+	uint64_t failed_pages;     /* loaded blocks on a failed list */
 	uint64_t engine_checked;   /* loaded blocks the engine sampled */
 	uint64_t engine_bad;       /* of them, wrong bytes */
-	uint64_t stored_pages;     /* pages its store jobs copied */
-	int load_err, store_err;   /* the jobs' first error (0: none) */
-	/* the TTFT and what it is made of (they add up to it) */
-	double ttft_s;             /* arrival -> first token could go out */
-	double lookup_s;           /* hashing, lookup, block ids, submits */
-	double block_wait_s;       /* waiting for earlier requests' stores
-				      (to free blocks, or to commit this
-				      session's pages) */
-	double load_wait_s;        /* compute thread stalled on the restore */
-	double prefill_s;          /* the layers' compute, as spent */
-	double recompute_s;        /* prefilling failed blocks again */
-	double save_s;             /* store submitted (lmcache: and done) */
-	/* beside it */
-	double restore_s;          /* the load job: submit -> done */
-	double layer0_s;           /* the load job: submit -> layer 0 ready */
-	double ready_s;            /* arrival -> the last layer's data ready */
-	double cache_wait_s;       /* the cache's own waits for room in this
-				      request's jobs (kvt_cache_job_stat) */
-	double prefill_model_s;    /* modeled: the prefill */
-	double decode_s;           /* modeled: the whole answer (not slept) */
+	uint32_t preempted;
+	int done;
 };
 
+/** Measured statistics of one pass (milliseconds where it says _ms). */
+typedef struct kvt_demo_stat {
+	kvt_dist ttft_ms;          /* every request */
+	kvt_dist warm_ttft_ms;     /* turns after the first */
+	kvt_dist tpot_ms;
+	double tokens_per_s;       /* (prompt + output) / (first arrival ->
+				      last token) */
+	double output_per_s;
+	double makespan_s;
+	uint64_t prompt_tokens, output_tokens, computed_tokens;
+	uint64_t loaded_tokens[KVT_TIER_COUNT];
+	uint64_t recomputed_tokens[KVT_TIER_COUNT];
+	uint64_t steps, decode_only_steps, deferred, preemptions;
+	double gpu_busy;           /* modeled GPU time / makespan */
+	double gpu_overrun_s;      /* steps longer than modeled: the CPU's
+				      emulation of the GPU's writes */
+	double load_wait_s;        /* steps waiting for loads, in all */
+	uint64_t store_skipped_pages; /* pages a store found no room for (or
+				      whose parent had gone): not cached */
+	double load_gbps[KVT_TIER_COUNT]; /* measured rate into engine memory
+				      at the end (kvt_cache_rates()) */
+} kvt_demo_stat;
+
 typedef struct kvt_demo_pass {
-	char policy[16];
+	char policy[24];           /* "kvtier", ... */
+	char variant[32];          /* ablation: "-delay-hit"; "" otherwise */
+	double rate;               /* sessions per second */
+	uint32_t sessions;         /* sessions of this pass */
+	uint32_t repeat;           /* which run of (policy, rate) */
+	uint32_t order;            /* position in its group (0 first) */
 	char tiers[512];           /* the tier spec used */
-	char fabric_where[KVT_PATH_MAX]; /* the fabric tier as opened: where
-				      it lives, and "EMULATED: why" when it
-				      stands in for hardware */
-	kvt_demo_req *reqs;        /* sessions * turns, turn-major */
-	size_t nreqs, done;        /* requests that ran */
+	char fabric_where[KVT_PATH_MAX];
+	kvt_demo_req *reqs;        /* sessions * turns, session-major */
+	size_t nreqs, done;
+	kvt_demo_stat st;
 	kvt_cache_stat cache;      /* taken at the end, even after a failure */
 	kvt_index_stat index;
 	kvt_cache_check check;     /* every copy re-read at the end */
 	int check_err;             /* kvt_cache_verify()'s answer; 1: not run */
 	uint64_t nblocks;          /* engine blocks */
-	double drain_s;            /* waiting for this policy's leftover work
-				      before the other ran (in no TTFT) */
-	double stress_gbps;        /* stressors' copy rate during the run */
+	double setup_s;            /* opening the tiers, faulting them in */
 	double seconds;            /* wall time of its requests */
+	double loadavg;            /* 1-minute load average when it ended */
+	double stress_gbps;
+	int err;                   /* its first failure (0: none) */
+	char error[256];
+	/* with config.predict: what the simulator predicted for this pass */
+	int predicted;             /* 1: the fields below are set */
+	kvt_dist pred_ttft_ms, pred_tpot_ms;
+	double pred_tokens_per_s;
+	uint64_t pred_recomputed, pred_loaded;
 } kvt_demo_pass;
 
 typedef struct kvt_demo_result {
 	kvt_demo_config config;    /* as run (sizes filled) */
 	kvt_geom geom;
 	char gpu_name[KVT_NAME_MAX];
-	char tiers[512];           /* the tier spec of both policies */
-	double setup_s;            /* opening the tiers, faulting them in */
 	int npasses;
-	kvt_demo_pass pass[2];     /* lmcache first when both ran */
+	kvt_demo_pass *pass;       /* in the order they ran */
 	char error[256];           /* the first failure, "" if none */
 	double seconds;
+	double loadavg_start, loadavg_end;
 } kvt_demo_result;
 
 /**
- * kvt_demo_run() - run the workload under every policy asked for. Returns
- * 0 and *@out (free with kvt_demo_result_free()) when every request ran,
- * every load and store succeeded and every checksum matched. On a failure
- * after the first request it still returns the result (what ran, and the
- * counters of each cache taken at the end) with the error: KVT_ECORRUPT
- * when a page failed verification (in a load, a demotion, the engine's
- * check or the final re-read), -EIO/-ENOSPC/... for an I/O error, the
- * errors of the cache calls otherwise. The ssd directory is created and
- * removed again.
+ * kvt_demo_run() - every pass the configuration asks for: each policy at
+ * @rate (or, with a sweep, at each rate), @repeat times, then the
+ * ablation. Returns 0 and *@out (free with kvt_demo_result_free()) when
+ * every request ran, every load and store succeeded and every checksum
+ * matched. After a failure it still returns what ran with the error:
+ * KVT_ECORRUPT when a page failed verification, -EIO/-ENOSPC/... for an
+ * I/O error, the errors of the cache calls otherwise.
  */
 KVT_API int kvt_demo_run(const kvt_demo_config *c, kvt_demo_result **out);
 KVT_API void kvt_demo_result_free(kvt_demo_result *r);
+
+/**
+ * kvt_demo_throughput_at() - along @r's passes of @policy (no variant,
+ * repeat @repeat), by increasing rate: the throughput reached at p90 TTFT
+ * @target_ms, interpolated (kvt_curve_throughput_at()). 0, 1 (every rate
+ * met it: a lower bound), -ERANGE (none did), -ENOENT (no such passes).
+ */
+KVT_API int kvt_demo_throughput_at(const kvt_demo_result *r,
+				   const char *policy, uint32_t repeat,
+				   double target_ms, double *thr);
+
+/** The 1-minute load average (/proc/loadavg; 0 if unreadable): every
+ *  figure the demo prints comes with it. */
+KVT_API double kvt_demo_loadavg(void);
 
 #ifdef __cplusplus
 }

@@ -111,6 +111,10 @@ typedef struct kvt_hw {
 				* units of (rate x idle round trip) */
 	double stress_gbps;    /* [host.stress_gbps] one stressor thread's
 				* copy rate on an idle machine */
+	double copy_gbps;      /* [host.copy_gbps] a machine whose every copy
+				* is the CPU's (no DMA engine: the demo's
+				* host): the CPU's total copy rate, shared by
+				* every load, store and demotion; 0: none */
 
 	double fabric_bytes;   /* [fabric.bytes] per GPU; 0: no fabric tier */
 	double fabric_link_gbps;   /* [fabric.link_gbps] per GPU */
@@ -263,6 +267,33 @@ typedef struct kvt_sim_config {
 				   * questions on one document (64) */
 	uint32_t questions;       /* documents: questions per document (0:
 				   * auto) */
+	uint32_t system;          /* agentic: a system prompt of this many
+				   * tokens opens every session's context
+				   * (shared by all; 0: none) */
+	double session_rate;      /* agentic: sessions start as a Poisson
+				   * process at this rate (per second; 0: all
+				   * at once) */
+	double think_sigma;       /* agentic: each session's own mean think
+				   * time is log-normal around think_s with
+				   * this log-sd (0: think_s for all) */
+	int hbm_share;            /* a request may use another request's
+				   * pages in hbm (1, the default); 0: an
+				   * engine with no prefix cache of its own
+				   * (the demo's): only what a request loads
+				   * or computes itself is in hbm for it */
+	int store_top;            /* computed pages are stored into the
+				   * fastest offload tier as each step ends
+				   * (the demo's engine: a store per step),
+				   * whatever the write policy does below */
+	uint32_t store_align;     /* with store_top: whole chunks of this
+				   * many tokens only (LMCache: 256; 0: pages) */
+	int measured_rates;       /* the scheduler prices loads per tier at
+				   * the rates the engine's own loads reached
+				   * (the demo's kvt_cache_rates()), not on
+				   * one link at the copy method's rate */
+	double kv_bytes;          /* hbm for KV per engine (and TP rank),
+				   * bytes; 0: what the profile's HBM leaves
+				   * after weights and reserve */
 	double max_sim_s;         /* stop the virtual clock here (0: none) */
 	int check;                /* verify every index's invariants
 				   * (kvt_index_check) after each step: slow,
@@ -386,6 +417,15 @@ KVT_API int kvt_sim_sweep(const kvt_sim_config *c, const double *rates,
  */
 KVT_API int kvt_sweep_throughput_at(const kvt_sweep *w, double ttft_ms,
 				    double *thr);
+
+/**
+ * kvt_curve_throughput_at() - the same along any measured curve: @n points
+ * by increasing offered load, throughput @thr_v[i] at TTFT @ttft_v[i] (any
+ * statistic: mean, p90), interpolated at @ttft_ms as above. For curves
+ * measured elsewhere (`kvtier demo --sweep`). Returns as above.
+ */
+KVT_API int kvt_curve_throughput_at(const double *thr_v, const double *ttft_v,
+				    uint32_t n, double ttft_ms, double *thr);
 
 #ifdef __cplusplus
 }

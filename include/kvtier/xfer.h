@@ -369,6 +369,36 @@ KVT_API int kvt_xfer_devices(kvt_xfer *x, int *ids, struct kvt_dev_stat *st,
 			     int max);
 
 /**
+ * struct kvt_xfer_rate - the rate the engine has recently reached moving
+ * pages from one tier kind to another (kvt_tier_kind_of() of the job's
+ * source and destination; an engine's registered memory is KVT_TIER_HBM):
+ * bytes of the jobs that completed without error over the time at least
+ * one of them was running (overlapping jobs counted once: an aggregate
+ * rate, queueing excluded), both decayed with a time constant of 2 s so
+ * the figure follows the machine's load. A plain value.
+ * @gbps:   bytes / busy time, GB/s (1e9 bytes/s); 0 while nothing has
+ *          been measured.
+ * @bytes, @busy_s: the decayed sums behind it.
+ * @jobs:   jobs measured since the engine was created.
+ * @total_bytes: their bytes, not decayed.
+ */
+typedef struct kvt_xfer_rate {
+	double gbps;
+	double bytes;
+	double busy_s;
+	uint64_t jobs;
+	double total_bytes;
+} kvt_xfer_rate;
+
+/**
+ * kvt_xfer_rate_get() - the measured rate from @src to @dst (above). For a
+ * scheduler that prices loads by tier (kvt_sched_state.tier_gbps). Cheap:
+ * one small lock. Returns 0, or -EINVAL for a kind out of range.
+ */
+KVT_API int kvt_xfer_rate_get(kvt_xfer *x, kvt_tier_kind src,
+			      kvt_tier_kind dst, kvt_xfer_rate *out);
+
+/**
  * kvt_xfer_eventfd() - an eventfd (nonblocking, close-on-exec) the engine
  * adds 1 to whenever a job completes, for poll/epoll loops. Owned by the
  * engine; do not close it. Read it to reset the count, then poll jobs.

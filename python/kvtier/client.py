@@ -20,9 +20,16 @@ Buffers are raw addresses and sizes, so numpy arrays, torch tensors or
 ctypes arrays all work without this package depending on any of them.
 
 Errors raise KvtierError with the C library's code and detail text; a
-daemon that went away raises ConnectionLost. Pages that could not be
-loaded are not errors: they are the job's failed blocks, for the engine to
-recompute.
+daemon that went away raises ConnectionLost, and a request the daemon did
+not answer in time raises RequestTimeout (a ConnectionLost and a
+TimeoutError: the connection is dropped, connect again). Pages that could
+not be loaded are not errors: they are the job's failed blocks, for the
+engine to recompute.
+
+Threads: every object may be used from any thread. Client.close() may
+race a Job.wait() (or anything else) in another thread: the wait returns
+(every block failed) and the handles are freed only once no call is
+inside the library.
 """
 from __future__ import annotations
 
@@ -32,12 +39,13 @@ import fcntl
 import json
 import mmap
 import os
+import contextlib
 import threading
 import weakref
 from ctypes import byref, c_uint32, c_uint64, c_void_p
 from dataclasses import dataclass, field
-from typing import (Any, Dict, List, Optional, Sequence, Tuple, TypeVar,
-                    Union)
+from typing import (Any, Dict, Iterator, List, Optional, Sequence, Tuple,
+                    TypeVar, Union)
 
 from . import _lib
 from . import keys as _keys
@@ -92,15 +100,35 @@ class KvtierError(Exception):
 
 
 class ConnectionLost(KvtierError):
-    """The daemon went away (-ECONNRESET / -EPIPE): every job of the
-    client failed with it; reconnect with a new Client."""
+    """The daemon went away (-ECONNRESET / -EPIPE), or the connection was
+    dropped: every job of the client failed with it (its waits return
+    every block failed once the daemon has let go); reconnect with a new
+    Client."""
 
 
-def _raise(code: int, what: str) -> None:
+class RequestTimeout(ConnectionLost, TimeoutError):
+    """A request got no reply within the client's timeout_ms. The
+    connection is dropped (a late reply would put every later one out of
+    step): later calls raise ConnectionLost; connect again. For a load or
+    store the call returned only once the daemon had let go of this
+    client's memory (released True), or after lease_ms + timeout_ms with
+    the daemon still holding it (released False: it is hung, and the
+    request's blocks may still be written)."""
+
+    def __init__(self, code: int, what: str, detail: str = "") -> None:
+        super().__init__(code, what, detail)
+        self.released = "may still be written" not in detail
+
+
+def _raise(code: int, what: str, request: bool = True) -> None:
+    """Raise for @code. @request: the call was a request to the daemon (a
+    timeout drops the connection), not a wait with a timeout of its own."""
     detail = (lib.kvt_errdetail() or b"").decode(errors="replace")
     if code in (-errno.ECONNRESET, -errno.EPIPE):
         raise ConnectionLost(code, what, detail)
     if code == -errno.ETIMEDOUT:
+        if request:
+            raise RequestTimeout(code, what, detail)
         raise TimeoutError(f"{what}: timed out")
     raise KvtierError(code, what, detail)
 
@@ -265,7 +293,13 @@ class LookupResult:
 
 @dataclass(frozen=True)
 class JobStat:
-    """What one job did and waited for (read once it is done)."""
+    """What one job did and waited for (read once it is done).
+
+    verified: for a load, the pages whose every layer's checksum matched
+    where they landed; for a store 0 — a store takes the per-layer sums
+    of what landed in the cache (every later load is checked against
+    them), but has nothing to compare them with, so it verifies nothing.
+    """
     pages: int
     copied: int
     skipped: int
@@ -299,6 +333,10 @@ class Client(_Closable):
                  timeout_ms: int = 10000) -> None:
         self._h: Optional[int] = None
         self._lock = threading.Lock()
+        # calls inside the library on this client's handles: close() frees
+        # them only once none is (a wait in another thread, say)
+        self._busy = 0
+        self._idle = threading.Condition(self._lock)
         # memory lives until freed or the client closes (arrays may view
         # it); a job no one references any more is freed by the collector
         self._mems: "set[Memory]" = set()
@@ -335,23 +373,64 @@ class Client(_Closable):
             raise ValueError("kvtier: the client is closed")
         return self._h
 
+    @contextlib.contextmanager
+    def _using(self) -> Iterator[Optional[int]]:
+        """The C handle, held open for one call: None once the client is
+        closed (or closing). close() waits for every holder to leave."""
+        with self._lock:
+            h = self._h
+            if h is not None:
+                self._busy += 1
+        try:
+            yield h
+        finally:
+            if h is not None:
+                with self._lock:
+                    self._busy -= 1
+                    if not self._busy:
+                        self._idle.notify_all()
+
+    def _call(self, fn: Any, *args: Any) -> int:
+        """fn(handle, *args) while the client is open, else a closed
+        error."""
+        with self._using() as h:
+            if h is None:
+                raise ValueError("kvtier: the client is closed")
+            return fn(h, *args)
+
     def close(self) -> None:
         """Disconnect: the daemon cancels this client's jobs and unmaps its
-        memory. Memory and Job objects of the client become unusable."""
+        memory (returns once it has). Memory and Job objects of the client
+        become unusable; a Job.wait() in another thread returns (every
+        block failed). Safe to call from any thread, more than once."""
         with self._lock:
             h, self._h = self._h, None
             children = list(self._mems) + list(self._jobs)
             self._mems, self._jobs = set(), weakref.WeakSet()
+        if h is None:
+            return
+        # waits in other threads return; new calls see the client closed
+        lib.kvt_client_shutdown(h)
+        with self._lock:
+            while self._busy:
+                self._idle.wait()
         for c in children:
             c._orphan()
-        if h is not None:
-            lib.kvt_client_close(h)
+        lib.kvt_client_close(h)
+
+    @property
+    def job_stop_s(self) -> float:
+        """Seconds within which a live daemon ends any job of this client
+        once it is cancelled: its lease plus the request timeout (waits
+        longer than that mean a hung daemon)."""
+        lease = self._call(lib.kvt_client_lease_ms)
+        return (lease + self._call(lib.kvt_client_timeout_ms)) / 1000.0
 
     def fileno(self) -> int:
         """An eventfd the daemon signals when a job of this client is done
         (for select/poll/asyncio): when readable, read 8 bytes from it and
         poll the jobs you wait for."""
-        return lib.kvt_client_fd(self._handle())
+        return self._call(lib.kvt_client_fd)
 
     # -- keys and lookup ----------------------------------------------------
 
@@ -362,7 +441,7 @@ class Client(_Closable):
         npages = n // self.geometry.page_tokens
         arr = _u32_array(tokens, "tokens")
         out = (_lib.PageKey * max(npages, 1))()
-        _check(lib.kvt_client_hash_tokens(self._handle(), arr, n, out),
+        _check(self._call(lib.kvt_client_hash_tokens, arr, n, out),
                "hash tokens")
         return _keys.from_c(out, npages)
 
@@ -379,8 +458,8 @@ class Client(_Closable):
         ck = _keys.to_c(keys)
         flags = (_LOOKUP_TOUCH if touch else 0) | (_LOOKUP_EACH if each
                                                    else 0)
-        _check(lib.kvt_client_lookup(self._handle(), ck, len(keys), flags,
-                                     byref(r)), "lookup")
+        _check(self._call(lib.kvt_client_lookup, ck, len(keys), flags,
+                          byref(r)), "lookup")
         return LookupResult(r.pages, dict(zip(TIER_NAMES, r.tier_pages)),
                             r.inflight)
 
@@ -393,9 +472,9 @@ class Client(_Closable):
         g = self.geometry
         base = (c_void_p * g.layers)()
         bs, ks, ts, m = c_uint64(), c_uint64(), c_uint64(), c_void_p()
-        _check(lib.kvt_client_mem_alloc(self._handle(), nblocks, base,
-                                        byref(bs), byref(ks), byref(ts),
-                                        byref(m)), f"alloc {nblocks} blocks")
+        _check(self._call(lib.kvt_client_mem_alloc, nblocks, base,
+                          byref(bs), byref(ks), byref(ts), byref(m)),
+               f"alloc {nblocks} blocks")
         addrs = [int(base[i]) for i in range(g.layers)]
         span = (addrs[1] - addrs[0]) if g.layers > 1 else \
             ks.value + nblocks * bs.value
@@ -436,8 +515,7 @@ class Client(_Closable):
         + t*token_stride + h*head_stride (default D*s: a token's heads
         packed; other strides keep a chunk in rows, kvt_cache_attach_rows()
         — heads before tokens, layers between tokens). The fd stays the
-        caller's. @device must be -1: GPU memory registration is not
-        implemented yet (KVT_ENOTBUILT)."""
+        caller's. @device must be -1 (host memory)."""
         g = self.geometry
         if len(layer_offsets) != g.layers:
             raise ValueError(f"kvtier: {len(layer_offsets)} layer offsets "
@@ -446,9 +524,9 @@ class Client(_Closable):
         m = c_void_p()
         if head_stride is None:
             head_stride = g.head_dim * g.dtype_bytes
-        _check(lib.kvt_client_register_fd_rows(
-            self._handle(), fd, offs, g.layers, nblocks, block_stride,
-            kv_stride, token_stride, head_stride, device, byref(m)),
+        _check(self._call(lib.kvt_client_register_fd_rows, fd, offs,
+                          g.layers, nblocks, block_stride, kv_stride,
+                          token_stride, head_stride, device, byref(m)),
                "register memory")
         view = memoryview(_map) if _map is not None else None
         addrs = [0] * g.layers
@@ -585,8 +663,8 @@ class Client(_Closable):
         j = c_void_p()
         ev = event.id if isinstance(event, ClientEvent) else int(event or 0)
         fn = lib.kvt_client_store_ev if store else lib.kvt_client_load_ev
-        _check(fn(self._handle(), mem._h, ck, len(keys), first, cb,
-                  _IO_EACH if each else 0, ev, byref(j)), what)
+        _check(self._call(fn, mem._h, ck, len(keys), first, cb,
+                          _IO_EACH if each else 0, ev, byref(j)), what)
         job = Job(self, j.value, [int(b) for b in blocks],
                   self.geometry.layers)
         job.device = mem.device
@@ -613,7 +691,9 @@ class Client(_Closable):
         of @mem into the cache, asynchronously. The blocks must not change
         until the job is done; pages before @first must already be cached
         (or being stored); pages already cached are skipped. Nothing
-        becomes visible unless every page landed and was verified.
+        becomes visible unless every page landed; the per-layer sums of
+        what landed are taken then, and every later load is verified
+        against them (JobStat.verified is 0 for a store).
         each: every key a one-page prefix of its own (first 0); a page
         that finds no room fails alone.
         event: device memory only — a ClientEvent (or registered event
@@ -627,7 +707,7 @@ class Client(_Closable):
     def stats(self) -> Dict[str, Any]:
         """The daemon's metrics (docs/METRICS.md) as a dict."""
         p = c_void_p()
-        _check(lib.kvt_client_stats(self._handle(), byref(p)), "stats")
+        _check(self._call(lib.kvt_client_stats, byref(p)), "stats")
         try:
             text = ctypes.string_at(p.value).decode()
         finally:
@@ -636,7 +716,7 @@ class Client(_Closable):
 
     def quiesce(self) -> None:
         """Wait until the daemon's background demotion has settled."""
-        _check(lib.kvt_client_quiesce(self._handle()), "quiesce")
+        _check(self._call(lib.kvt_client_quiesce), "quiesce")
 
     def _adopt(self, obj: Union["Memory", "Job"]) -> None:
         with self._lock:
@@ -697,8 +777,11 @@ class Memory(_Closable):
         h, self._h = self._h, None
         cl, self._client = self._client, None
         if h is not None and cl is not None:
-            cl._forget(self)
-            lib.kvt_client_mem_free(h)
+            with cl._using() as ch:
+                # a closed client has freed (or is freeing) the C handle
+                if ch is not None:
+                    cl._forget(self)
+                    lib.kvt_client_mem_free(h)
         self._release_map()
 
     def _orphan(self) -> None:  # the client closed: it freed the handle
@@ -760,26 +843,41 @@ class Job(_Closable):
         self._layers = layers
         self._failed: Optional[List[int]] = None
         self.result: Optional[int] = None
+        self._orphaned = False
         self.device = _lib.DEVICE_HOST  # its memory's device
 
-    def _handle(self) -> int:
-        if self._h is None:
+    def _jcall(self, fn: Any, *args: Any) -> Optional[int]:
+        """fn(job handle, *args) while the job and its client are open;
+        None once the client is closed (every block failed). A closed
+        job raises."""
+        cl = self._client
+        if self._orphaned:
+            return None  # the client's close freed it
+        if self._h is None or cl is None:
             raise ValueError("kvtier: the job is closed")
-        return self._h
+        with cl._using() as ch:
+            h = self._h
+            if ch is None or h is None:
+                return None
+            rc = fn(h, *args)
+            return 0 if rc is None else int(rc)
 
     def wait_layer(self, layer: int, timeout: Optional[float] = None) -> bool:
         """Block until @layer of every block is in place and verified.
         True: it is (blocks that fail excepted: see wait()); False: every
-        block failed at or before this layer (nothing to use)."""
+        block failed at or before this layer (nothing to use), or the
+        client was closed. TimeoutError after @timeout."""
         if not 0 <= layer < self._layers:
             raise IndexError(f"kvtier: layer {layer} of {self._layers}")
-        rc = lib.kvt_client_job_wait_layer(self._handle(), layer,
-                                           _timeout_ns(timeout))
+        rc = self._jcall(lib.kvt_client_job_wait_layer, layer,
+                         _timeout_ns(timeout))
+        if rc is None:
+            return not self._closed_done()
         if rc == 0:
             return True
         if rc in _BLOCK_FAILURES:
             return False
-        _raise(rc, "wait for layer")
+        _raise(rc, "wait for layer", request=False)
         return False
 
     def stream_wait(self, layer: int, stream: Any) -> None:
@@ -791,28 +889,43 @@ class Job(_Closable):
         (cuStreamWaitValue32 on the job slot's word)."""
         if not 0 <= layer < self._layers:
             raise IndexError(f"kvtier: layer {layer} of {self._layers}")
-        _check(lib.kvt_client_job_stream_wait(self._handle(), layer,
-                                              stream.handle),
-               "stream wait for a layer")
+        rc = self._jcall(lib.kvt_client_job_stream_wait, layer,
+                         stream.handle)
+        if rc is not None:  # the client closed: nothing to wait for
+            _check(rc, "stream wait for a layer")
 
     def wait(self, timeout: Optional[float] = None) -> List[int]:
         """Block until the job is done. Returns the block ids whose copy
         failed ([] when every block succeeded), in request order; every
-        block when the daemon went away. TimeoutError after @timeout."""
-        rc = lib.kvt_client_job_wait(self._handle(), _timeout_ns(timeout))
-        return self._done(rc)
+        block when the daemon went away or the client was closed (then
+        the daemon has let go of them). TimeoutError after @timeout (the
+        job runs on)."""
+        rc = self._jcall(lib.kvt_client_job_wait, _timeout_ns(timeout))
+        return self._closed_done() if rc is None else self._done(rc)
 
     def poll(self) -> bool:
         """True once the job is done (then wait() does not block)."""
-        rc = lib.kvt_client_job_poll(self._handle())
+        rc = self._jcall(lib.kvt_client_job_poll)
         if rc == -errno.EINPROGRESS:
             return False
-        self._done(rc)
+        if rc is None:
+            self._closed_done()
+        else:
+            self._done(rc)
         return True
+
+    def _closed_done(self) -> List[int]:
+        """The client was closed under the job: what it had, else every
+        block failed (the close returned once the daemon let go)."""
+        if self.result is None:
+            self.result = -errno.ECONNRESET
+        if self._failed is None:
+            self._failed = list(self.blocks)
+        return list(self._failed)
 
     def _done(self, rc: int) -> List[int]:
         if rc == -errno.ETIMEDOUT:
-            _raise(rc, "wait for job")
+            _raise(rc, "wait for job", request=False)
         self.result = rc
         if rc in _GONE and self._failed is None:
             self._failed = list(self.blocks)  # no daemon to ask: all failed
@@ -824,7 +937,9 @@ class Job(_Closable):
         if self._failed is None:
             n = len(self.blocks)
             arr = (c_uint32 * max(n, 1))()
-            got = lib.kvt_client_job_failed(self._handle(), arr, n)
+            got = self._jcall(lib.kvt_client_job_failed, arr, n)
+            if got is None:  # the client closed under it
+                return self._closed_done()
             if got == -errno.EINPROGRESS:
                 raise RuntimeError("kvtier: the job is still running")
             _check(int(got), "failed blocks")
@@ -834,16 +949,17 @@ class Job(_Closable):
     def cancel(self) -> bool:
         """Stop the job (blocks not complete go on the failed list; a
         cancelled store commits nothing). False if it was already done."""
-        rc = lib.kvt_client_job_cancel(self._handle())
-        if rc == -errno.EALREADY:
+        rc = self._jcall(lib.kvt_client_job_cancel)
+        if rc is None or rc == -errno.EALREADY:
             return False
         _check(rc, "cancel")
         return True
 
     def stat(self) -> JobStat:
-        """What the job did (once done)."""
+        """What the job did (once done); all zero for a job whose client
+        was closed."""
         st = _lib.JobStat()
-        lib.kvt_client_job_stat_get(self._handle(), byref(st))
+        self._jcall(lib.kvt_client_job_stat_get, byref(st))
         return JobStat(st.pages, st.copied, st.skipped, st.failed,
                        st.verified, st.bytes, st.wait_s, st.layer0_s,
                        st.total_s, dict(zip(TIER_NAMES, st.from_)))
@@ -855,14 +971,21 @@ class Job(_Closable):
         return self._client.fileno()
 
     def close(self) -> None:
-        """Free the handle (a running job is cancelled first)."""
+        """Free the handle (a running job is cancelled first, and waited
+        for: at most the daemon's lease and the client's timeout)."""
         h, self._h = self._h, None
         cl, self._client = self._client, None
+        self._orphaned = False  # closed by its owner: calls now raise
         if h is not None and cl is not None:
-            cl._forget(self)
-            lib.kvt_client_job_free(h)
+            with cl._using() as ch:
+                # a closed client has freed (or is freeing) the C job: a
+                # Client and its Job collected in one pass must not both
+                if ch is not None:
+                    cl._forget(self)
+                    lib.kvt_client_job_free(h)
 
     def _orphan(self) -> None:
         self._h = None
         self._client = None
+        self._orphaned = True
 

@@ -68,6 +68,22 @@ HOW IT MAPS
     restarted, so anything a batch call could raise (bad host indices
     included) is caught, logged and counted instead.
 
+THE GPU PATH (kvtier registering GPU memory by handle) does not apply
+  here, read from SGLang's code at the pinned commit: the v1 storage calls
+  name HOST-POOL indices only (batch_get_v1 / batch_set_v1(keys,
+  host_indices)); prefetch lands pages in the host pool, and host -> GPU
+  happens later, when the scheduler admits the request and allocates its
+  device indices (the host pool's load_to_device_per_layer(device_pool,
+  host_indices, device_indices, layer_id, io_backend): SGLang's transfer
+  kernels or direct copies); GPU -> host is the pool's
+  backup_from_device_all_layer, and only then are host pages handed to
+  the storage backend (batch_set_v1 on the controller's backup thread). The backend never sees a device index, so the daemon
+  has no GPU destination to DMA into, and its copies into and out of the
+  host pool are host memory to host memory (a CPU copy, counted as such).
+  Gaining from the GPU path would take SGLang's controller handing a
+  storage backend device indices (a storage -> GPU load of its own), which
+  its plugin interface does not offer; nothing is built for it here.
+
 Not implemented (raise NotImplementedError saying so): the copying
 interface (get / set / batch_get / batch_set: set "interface_v1": 1, which
 SGLang needs anyway to pick the zero-copy calls for a dynamic backend),

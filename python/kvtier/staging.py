@@ -1,11 +1,11 @@
-"""Staging: engine KV the daemon cannot map (GPU memory), moved through
-host memory it can.
+"""Staging: engine KV moved through host memory the daemon maps, when
+asked for ("staging": true in kvtier.vllm; never a fallback).
 
-The daemon copies pages only between its tiers and memory it has mapped:
-a sealed memfd (host memory). GPU memory registration (CUDA IPC) is not
-implemented yet, so an engine whose KV cache lives on the GPU goes
-through a staging pool: host blocks shared with the daemon, in vLLM's
-layout, page-locked for the copy engines when CUDA is there.
+GPU KV caches are normally registered with the daemon by CUDA IPC handle
+(kvtier.torch_dev) and moved by its device copies. A staging pool is the
+other way, at a cost: host blocks shared with the daemon, in the engine's
+layout, page-locked for the copy engines when CUDA is there; it also takes
+what the device path refuses (layouts in rows, devices that are not CUDA).
 
     load:   daemon tier --(daemon)--> staging blocks --(copy per layer)--> engine blocks
     store:  engine blocks --(copy per layer)--> staging blocks --(daemon)--> tier

@@ -110,7 +110,7 @@ from . import Memory, keys_from_hashes
 from . import layout as _layout
 from . import vllm_compat as _compat
 from .staging import StagingPool
-from .vllm_host import (_buffer_of, _check_host, _emu_device, _emu_memory,
+from .vllm_host import (_buffer_of, _emu_device, _emu_memory,
                         _is_torch, _rehome_torch, emu_kv_buffer,
                         host_kv_buffer)
 
@@ -188,7 +188,7 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
 
 _STAT_KEYS = ("loads", "load_pages", "load_failed_blocks", "stores",
               "store_pages", "store_failed_blocks", "store_errors",
-              "store_dropped_pages", "cancelled")
+              "store_dropped_pages", "cancelled", "stop_timeouts")
 
 
 @dataclasses.dataclass
@@ -578,14 +578,21 @@ class KvtierConnector(KVConnectorBase_V1):
         roles = self._roles(kv_caches)
         on_gpu = any(_is_torch(t) and t.device.type == "cuda"
                      for t in kv_caches.values())
+        if self._staging_mode is not True:
+            other = {str(t.device) for t in kv_caches.values()
+                     if _is_torch(t) and t.device.type not in ("cpu", "cuda")}
+            if other:
+                raise ValueError(
+                    f"kvtier.vllm: KV caches on {', '.join(sorted(other))}: "
+                    f"the daemon opens CUDA memory by handle, or maps host "
+                    f"memory (\"staging\": true moves other devices' KV "
+                    f"through host blocks)")
         if self._staging_mode is True:
             self._register_staging(kv_caches, roles)
             return
         if on_gpu or self._device_mode == "emu":
             self._register_device(kv_caches, roles, on_gpu)
             return
-        for t in kv_caches.values():
-            _check_host(t)
         infos = [_layout.describe(t) for t in kv_caches.values()]
         if any(_is_torch(t) for t in kv_caches.values()) and \
                 not all(_buffer_of(i.addr, i.addr + 1) for i in infos):
@@ -752,18 +759,44 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def handle_preemptions(self, kv_connector_metadata: Any) -> None:
         """Before vLLM reuses a preempted request's blocks: cancel its
-        stores and loads and wait for them to stop. vLLM v0.12-v0.15 pass
-        the preempted request ids (a set, only in steps that preempted),
-        later releases this step's connector metadata (every step): both
-        are taken (kvtier.vllm_compat.preempted_ids)."""
+        stores and loads and wait for them to stop — at most the daemon's
+        lease plus the request timeout (Client.job_stop_s); a job still
+        running then means a hung daemon: the connection is dropped (the
+        client returns once the daemon let go, or says it did not) and
+        re-made at the next step. vLLM v0.12-v0.15 pass the preempted
+        request ids (a set, only in steps that preempted), later releases
+        this step's connector metadata (every step): both are taken
+        (kvtier.vllm_compat.preempted_ids)."""
         for rid in _compat.preempted_ids(kv_connector_metadata):
             jobs = self._store_jobs.pop(rid, [])
             job = self._load_jobs.pop(rid, None)
             for j in jobs + ([job] if job else []):
-                if j.cancel():
-                    self._stats.data["cancelled"] += 1
-                j.wait()
+                try:
+                    if j.cancel():
+                        self._stats.data["cancelled"] += 1
+                    j.wait(timeout=self._stop_s())
+                except TimeoutError:
+                    self._stop_timeout(rid)
+                except KvtierError as e:
+                    self._note_down(e)
                 j.close()
+
+    def _stop_s(self) -> float:
+        try:
+            return self._client.job_stop_s
+        except (KvtierError, ValueError):
+            return self._timeout_ms / 1000.0  # closed: waits return
+
+    def _stop_timeout(self, rid: str) -> None:
+        """A job of @rid did not stop in time: drop the connection (its
+        jobs end as the daemon lets go; the worker reconnects)."""
+        self._stats.data["stop_timeouts"] += 1
+        log.error("kvtier.vllm: a job of request %s did not stop %.0f s "
+                  "after its cancel: dropping the connection to the daemon",
+                  rid, self._stop_s())
+        self._client.close()
+        if self._down_since is None:
+            self._down_since = time.monotonic()
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         """Start this step's load jobs; take the requests whose blocks
@@ -809,8 +842,11 @@ class KvtierConnector(KVConnectorBase_V1):
                 if isinstance(job, Job):
                     job.stream_wait(layer, s)
             return
-        for _, job in self._sync_jobs:
-            job.wait_layer(layer)
+        for rid, job in self._sync_jobs:
+            try:
+                job.wait_layer(layer, timeout=self._stop_s())
+            except TimeoutError:  # a hung daemon: its blocks all fail
+                self._stop_timeout(rid)
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any,
                       attn_metadata: Any, **kwargs: Any) -> None:
@@ -853,7 +889,11 @@ class KvtierConnector(KVConnectorBase_V1):
             self._stats.data["store_pages"] += len(ss.keys) - ss.first
 
     def _end_load(self, job: Job) -> List[int]:
-        failed = job.wait()
+        try:
+            failed = job.wait(timeout=self._stop_s())
+        except TimeoutError:  # a hung daemon: drop it, every block fails
+            self._stop_timeout("(load)")
+            failed = job.wait(timeout=self._stop_s())
         self._load_errors.update(failed)
         self._stats.data["load_failed_blocks"] += len(failed)
         job.close()

@@ -7,9 +7,10 @@ one: NumPy arrays are allocated in host_kv_buffer() memory by the engine
 (the stand-ins do), torch tensors allocated by vLLM are moved there in
 place before any KV is in them (_rehome_torch: each distinct storage copied
 once, every tensor viewing it re-pointed with Tensor.set_, strides kept —
-permuted layouts such as HND stay as they were). GPU tensors cannot be
-registered yet: _check_host says so (KVT_ENOTBUILT) and the connector
-stages them instead (kvtier.staging).
+permuted layouts such as HND stay as they were). emu_kv_buffer() is the
+emulated device's memory for "device": "emu" (CI's stand-in for a GPU:
+registered by handle). CUDA tensors are registered by handle (the
+connector's device path, kvtier.torch_dev).
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import dataclasses
 import mmap
 from typing import Any, Dict, List, Optional
 
-from . import KVT_ENOTBUILT, KvtierError
 from .client import shared_memfd
 
 __all__ = ["emu_kv_buffer", "host_kv_buffer"]
@@ -87,19 +87,6 @@ def _buffer_of(addr: int, end: int) -> Optional[_HostBuffer]:
 
 def _is_torch(t: Any) -> bool:
     return type(t).__module__.startswith("torch")
-
-
-def _check_host(t: Any) -> None:
-    """KVT_ENOTBUILT for a device tensor on the host path (the device
-    path registers GPU tensors by handle; this is what reaches here
-    otherwise, e.g. a device kvtier cannot open)."""
-    if _is_torch(t) and t.device.type != "cpu":
-        raise KvtierError(KVT_ENOTBUILT, "kvtier.vllm: register KV caches",
-                          f"KV caches on {t.device} cannot be shared with "
-                          f"the daemon as host memory; CUDA tensors are "
-                          f"registered by handle, other devices are not "
-                          f"supported (\"staging\": true moves their "
-                          f"pages through host blocks)")
 
 
 def _rehome_torch(caches: Dict[str, Any]) -> None:

@@ -227,6 +227,8 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 		ic.pools[t] = kvt_tier_pool(c->tiers[t]);
 	}
 	xc.cpu_threads = cfg.xfer_threads;
+	xc.cuda_load = cfg.dev_load;
+	xc.cuda_store = cfg.dev_store;
 	if ((err = kvt_xfer_create(&c->x, &xc)))
 		goto fail;
 	ic.page_tokens = c->geom.page_tokens;
@@ -551,11 +553,34 @@ int kvti_cache_inspect(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	return kvt_index_inspect(c->idx, &px, *info, n, found);
 }
 
+/* Runs of the leading loadable pages, as kvt_cache_lookup_runs() says. */
+struct runs {
+	kvt_cache_run *v;
+	size_t max, n;
+};
+
+static void run_add(struct runs *ru, int t)
+{
+	kvt_cache_run *last;
+
+	if (!ru)
+		return;
+	last = ru->n ? &ru->v[ru->n - 1] : NULL;
+	if (last && (last->tier == (uint32_t)t || ru->n == ru->max)) {
+		last->pages++;
+		if ((uint32_t)t > last->tier) /* the overflow run: slowest */
+			last->tier = (uint32_t)t;
+		return;
+	}
+	ru->v[ru->n++] = (kvt_cache_run){ (uint32_t)t, 1 };
+}
+
 /* KVT_LOOKUP_EACH: keys[i] is a one-page prefix of its own; the leading
  * run of cached ones, then the run being stored (one inspect per key,
  * under one hold of the locks). */
 static int lookup_each(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
-		       size_t nkeys, unsigned flags, kvt_cache_lookup_result *r)
+		       size_t nkeys, unsigned flags, kvt_cache_lookup_result *r,
+		       struct runs *ru)
 {
 	kvt_page_info info;
 	int err = 0, hits = 1;
@@ -577,6 +602,7 @@ static int lookup_each(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 		if (hits && t >= 0) {
 			r->pages++;
 			r->tier_pages[t]++;
+			run_add(ru, t);
 			if (flags & KVT_LOOKUP_TOUCH) {
 				kvt_match m;
 
@@ -595,8 +621,9 @@ static int lookup_each(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	return err;
 }
 
-int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
-		     size_t nkeys, unsigned flags, kvt_cache_lookup_result *r)
+static int lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
+		  size_t nkeys, unsigned flags, kvt_cache_lookup_result *r,
+		  struct runs *ru)
 {
 	kvt_page_info *info;
 	size_t found, i;
@@ -608,7 +635,7 @@ int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 		return kvti_fail(-EINVAL, "cache lookup: bad arguments");
 	memset(r, 0, sizeof(*r));
 	if (flags & KVT_LOOKUP_EACH)
-		return lookup_each(c, tenant, keys, nkeys, flags, r);
+		return lookup_each(c, tenant, keys, nkeys, flags, r, ru);
 	pthread_mutex_lock(&c->mu);
 	err = kvti_cache_inspect(c, tenant, keys, nkeys, &info, &found);
 	if (!err) {
@@ -620,6 +647,7 @@ int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 				break;
 			r->pages++;
 			r->tier_pages[t]++;
+			run_add(ru, t);
 		}
 		for (; i < found; i++) {
 			int pend;
@@ -644,6 +672,39 @@ int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 	if (!err && c->ext) /* network: outside the lock */
 		c->ext->lookup(c->ext_arg, keys, nkeys, r);
 	return err;
+}
+
+int kvt_cache_lookup(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
+		     size_t nkeys, unsigned flags, kvt_cache_lookup_result *r)
+{
+	return lookup(c, tenant, keys, nkeys, flags, r, NULL);
+}
+
+int kvt_cache_lookup_runs(kvt_cache *c, uint32_t tenant,
+			  const kvt_page_key *keys, size_t nkeys,
+			  unsigned flags, kvt_cache_lookup_result *r,
+			  kvt_cache_run *runs, size_t max, size_t *nruns)
+{
+	struct runs ru = { runs, max, 0 };
+	int err;
+
+	if (!runs || !max || !nruns)
+		return kvti_fail(-EINVAL, "cache lookup: no room for runs");
+	err = lookup(c, tenant, keys, nkeys, flags, r, &ru);
+	*nruns = err ? 0 : ru.n;
+	return err;
+}
+
+int kvt_cache_rates(kvt_cache *c,
+		    kvt_xfer_rate rates[KVT_TIER_COUNT][KVT_TIER_COUNT])
+{
+	if (!c || !rates)
+		return kvti_fail(-EINVAL, "kvt_cache_rates: NULL argument");
+	for (int s = 0; s < KVT_TIER_COUNT; s++)
+		for (int d = 0; d < KVT_TIER_COUNT; d++)
+			kvt_xfer_rate_get(c->x, (kvt_tier_kind)s,
+					  (kvt_tier_kind)d, &rates[s][d]);
+	return 0;
 }
 
 /* ---- accounting, checking -------------------------------------------------- */

@@ -34,7 +34,9 @@ enum opt_type { OPT_STR, OPT_INT, OPT_BOOL };
 	X(max_clients, OPT_INT, "64", "daemon: clients served at once")       \
 	X(metrics, OPT_STR, "", "daemon: HOST:PORT for GET /metrics ('' off)") \
 	X(remote, OPT_STR, "", "a remote tier below the owned ones, e.g. 'remote:redis://127.0.0.1:6379' ('' none)") \
-	X(devices, OPT_STR, "", "daemon: devices engines register memory on, e.g. 'cuda:0,cuda:1' or 'emu': the host tiers are page-locked for them at start ('' at first use)")
+	X(devices, OPT_STR, "", "daemon: devices engines register memory on, e.g. 'cuda:0,cuda:1' or 'emu': the host tiers are page-locked for them at start ('' at first use)") \
+	X(load_method, OPT_STR, "cuda-kernel", "daemon: how loads move pages into device memory: cuda-kernel (the SM-capped gather kernel), cuda-batch (batched copy-engine DMA), cuda-chunk") \
+	X(store_method, OPT_STR, "cuda-batch", "daemon: how stores move pages out of device memory: cuda-batch, cuda-kernel, cuda-chunk")
 
 static const struct opt_def {
 	const char *name;

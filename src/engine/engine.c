@@ -542,6 +542,7 @@ static int prefill_progress(struct kvti_eng *e, struct kvti_ereq *r, int hold)
 	int err, last;
 
 	r->done += r->step_compute;
+	r->computed += r->step_compute;
 	e->computed += r->step_compute;
 	last = r->done >= r->prompt;
 	if ((err = e->ops->computed(e, r, last)))

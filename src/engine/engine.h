@@ -91,6 +91,8 @@ struct kvti_ereq {
 	uint32_t recomputed[KVT_TIER_COUNT]; /* cached tokens it chose to
 				   * compute (load-or-recompute), by tier */
 	uint32_t reused;          /* prefix tokens it did not compute */
+	uint32_t computed;        /* tokens it prefilled, all runs (after a
+				   * preemption too) */
 	uint32_t priv;            /* private hbm pages (partial page, decode) */
 	uint64_t storing;         /* its hbm pages whose copies down still
 				   * move (store_holds_hbm) */

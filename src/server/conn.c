@@ -86,7 +86,7 @@ static int do_hello(struct conn *c, const kvtd_req *q)
 		return kvti_perr(c, KVTD_PERR_GEOMETRY, kvti_fail(KVT_ENOTFOUND,
 			    "namespace '%s' is not served here (this daemon "
 			    "serves '%s')", q->u.hello.ns, d->ns));
-	if ((err = kvti_tenant_resolve(d, &c->cred, monitor, q->u.hello.tenant,
+	if ((err = kvti_tenant_resolve(d, c, monitor, q->u.hello.tenant,
 				       &ti)))
 		return kvti_perr(c, KVTD_PERR_AUTH, err);
 	if (!monitor &&
@@ -295,14 +295,21 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, const int *fds,
 	case KVTD_MSG_LOOKUP: {
 		kvt_page_key *keys = kvti_keys_copy(q.u.lookup.keys,
 					       q.u.lookup.nkeys);
+		unsigned lf = q.u.lookup.flags & (KVT_LOOKUP_TOUCH |
+						  KVT_LOOKUP_EACH);
+		int want_runs = (q.u.lookup.flags & KVTD_LOOKUP_RUNS) != 0;
+		kvt_cache_run runs[KVT_CACHE_MAX_RUNS];
+		size_t nruns = 0;
 		kvt_cache_lookup_result r;
 
 		if (!keys)
 			return kvti_reply_status(c, h, -ENOMEM);
-		err = kvt_cache_lookup(d->c, c->itenant, keys,
-				       q.u.lookup.nkeys,
-				       q.u.lookup.flags &
-				       (KVT_LOOKUP_TOUCH | KVT_LOOKUP_EACH), &r);
+		err = want_runs ?
+			kvt_cache_lookup_runs(d->c, c->itenant, keys,
+					      q.u.lookup.nkeys, lf, &r, runs,
+					      KVT_CACHE_MAX_RUNS, &nruns) :
+			kvt_cache_lookup(d->c, c->itenant, keys,
+					 q.u.lookup.nkeys, lf, &r);
 		/* a remote run after the local one: bring it in while the
 		 * request waits to be scheduled (its LOAD cuts it off) */
 		if (!err && r.tier_pages[KVT_TIER_REMOTE] && !r.inflight)
@@ -321,6 +328,13 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, const int *fds,
 							 r.tier_pages[t]);
 			}
 			kvtd_put_u64(&c->out, r.inflight);
+			if (want_runs) {
+				kvtd_put_u32(&c->out, (uint32_t)nruns);
+				for (size_t i = 0; i < nruns; i++) {
+					kvtd_put_u32(&c->out, runs[i].tier);
+					kvtd_put_u32(&c->out, runs[i].pages);
+				}
+			}
 			if (q.u.lookup.nkeys > r.pages)
 				kvtd_metrics_miss(d->m, c->t->mt,
 						  q.u.lookup.nkeys - r.pages);
@@ -345,11 +359,38 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, const int *fds,
 	case KVTD_MSG_QUIESCE:
 		kvt_cache_quiesce(d->c);
 		return kvti_reply_status(c, h, 0);
+	case KVTD_MSG_RATES: {
+		kvt_xfer_rate (*rt)[KVT_TIER_COUNT] =
+			kvt_calloc(KVT_TIER_COUNT, sizeof(*rt));
+
+		if (!rt)
+			return kvti_reply_status(c, h, -ENOMEM);
+		err = kvt_cache_rates(d->c, rt);
+		kvti_reply_begin(c, h, err);
+		if (!err) {
+			kvtd_put_u32(&c->out, KVT_TIER_COUNT);
+			for (int s = 0; s < KVT_TIER_COUNT; s++)
+				for (int t = 0; t < KVT_TIER_COUNT; t++) {
+					const kvt_xfer_rate *x = &rt[s][t];
+
+					kvtd_put_f64(&c->out, x->gbps);
+					kvtd_put_f64(&c->out, x->bytes);
+					kvtd_put_f64(&c->out, x->busy_s);
+					kvtd_put_u64(&c->out, x->jobs);
+					kvtd_put_f64(&c->out, x->total_bytes);
+				}
+		}
+		kvt_free(rt);
+		return kvti_reply_send(c, NULL, 0);
+	}
 	case KVTD_MSG_STATS: {
 		char *json = NULL;
 		size_t len = 0;
 
-		err = kvtd_metrics_render_json(d->m, &json, &len);
+		/* a tenant sees its own figures; root and admin tenants all */
+		err = kvtd_metrics_render_json_for(d->m, c->cred.uid == 0 ||
+						   c->t->admin ? NULL :
+						   c->t->mt, &json, &len);
 		kvti_reply_begin(c, h, err);
 		if (!err) {
 			kvtd_put_u32(&c->out, (uint32_t)len);

@@ -119,7 +119,9 @@ static int seg_open(struct conn *c, const kvtd_req *q, struct cmem *cm,
 					 "bytes in a memfd of %lld", i,
 					 (unsigned long long)bytes,
 					 (long long)st.st_size);
-		s->len = (size_t)st.st_size;
+		/* what the segment says it is (0: the whole file); REGISTER
+		 * then counts it against the tenant's mem= */
+		s->len = (size_t)(bytes ? bytes : (uint64_t)st.st_size);
 		s->base = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_SHARED,
 			       fd, 0);
 		if (s->base == MAP_FAILED) {
@@ -203,6 +205,22 @@ int kvti_mem_register(struct conn *c, const kvtd_req *q, const int *fds,
 	}
 	if (err)
 		goto fail;
+	{
+		/* the tenant's share taken (mapped, not yet used: a sparse
+		 * file costs nothing until touched), given back on failure:
+		 * two registrations at once cannot both pass the cap */
+		uint64_t used = atomic_fetch_add(&c->t->mem_used, total);
+
+		cm->reserved = total;
+		if (total > c->t->mem_max || used > c->t->mem_max - total) {
+			err = kvti_fail(KVT_EFULL, "REGISTER: %llu bytes: tenant "
+					"%s has %llu registered, its most is %llu "
+					"(mem=)", (unsigned long long)total,
+					c->t->name, (unsigned long long)used,
+					(unsigned long long)c->t->mem_max);
+			goto fail;
+		}
+	}
 	for (uint32_t l = 0; l < L; l++) {
 		uint32_t si = kvtd_layer_seg(q, l);
 		uint64_t off = kvtd_layer_off(q, l), end;
@@ -235,6 +253,7 @@ int kvti_mem_register(struct conn *c, const kvtd_req *q, const int *fds,
 	return 0;
 fail:
 	segs_release(cm);
+	atomic_fetch_sub(&c->t->mem_used, cm->reserved);
 	memset(cm, 0, sizeof(*cm));
 	return err;
 }
@@ -245,6 +264,7 @@ void kvti_mem_drop(struct conn *c, struct cmem *cm)
 	kvt_cache_detach(cm->m);
 	segs_release(cm);
 	gauge(c, -(int64_t)cm->len);
+	atomic_fetch_sub(&c->t->mem_used, cm->reserved);
 	memset(cm, 0, sizeof(*cm));
 }
 
@@ -263,7 +283,7 @@ int kvti_event_register(struct conn *c, const kvtd_req *q, int fd,
 {
 	struct cevent *ce = NULL;
 	kvti_dev_handle h = { .fd = fd };
-	int dev, err;
+	int dev = -1, err;
 
 	for (int i = 0; i < MAX_EVENTS; i++)
 		if (!c->events[i].id) {

@@ -19,6 +19,7 @@ static const char *op_names[] = {
 	[KVTD_MSG_RELEASE] = "RELEASE", [KVTD_MSG_STATS] = "STATS",
 	[KVTD_MSG_QUIESCE] = "QUIESCE", [KVTD_MSG_LOAD_EACH] = "LOAD_EACH",
 	[KVTD_MSG_STORE_EACH] = "STORE_EACH", [KVTD_MSG_EVENT] = "EVENT",
+	[KVTD_MSG_RATES] = "RATES",
 	[KVTD_MSG_REGISTER_ROWS] = "REGISTER_ROWS",
 };
 
@@ -253,6 +254,7 @@ int kvtd_req_decode(const uint8_t *buf, size_t len, kvtd_req *q)
 		break;
 	case KVTD_MSG_STATS:
 	case KVTD_MSG_QUIESCE:
+	case KVTD_MSG_RATES:
 		break;
 	}
 	if (r.err)

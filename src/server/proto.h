@@ -56,6 +56,8 @@
  *     reply    u32 nkeys, nkeys * (u64 lo, u64 hi)
  *   LOOKUP     u32 flags, u32 nkeys, nkeys * (u64 lo, u64 hi)
  *     reply    u64 pages, u32 ntiers, u64 tier_pages[ntiers], u64 inflight
+ *              and, with flag KVTD_LOOKUP_RUNS, u32 nruns (<= 8),
+ *              nruns * (u32 tier, u32 pages) (kvt_cache_lookup_runs())
  *   LOAD,      u32 mem_id, u32 slot, u32 nkeys, u32 first, u32 event_id
  *   STORE      (0: none), nkeys * (u64 lo, u64 hi), u32 blocks[nkeys -
  *              first]
@@ -74,6 +76,10 @@
  *              fd: with EMU_FD events, the event's memfd
  *     reply    u32 event_id: jobs naming it have their device copies
  *              wait for the engine's last record of it before the job
+ *   RATES      (empty)
+ *     reply    u32 ntiers, ntiers * ntiers * (f64 gbps, f64 bytes,
+ *              f64 busy_s, u64 jobs, f64 total_bytes), source-major
+ *              (kvt_cache_rates())
  *
  * JOB SLOTS (the HELLO memfd; written by the daemon only)
  *
@@ -160,9 +166,13 @@ enum kvtd_msg {
 	KVTD_MSG_LOAD_EACH = 12,
 	KVTD_MSG_STORE_EACH = 13,
 	KVTD_MSG_EVENT = 14,
-	KVTD_MSG_REGISTER_ROWS = 15,
-	KVTD_MSG_MAX = 15,
+	KVTD_MSG_RATES = 15,
+	KVTD_MSG_REGISTER_ROWS = 16,
+	KVTD_MSG_MAX = 16,
 };
+
+/* LOOKUP flag on the wire only: the reply carries the tier runs too */
+#define KVTD_LOOKUP_RUNS (1u << 16)
 
 typedef struct kvtd_hdr {
 	uint32_t magic;

@@ -51,7 +51,8 @@ typedef struct kvtd kvtd;
  * @devices:     kvt_cache_config.devices: the devices engines will
  *               register memory on, the host tiers registered with them
  *               at open (NULL or "": at each device's first REGISTER).
- * @cache_flags, @write, @evict, @xfer_threads: kvt_cache_config's.
+ * @cache_flags, @write, @evict, @xfer_threads, @dev_load, @dev_store:
+ *               kvt_cache_config's.
  */
 typedef struct kvtd_config {
 	const char *socket;
@@ -68,6 +69,7 @@ typedef struct kvtd_config {
 	unsigned cache_flags;      /* KVT_CACHE_* */
 	int write, evict;          /* kvt_cache_config's (write-back, LRU) */
 	uint32_t xfer_threads;
+	int dev_load, dev_store;   /* KVT_XFER_CUDA_*; 0: kernel, batch */
 } kvtd_config;
 
 /** Open the cache, the tenants, the socket (and the metrics endpoint).

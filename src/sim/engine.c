@@ -165,9 +165,14 @@ static void loads_complete(struct engine *e, struct sreq *r);
 static void load_done(void *arg, struct net_flow *f, double now)
 {
 	struct sreq *r = arg;
+	struct engine *e = r->e;
 
-	(void)f;
-	(void)now;
+	/* measured_rates: the rate this load reached (its tag: tier + 1) */
+	if (f->tag && f->tag <= KVT_TIER_COUNT && now > f->start) {
+		double x = f->total / (now - f->start), *v = &e->tier_rate[f->tag - 1];
+
+		*v = *v > 0 ? 0.7 * *v + 0.3 * x : x;
+	}
 	if (--r->er.load_flows == 0)
 		loads_complete(r->e, r);
 }
@@ -242,7 +247,8 @@ static int op_load(struct kvti_eng *k, struct kvti_ereq *q, uint32_t tokens)
 		for (uint32_t g = 0; g < e->tp; g++) {
 			if ((err = kvti_sim_flow(s, e->gpu0 + g,
 						 (kvt_tier_kind)t, KVT_TIER_HBM,
-						 bytes, cap, load_done, r, 0)))
+						 bytes, cap, load_done, r,
+						 (uint64_t)t + 1)))
 				return fail(e, err);
 			q->load_flows++;
 		}
@@ -308,6 +314,79 @@ static int view_pages(struct engine *e, struct sreq *r, const kvt_match *m,
 	return 0;
 }
 
+/* hbm_share off (an engine with no prefix cache: the demo's): only what r
+ * loaded itself is in hbm for it; pages with a copy below are loadable
+ * (tier runs in prefix order), pages held only in hbm by others or being
+ * computed are transient. */
+static int view_private(struct engine *e, struct sreq *r, kvt_sched_req *q)
+{
+	const kvt_sim_config *c = e->sim->cfg;
+	uint32_t P = P_of(e), full = r->it.prompt / P, own_to, own_done;
+	size_t found = 0;
+	uint64_t ready = 0;
+	int phase = 0, err;
+
+	if (full > e->ninfo) {
+		kvt_page_info *x = kvt_realloc(e->info, full * sizeof(*x));
+
+		if (!x)
+			return fail(e, -ENOMEM);
+		e->info = x;
+		e->ninfo = full;
+	}
+	if (full && (err = kvt_index_inspect(e->index, PX(r, full * P), e->info,
+					     full, &found)))
+		return fail(e, err);
+	own_to = r->er.load_upto / P;
+	own_done = r->er.load_flows ? r->er.load_base / P : own_to;
+	for (uint32_t j = 0; j < found; j++) {
+		const kvt_page_info *pi = &e->info[j];
+		int t = -1;
+
+		for (uint32_t i = 0; i < c->noffload && t < 0; i++)
+			if (pi->slot[c->offload[i]] != KVT_SLOT_NONE)
+				t = (int)c->offload[i];
+		if (j < own_done && phase == 0 &&
+		    pi->slot[KVT_TIER_HBM] != KVT_SLOT_NONE) {
+			q->hbm += P;
+			continue;
+		}
+		if ((j < own_to || t >= 0) && phase <= 1) {
+			uint32_t tt = t >= 0 ? (uint32_t)t : c->offload[0];
+
+			phase = 1;
+			q->tier[tt] += P;
+			if (j < own_to)
+				q->loading += P;
+			if (q->nruns && q->run_tier[q->nruns - 1] == tt)
+				q->run_tokens[q->nruns - 1] += P;
+			else if (q->nruns < KVT_SCHED_RUNS) {
+				q->run_tier[q->nruns] = tt;
+				q->run_tokens[q->nruns++] = P;
+			} else { /* more runs than the scheduler takes */
+				q->run_tokens[q->nruns - 1] += P;
+				q->tier[q->run_tier[q->nruns - 1]] += P;
+				q->tier[tt] -= P;
+			}
+			continue;
+		}
+		if (pi->slot[KVT_TIER_HBM] != KVT_SLOT_NONE ||
+		    pi->state == KVT_PAGE_INFLIGHT ||
+		    pi->state == KVT_PAGE_QUEUED) {
+			phase = 2;
+			q->transient += P;
+			ready = KVT_MAX(ready, pi->ready_ns);
+			continue;
+		}
+		break;
+	}
+	if (q->loading)
+		q->loading_ready = r->er.load_flows ? r->er.load_eta :
+						      e->sim->now;
+	q->transient_ready = ready * 1e-9;
+	return 0;
+}
+
 /* Fill r->sr's spans from the index, for a waiting request. */
 static int op_view(struct kvti_eng *k, struct kvti_ereq *qr)
 {
@@ -320,6 +399,8 @@ static int op_view(struct kvti_eng *k, struct kvti_ereq *qr)
 
 	if ((err = ensure_tokens(e, r)))
 		return err;
+	if (!e->sim->cfg->hbm_share)
+		return view_private(e, r, q);
 	if ((err = kvt_index_match(e->index, PX(r, r->it.prompt), 0, 0, &m,
 				   NULL, 0)))
 		return fail(e, err);
@@ -423,6 +504,33 @@ static int op_start(struct kvti_eng *k, struct kvti_ereq *q,
 	return 0;
 }
 
+/* store_top: the pages r's prefill completed go into the fastest offload
+ * tier now (the demo's engine stores every step): a copy out of hbm, held
+ * until it lands. */
+static int store_top(struct engine *e, struct sreq *r)
+{
+	const kvt_sim_config *c = e->sim->cfg;
+	uint32_t a = c->store_align, upto;
+	kvt_insert_result res = { 0 };
+	int err;
+
+	upto = a ? r->er.done / a * a : whole(e, r->er.done);
+	upto = KVT_MIN(upto, whole(e, r->it.prompt));
+	if (upto <= r->stored)
+		return 0;
+	err = kvt_index_insert(e->index, PX(r, upto), c->offload[0],
+			       KVT_INSERT_PARTIAL, ns(e->sim->now), &res, NULL,
+			       0);
+	if (err && err != KVT_EFULL)
+		return fail(e, err);
+	e->mv[KVT_TIER_HBM][c->offload[0]] += res.fresh;
+	r->stored = upto;
+	e->flush_owner = r;
+	err = flush_moves(e);
+	e->flush_owner = NULL;
+	return err;
+}
+
 static int op_computed(struct kvti_eng *k, struct kvti_ereq *q, int last)
 {
 	struct engine *e = eng_of(k);
@@ -444,7 +552,9 @@ static int op_computed(struct kvti_eng *k, struct kvti_ereq *q, int last)
 	e->flush_owner = NULL;
 	if (err)
 		return err;
-	return repin(e, r, (uint32_t)(res.pages * P_of(e)));
+	if ((err = repin(e, r, (uint32_t)(res.pages * P_of(e)))))
+		return err;
+	return e->sim->cfg->store_top ? store_top(e, r) : 0;
 }
 
 static int op_prompt_done(struct kvti_eng *k, struct kvti_ereq *q)
@@ -513,6 +623,18 @@ static double op_now(struct kvti_eng *k)
 	return eng_of(k)->sim->now;
 }
 
+/* measured_rates: the scheduler prices loads per tier at the rates this
+ * engine's loads reached (none yet: the cost model's, as the demo does). */
+static void op_sched_state(struct kvti_eng *k, kvt_sched_state *st)
+{
+	struct engine *e = eng_of(k);
+
+	if (!e->sim->cfg->measured_rates)
+		return;
+	for (int t = KVT_TIER_FABRIC; t < KVT_TIER_REMOTE; t++)
+		st->tier_gbps[t] = e->tier_rate[t] / 1e9;
+}
+
 static const struct kvti_eng_ops sim_ops = {
 	.now = op_now,
 	.view = op_view,
@@ -529,6 +651,7 @@ static const struct kvti_eng_ops sim_ops = {
 	.finished = op_finished,
 	.busy_io = op_busy_io,
 	.check = op_check,
+	.sched_state = op_sched_state,
 };
 
 /* ---- copies out of hbm done ----------------------------------------------- */
@@ -614,7 +737,8 @@ int kvti_engine_init(struct engine *e, struct sim *s, uint32_t idx)
 	if (c->page_contig) /* one copy per page, all layers */
 		e->cost.chunk_bytes = e->cost.token_bytes * e->geom.page_tokens;
 	e->page_bytes = kvt_geom_page_bytes(&e->geom);
-	kv = c->hw.hbm_bytes * c->hw.mem_util - (double)e->cost.weight_bytes -
+	kv = c->kv_bytes > 0 ? c->kv_bytes :
+	     c->hw.hbm_bytes * c->hw.mem_util - (double)e->cost.weight_bytes -
 	     c->hw.reserve_bytes;
 	if (kv < 64.0 * e->page_bytes)
 		return kvti_fail(KVT_ECONFIG, "%s at TP %u does not fit %s's "
@@ -677,5 +801,6 @@ void kvti_engine_fini(struct engine *e)
 	for (int t = 0; t < KVT_TIER_COUNT; t++)
 		kvt_pool_destroy(e->pool[t]);
 	kvt_free(e->locs);
+	kvt_free(e->info);
 	memset(e, 0, sizeof(*e));
 }

@@ -16,6 +16,7 @@ struct sreq {
 	struct engine *e;
 	uint32_t *tok;            /* prompt tokens, while needed */
 	uint32_t pinned;          /* prefix tokens pinned (one lease) */
+	uint32_t stored;          /* store_top: pages stored down */
 };
 
 static inline struct sreq *sreq_of(struct kvti_ereq *r)
@@ -41,6 +42,10 @@ struct engine {
 
 	kvt_page_loc *locs;       /* per-page view of one match */
 	uint64_t nlocs;
+	kvt_page_info *info;      /* per-page records (hbm_share off) */
+	uint64_t ninfo;
+	/* measured_rates: what loads from each tier reached (bytes/s) */
+	double tier_rate[KVT_TIER_COUNT];
 };
 
 int kvti_engine_init(struct engine *e, struct sim *s, uint32_t idx);

@@ -38,7 +38,7 @@
 
 #include "core/core.h"
 
-#define NET_MAX_HOPS 4
+#define NET_MAX_HOPS 5
 
 struct net_res {
 	char name[32];

@@ -76,6 +76,7 @@ static const struct key {
 	{ "host.dram_bytes", K_DBL, F(dram_bytes), 1, 0, 1e16 },
 	{ "host.dma_window", K_DBL, F(dma_window), 1, 0.01, 1000 },
 	{ "host.stress_gbps", K_DBL, F(stress_gbps), 1, 0.001, 1e4 },
+	{ "host.copy_gbps", K_DBL, F(copy_gbps), 0, 0, 1e5 },
 	{ "fabric.bytes", K_DBL, F(fabric_bytes), 0, 0, 1e16 },
 	{ "fabric.link_gbps", K_DBL, F(fabric_link_gbps), 0, 0.001, 1e5 },
 	{ "fabric.device_gbps", K_DBL, F(fabric_device_gbps), 0, 0.001, 1e5 },

@@ -185,6 +185,10 @@ static int build_topology(struct sim *s)
 				hw->fabric_device_gbps, 0, 0))))
 			return err;
 	}
+	s->cpu_copy = -1;
+	if (hw->copy_gbps > 0 &&
+	    (err = add(s, &s->cpu_copy, "cpu%u.copy", 0, hw->copy_gbps, 0, 0)))
+		return err;
 	s->ssd_rd = s->ssd_wr = -1;
 	if (hw->ssd_bytes > 0 &&
 	    ((err = add(s, &s->ssd_rd, "ssd%u.read", 0, hw->ssd_read_gbps, 0,
@@ -268,6 +272,7 @@ int kvti_sim_flow(struct sim *s, uint32_t gpu, kvt_tier_kind src,
 		hop(&probe, s->gpu[gpu].issue_ld);
 	else if (src == KVT_TIER_HBM)
 		hop(&probe, s->gpu[gpu].issue_st);
+	hop(&probe, s->cpu_copy); /* a host whose copies are all the CPU's */
 	if (!(f = kvti_net_flow_new(&s->net)))
 		return -ENOMEM;
 	memcpy(f->res, probe.res, sizeof(f->res));

@@ -45,6 +45,7 @@ struct sim {
 	int net_dirty;
 	struct gpu_res gpu[KVT_MAX_GPUS * 4];
 	int ssd_rd, ssd_wr;
+	int cpu_copy;          /* host.copy_gbps: every flow crosses it, -1 */
 	struct wl wl;
 	struct engine *eng;
 	uint32_t neng;

@@ -83,8 +83,9 @@ struct wl {
 	struct rng rng;
 	uint32_t engines;
 	/* agentic */
-	uint32_t sessions, turns, context, append, output, first;
-	double think_s;
+	uint32_t sessions, turns, context, append, output, first, system;
+	double think_s, session_rate;
+	double *think;         /* per session: its mean think time */
 	/* documents */
 	struct wl_doc *slot;   /* cache_distance + 1 documents in rotation */
 	uint32_t nslot, next_doc, questions, doc_median;

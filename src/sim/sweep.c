@@ -38,6 +38,7 @@ void kvt_sim_config_init(kvt_sim_config *c)
 	c->turns = 6;
 	c->append = 1024;
 	c->think_s = 5.0;
+	c->hbm_share = 1;
 	c->cache_distance = 64;
 	c->cpu_mem_latency = 1;
 	c->store_holds_hbm = 1;
@@ -242,28 +243,40 @@ int kvt_sim_sweep(const kvt_sim_config *c, const double *rates,
 	return 0;
 }
 
-int kvt_sweep_throughput_at(const kvt_sweep *w, double ttft_ms, double *thr)
+int kvt_curve_throughput_at(const double *thr_v, const double *ttft_v,
+			    uint32_t n, double ttft_ms, double *thr)
 {
 	uint32_t i;
 
-	if (!w || !thr || !w->n || !(ttft_ms > 0))
+	if (!thr_v || !ttft_v || !thr || !n || !(ttft_ms > 0))
 		return -EINVAL;
-	if (!meets(&w->pt[0], ttft_ms))
+	if (!(ttft_v[0] <= ttft_ms))
 		return -ERANGE;
-	for (i = 1; i < w->n && meets(&w->pt[i], ttft_ms); i++)
+	for (i = 1; i < n && ttft_v[i] <= ttft_ms; i++)
 		;
-	if (i == w->n) {
-		*thr = w->pt[w->n - 1].r.throughput_tok_s;
+	if (i == n) {
+		*thr = thr_v[n - 1];
 		return 1;
 	}
 	{
-		const kvt_sim_result *a = &w->pt[i - 1].r, *b = &w->pt[i].r;
-		double la = log(KVT_MAX(a->ttft_ms.mean, 1e-9));
-		double lb = log(b->ttft_ms.mean);
+		double la = log(KVT_MAX(ttft_v[i - 1], 1e-9));
+		double lb = log(ttft_v[i]);
 		double t = lb > la ? (log(ttft_ms) - la) / (lb - la) : 0;
 
-		*thr = a->throughput_tok_s +
-		       t * (b->throughput_tok_s - a->throughput_tok_s);
+		*thr = thr_v[i - 1] + t * (thr_v[i] - thr_v[i - 1]);
 	}
 	return 0;
+}
+
+int kvt_sweep_throughput_at(const kvt_sweep *w, double ttft_ms, double *thr)
+{
+	double tv[KVT_SWEEP_MAX], mv[KVT_SWEEP_MAX];
+
+	if (!w || !thr || !w->n || w->n > KVT_SWEEP_MAX)
+		return -EINVAL;
+	for (uint32_t i = 0; i < w->n; i++) {
+		tv[i] = w->pt[i].r.throughput_tok_s;
+		mv[i] = w->pt[i].r.ttft_ms.mean;
+	}
+	return kvt_curve_throughput_at(tv, mv, w->n, ttft_ms, thr);
 }

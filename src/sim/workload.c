@@ -116,7 +116,8 @@ int kvt_workload_parse(const char *s, kvt_workload *w, char *path, size_t len)
 
 /* ---- token streams ------------------------------------------------------ */
 
-enum { ST_SESSION = 1, ST_DOC, ST_QUESTION, ST_PROMPT, ST_BLOCK, ST_TAIL };
+enum { ST_SESSION = 1, ST_DOC, ST_QUESTION, ST_PROMPT, ST_BLOCK, ST_TAIL,
+       ST_SYSTEM };
 
 static inline uint64_t mix(uint64_t x)
 {
@@ -168,9 +169,14 @@ int kvti_wl_init(struct wl *w, const kvt_sim_config *c, double rate)
 		w->append = c->append;
 		w->output = c->output ? c->output : 256;
 		w->think_s = c->think_s;
+		w->system = c->system;
+		w->session_rate = c->session_rate;
 		if (!w->sessions || !w->turns || !w->context)
 			return kvti_fail(KVT_ECONFIG, "agentic: sessions, turns "
 					 "and context must be > 0");
+		if (c->session_rate < 0 || c->think_sigma < 0)
+			return kvti_fail(KVT_ECONFIG, "agentic: session rate and "
+					 "think sigma must be >= 0");
 		if ((uint64_t)(w->turns - 1) * (w->append + w->output) >=
 		    w->context)
 			return kvti_fail(KVT_ECONFIG, "agentic: %u turns of "
@@ -178,6 +184,22 @@ int kvti_wl_init(struct wl *w, const kvt_sim_config *c, double rate)
 					 "context", w->turns - 1, w->append,
 					 w->output, w->context);
 		w->first = w->context - (w->turns - 1) * (w->append + w->output);
+		if (w->system >= w->first)
+			return kvti_fail(KVT_ECONFIG, "agentic: a system prompt of "
+					 "%u tokens leaves nothing of the %u-token "
+					 "first turn", w->system, w->first);
+		if (c->think_sigma > 0) {
+			/* every session its own pace (drawn only then: runs
+			 * without it draw exactly what they always did) */
+			w->think = kvt_calloc(w->sessions, sizeof(*w->think));
+			if (!w->think)
+				return -ENOMEM;
+			for (uint32_t s = 0; s < w->sessions; s++)
+				w->think[s] = w->think_s *
+					exp(c->think_sigma *
+					    sqrt(-2 * log(rng_unit(&w->rng))) *
+					    cos(2 * M_PI * rng_unit(&w->rng)));
+		}
 		return 0;
 	case KVT_WL_TRACE:
 		if ((err = kvt_trace_open(&w->trace, c->trace_path)))
@@ -220,6 +242,7 @@ int kvti_wl_init(struct wl *w, const kvt_sim_config *c, double rate)
 
 void kvti_wl_fini(struct wl *w)
 {
+	kvt_free(w->think);
 	kvt_free(w->slot);
 	kvt_trace_close(w->trace);
 	memset(w, 0, sizeof(*w));
@@ -314,7 +337,11 @@ int kvti_wl_initial(struct wl *w, struct wl_item **items, uint32_t *n)
 	for (uint32_t i = 0; i < cnt; i++)
 		it[i].measure = i >= w->warmup;
 	for (uint32_t i = 0; i < cnt && w->kind == KVT_WL_AGENTIC; i++) {
-		/* every session starts at once with its cold turn */
+		/* every session starts at once with its cold turn, or they
+		 * arrive as a Poisson process */
+		if (w->session_rate > 0)
+			t += kvti_rng_exp(&w->rng, 1 / w->session_rate);
+		it[i].arrival = t;
 		it[i].prompt = w->first;
 		it[i].output = w->output;
 		it[i].source = i;
@@ -364,8 +391,13 @@ int kvti_wl_next(struct wl *w, const struct wl_item *prev, double finish,
 	out->prompt = w->first + out->turn * (w->append + w->output);
 	out->warm = 1;
 	out->measure = 1;
-	out->arrival = finish + (w->think_s > 0 ?
-				 kvti_rng_exp(&w->rng, w->think_s) : 0);
+	{
+		double mean = w->think && prev->source < w->sessions ?
+				      w->think[prev->source] : w->think_s;
+
+		out->arrival = finish + (mean > 0 ?
+					 kvti_rng_exp(&w->rng, mean) : 0);
+	}
 	return 1;
 }
 
@@ -375,9 +407,15 @@ void kvti_wl_tokens(const struct wl *w, const struct wl_item *it,
 	uint32_t n = it->prompt, b = 0;
 
 	switch (w->kind) {
-	case KVT_WL_AGENTIC:
-		stream(w->seed, ST_SESSION, it->source, 0, n, tok);
+	case KVT_WL_AGENTIC: {
+		/* the shared system prompt, then the session's own stream */
+		uint32_t sys = KVT_MIN(w->system, n);
+
+		if (sys)
+			stream(w->seed, ST_SYSTEM, 0, 0, sys, tok);
+		stream(w->seed, ST_SESSION, it->source, sys, n - sys, tok + sys);
 		return;
+	}
 	case KVT_WL_LOOGLE:
 	case KVT_WL_NARRATIVEQA:
 		stream(w->seed, ST_DOC, it->source, 0, it->doc_tokens, tok);

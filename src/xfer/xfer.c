@@ -271,6 +271,8 @@ static void job_finish(struct kvt_xfer_job *j)
 		j->t_start = kvt_now_ns();
 	j->t_end = kvt_now_ns();
 	pthread_mutex_unlock(&j->mu);
+	if (!err)
+		kvti_rate_job_done(x, j);
 	if (j->d.done)
 		j->d.done(j, err, j->d.arg);
 	pthread_mutex_lock(&j->mu);
@@ -475,6 +477,7 @@ int kvt_xfer_create(kvt_xfer **out, const kvt_xfer_config *cfg)
 		goto err_close;
 	}
 	pthread_mutex_init(&x->mu, NULL);
+	pthread_mutex_init(&x->rmu, NULL);
 	kvti_cond_init_mono(&x->cpu_cv);
 	kvti_cond_init_mono(&x->idle_cv);
 	for (unsigned i = 0; i < x->cfg.cpu_threads; i++) {
@@ -495,6 +498,7 @@ err_stop:
 	pthread_cond_destroy(&x->cpu_cv);
 	pthread_cond_destroy(&x->idle_cv);
 	pthread_mutex_destroy(&x->mu);
+	pthread_mutex_destroy(&x->rmu);
 	kvt_free(x->workers);
 err_close:
 	close(x->efd);
@@ -557,6 +561,7 @@ void kvt_xfer_destroy(kvt_xfer *x)
 	pthread_cond_destroy(&x->cpu_cv);
 	pthread_cond_destroy(&x->idle_cv);
 	pthread_mutex_destroy(&x->mu);
+	pthread_mutex_destroy(&x->rmu);
 	close(x->efd);
 	kvt_free(x->workers);
 	kvt_free(x);
@@ -762,9 +767,11 @@ static int pick_path(struct kvt_xfer *x, struct kvt_xfer_job *j)
 		/* the slot is known once the device's lanes run (lane_ready) */
 		j->lane = LANE_DEV0 + !(tg && !sg);
 		j->dev_id = tg ? t->spec.device : s->spec.device;
-		if (m == KVT_XFER_AUTO)
+		if (m == KVT_XFER_AUTO) {
 			m = sg && tg ? KVT_XFER_CUDA_CHUNK :
 			    tg ? x->cfg.cuda_load : x->cfg.cuda_store;
+			j->method_auto = 1;
+		}
 		if (m < KVT_XFER_CUDA_CHUNK)
 			return kvti_fail(-EOPNOTSUPP, "%s cannot move pages "
 					 "between %s and %s (the cuda methods "

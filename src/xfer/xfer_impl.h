@@ -77,6 +77,7 @@ struct kvt_xfer_job {
 	void *const *sbufs;          /* source buffers (NULL for ssd) */
 	void *const *dbufs;
 	int method;                  /* kvt_xfer_method, never AUTO */
+	int method_auto;             /* chosen by the engine, not the caller */
 	int lane;                    /* enum xfer_lane (+ device slot) */
 	int dev_id;                  /* device lanes: the device's id */
 	int mover;                   /* enum kvt_xfer_mover */
@@ -160,6 +161,16 @@ struct kvt_xfer {
 	_Atomic uint64_t dev_hashed[KVT_XFER_FLOW_COUNT];
 	_Atomic uint64_t dev_verified, dev_failed, jobs, failed_jobs;
 
+	/* measured rates per (source kind, destination kind) (rate.c) */
+	pthread_mutex_t rmu;
+	struct xfer_rate {
+		uint64_t mark_ns;    /* busy time accounted up to here */
+		uint64_t decay_ns;   /* sums decayed up to here */
+		double bytes, busy;  /* decayed sums */
+		uint64_t jobs;
+		double total;
+	} rates[KVT_TIER_COUNT][KVT_TIER_COUNT];
+
 	/* test hook (kvti_xfer_io_fault) */
 	atomic_uint_fast64_t io_fault_at;  /* I/O completion count that fails */
 	atomic_uint_fast64_t io_count;
@@ -200,6 +211,11 @@ static inline uint32_t job_dst_slot(const struct kvt_xfer_job *j, size_t i)
 {
 	return j->slots[j->d.npages + i];
 }
+
+/* ---- measured rates (rate.c) ------------------------------------------ */
+
+/* Account a job that ended without error (t_start / t_end set). */
+void kvti_rate_job_done(struct kvt_xfer *x, const struct kvt_xfer_job *j);
 
 /* ---- cpu lane (cpu.c) ------------------------------------------------ */
 

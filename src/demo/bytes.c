@@ -1,0 +1,126 @@
+/*
+ * bytes.c — the demo engine's KV memory, and what every page holds.
+ *
+ * The engine owns its KV memory the way vLLM does: per layer one buffer
+ * [2][nblocks][P][H][D] (K/V outer). A page's bytes are a function of its
+ * chained key, so identical prefixes hold identical bytes and any restored
+ * block can be checked by the engine without keeping anything:
+ *
+ *   chunk (block, layer, kv) = a 32-word splitmix64 pattern seeded by
+ *   mix(page seed, layer, kv), repeated to the chunk's end
+ *
+ * distinct for every (prefix, layer, kv), and cheap to write (the emulated
+ * GPU writes a layer's KV inside the layer's modeled time: generating every
+ * word would cost the CPU more than an H200 takes to compute it). The
+ * cache's per-layer XXH3 covers every byte; the engine samples 16 words of
+ * every chunk.
+ */
+#include "demo/demo_impl.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define GAMMA 0x9e3779b97f4a7c15ull
+#define PATTERN_WORDS 32u
+
+static inline uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint64_t chunk_seed(uint64_t page_seed, uint32_t layer, uint32_t kv)
+{
+	return mix64(page_seed ^ ((2ull * layer + kv + 1) * GAMMA));
+}
+
+static inline uint64_t chunk_word(uint64_t seed, uint64_t i)
+{
+	return mix64(seed + (i % PATTERN_WORDS + 1) * GAMMA);
+}
+
+static void chunk_fill(uint64_t *p, uint64_t words, uint64_t seed)
+{
+	uint64_t n = KVT_MIN(words, (uint64_t)PATTERN_WORDS);
+
+	for (uint64_t i = 0; i < n; i++)
+		p[i] = chunk_word(seed, i);
+	while (n < words) { /* doubling copies of what is written */
+		uint64_t k = KVT_MIN(n, words - n);
+
+		memcpy(p + n, p, k * sizeof(*p));
+		n += k;
+	}
+}
+
+/* The first and last four words and eight others of a chunk: a block from
+ * the wrong page, layer or K/V, or a copy cut short, fails. */
+static int chunk_bad(const uint64_t *p, uint64_t words, uint64_t seed)
+{
+	for (uint64_t j = 0; j < 16; j++) {
+		uint64_t i = j < 4 ? j : j < 8 ? words - 8 + j :
+			     mix64(seed ^ j) % words;
+
+		if (i < words && p[i] != chunk_word(seed, i))
+			return 1;
+	}
+	return 0;
+}
+
+static uint64_t *chunk_at(const struct dmem *m, uint32_t block, uint32_t layer,
+			  uint32_t kv)
+{
+	return (uint64_t *)((char *)m->base[layer] +
+			    ((uint64_t)kv * m->nblocks + block) * m->chunk);
+}
+
+int kvti_dmem_open(struct dmem *m, const kvt_geom *g, uint64_t nblocks,
+		   void *const *shared)
+{
+	memset(m, 0, sizeof(*m));
+	m->layers = g->layers;
+	m->kv = kvt_geom_kv(g);
+	m->chunk = kvt_geom_chunk_bytes(g);
+	m->nblocks = nblocks;
+	m->base = kvt_calloc(m->layers, sizeof(*m->base));
+	if (!m->base)
+		return -ENOMEM;
+	m->shared = shared != NULL;
+	for (uint32_t l = 0; l < m->layers; l++) {
+		size_t n = (size_t)(m->kv * m->nblocks * m->chunk);
+
+		if (shared)
+			m->base[l] = shared[l];
+		else if (!(m->base[l] = kvti_aligned_alloc(4096, n)))
+			return -ENOMEM;
+		memset(m->base[l], 0, n); /* fault it in now, not in a request */
+	}
+	return 0;
+}
+
+void kvti_dmem_close(struct dmem *m)
+{
+	for (uint32_t l = 0; m->base && !m->shared && l < m->layers; l++)
+		kvt_free(m->base[l]);
+	kvt_free(m->base);
+	memset(m, 0, sizeof(*m));
+}
+
+void kvti_dmem_write_layer(const struct dmem *m, uint32_t block, uint32_t l,
+			   uint64_t seed)
+{
+	for (uint32_t kv = 0; kv < m->kv; kv++)
+		chunk_fill(chunk_at(m, block, l, kv), m->chunk / 8,
+			   chunk_seed(seed, l, kv));
+}
+
+int kvti_dmem_check(const struct dmem *m, uint32_t block, uint64_t seed)
+{
+	for (uint32_t l = 0; l < m->layers; l++)
+		for (uint32_t kv = 0; kv < m->kv; kv++)
+			if (chunk_bad(chunk_at(m, block, l, kv), m->chunk / 8,
+				      chunk_seed(seed, l, kv)))
+				return 1;
+	return 0;
+}
