@@ -13,7 +13,8 @@
  *     load(keys -> blocks)       copy pages into the engine's blocks,
  *                                layer by layer, verified       (async job)
  *     store(blocks -> keys)      copy computed pages out of the engine's
- *                                blocks into the fastest owned tier
+ *                                blocks into the owned tiers, the
+ *                                fastest that has room first
  *                                                               (async job)
  *
  *   engine KV memory (registered, never allocated by kvtier)
@@ -44,10 +45,13 @@
  * memory, by a checksum kernel on the device for device memory (the same
  * XXH3-64 bit for bit, src/dev/xxh3.h: no CPU thread reads a page byte on
  * the way to a GPU, ssd loads included). So layer l is reported ready as
- * soon as layer l is verified; the whole page need not be. A page that fails is reported in the job's failed-block list (the
- * engine recomputes it) and the failing copy is marked bad: never served
- * again, its slot reclaimed by eviction or rewritten by the next store of
- * the page.
+ * soon as layer l is verified; the whole page need not be. A page that
+ * fails is reported in the job's failed-block list (the engine recomputes
+ * it) and the failing copy is marked bad: never served again, and out of
+ * the index at once (the page no longer counts it as a copy, its slot is
+ * back in its pool). The same holds for every copy that fails to land — a
+ * demotion to a full disk, a store's write — so errors cost the copies,
+ * never the room.
  *
  * COMMIT. A page becomes visible to lookup and load only once its bytes
  * are in place and summed: a store in progress, a cancelled store and a
@@ -204,7 +208,8 @@ KVT_API void kvt_cache_close(kvt_cache *c);
  * @block_stride, @kv_stride, @token_stride: byte strides between blocks,
  *                between K and V of a block (ignored for MLA), between
  *                tokens of a block. A token's H*D elements must be
- *                contiguous: @token_stride == H*D*s; the chunks of
+ *                contiguous: @token_stride >= H*D*s (other token and
+ *                head strides: kvt_cache_attach_rows()); the chunks of
  *                different (block, kv) must not overlap: K/V outer
  *                (vLLM flash-attn: kv_stride >= nblocks*block_stride) or
  *                block outer (block_stride >= 2*kv_stride).
@@ -237,6 +242,24 @@ KVT_API int kvt_cache_attach(kvt_cache *c, void *const *base,
 			     uint64_t block_stride, uint64_t kv_stride,
 			     uint64_t token_stride, int device,
 			     kvt_cache_mem **out);
+
+/**
+ * kvt_cache_attach_rows() - kvt_cache_attach() for memory whose chunks
+ * are kept in rows (kvtier/geom.h "ROWS"): the D*s bytes of token t, head
+ * h of a block's chunk at t * @token_stride + h * @head_stride from the
+ * chunk's start (kvt_layout_init_rows() says which strides fit). Heads
+ * before tokens (vLLM's HND and CPU-backend caches) or layers interleaved
+ * between tokens (SGLang's page_first, page_head host pools) are moved
+ * row by row, checksummed in [P][H][D] order: a page stored from such
+ * memory loads into any other layout. Host memory only (@device -1):
+ * KVT_ENOTBUILT for GPU memory with rows. Returns kvt_cache_attach()'s
+ * values.
+ */
+KVT_API int kvt_cache_attach_rows(kvt_cache *c, void *const *base,
+				  uint32_t nlayers, uint64_t nblocks,
+				  uint64_t block_stride, uint64_t kv_stride,
+				  uint64_t token_stride, uint64_t head_stride,
+				  int device, kvt_cache_mem **out);
 
 /**
  * kvt_cache_detach() - forget attached memory: new jobs on it fail
@@ -382,22 +405,27 @@ KVT_API int kvt_cache_load(kvt_cache *c, uint32_t tenant,
 /**
  * kvt_cache_store() - start copying pages first..nkeys-1 of the prefix
  * keys[0..nkeys) out of engine blocks blocks[0..nkeys-first) into the
- * fastest owned tier. The blocks must hold their final bytes and must not
- * change until the job is done (kvt_cache_job_wait()).
+ * owned tiers. The blocks must hold their final bytes and must not change
+ * until the job is done (kvt_cache_job_wait()).
  *
- * Pages already cached (committed or being stored) are skipped. The pages
- * before @first must be cached or being stored (the prefix's parents):
- * KVT_ENOTFOUND names the first that is not. The stored pages become
- * visible when the job is done and every page verified (COMMIT above); a
- * cancelled or failed store leaves nothing visible (its slots are marked
- * bad until eviction or the next store of the same pages reuses them).
- * Pages before @first that live only in lower tiers are promoted into the
- * top tier by the same job (the index keeps each tier prefix-closed).
+ * PLACED BY ROOM. The new pages go into the fastest owned tier while it
+ * has room (making room by demoting, EVICTION above), the rest straight into the
+ * next tiers down, leading pages first: a prompt longer than the top tier
+ * is storable. Pages already cached (committed or being stored) are
+ * skipped and stay where they are: nothing is brought back up. Pages that
+ * fit in no tier (everything there leased, or the tenant at its quotas)
+ * are not an error of the call: their blocks go on the job's failed list
+ * (KVT_EFULL), as a load's absent pages do, and the pages before them are
+ * stored.
+ *
+ * The pages before @first must be cached or being stored (the prefix's
+ * parents), in any tier: KVT_ENOTFOUND names the first that is not. The
+ * stored pages become visible when the job is done and every page
+ * verified (COMMIT above); a cancelled or failed store leaves nothing
+ * visible (its slots go back to their pools as the job ends).
  *
  * Returns 0 and *@out; -EINVAL, KVT_ENOTFOUND, KVT_EBUSY as for load;
- * KVT_EFULL if the top tier cannot hold the pages even after evicting
- * (everything else leased); -ENOMEM; submit errors. On error nothing was
- * started or reserved.
+ * -ENOMEM; submit errors. On error nothing was started or reserved.
  */
 KVT_API int kvt_cache_store(kvt_cache *c, uint32_t tenant,
 			    const kvt_page_key *keys, size_t nkeys,

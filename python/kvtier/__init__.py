@@ -25,12 +25,12 @@ from .client import (KVT_EBUSY, KVT_ECONFIG, KVT_ECORRUPT, KVT_EFULL,
                      ConnectionLost, Geometry, Job, JobStat, KvtierError,
                      LookupResult, Memory, RequestTimeout, version)
 from .device import Device, DeviceMemory, Event, Stream
-from .keys import KEY_BYTES, keys_from_hashes
+from .keys import KEY_BYTES, Keys, keys_from_hashes
 
 __all__ = [
     "Client", "ClientEvent", "ConnectionLost", "Device", "DeviceMemory",
     "Event", "Stream", "Geometry", "Job", "JobStat", "KvtierError",
-    "LookupResult", "Memory", "RequestTimeout", "KEY_BYTES",
+    "LookupResult", "Memory", "RequestTimeout", "KEY_BYTES", "Keys",
     "keys_from_hashes", "version",
     "KVT_EBUSY", "KVT_ECONFIG", "KVT_ECORRUPT", "KVT_EFULL", "KVT_EGEOM",
     "KVT_ENODEV", "KVT_ENOTBUILT", "KVT_ENOTFOUND", "KVT_EPRESET",
