@@ -140,6 +140,7 @@ struct serve {
 	double overrun_s, load_wait_s;
 	uint64_t store_skipped;  /* pages a store could not place */
 	double plan_s;           /* the engine's own work between steps */
+	double late_s;           /* steps longer than modeled + their waits */
 	uint64_t plans;
 	/* measured rates */
 	double gbps[KVT_TIER_COUNT];
@@ -875,11 +876,15 @@ static void gpu_step(struct serve *s)
 {
 	struct kvti_eng *e = &s->eng;
 	int overlap = e->overlap;
-	uint64_t t = kvt_now_ns(), per = (uint64_t)(e->compute_s / s->L * 1e9);
+	uint64_t t = kvt_now_ns(), t0 = t;
+	uint64_t per = (uint64_t)(e->compute_s / s->L * 1e9);
+	double wait0 = s->load_wait_s;
 
 	s->step_due = 0;
 	if (!e->step_prefills) { /* decodes only */
 		spend_until(t + (uint64_t)(e->compute_s * 1e9));
+		s->late_s += KVT_MAX(0.0, (double)(kvt_now_ns() - t) / 1e9 -
+					   e->compute_s);
 		return;
 	}
 	for (uint32_t l = 0; l < s->L; l++) {
@@ -914,6 +919,8 @@ static void gpu_step(struct serve *s)
 		spend_until(end);
 		t = end;
 	}
+	s->late_s += KVT_MAX(0.0, (double)(kvt_now_ns() - t0) / 1e9 -
+				   e->compute_s - (s->load_wait_s - wait0));
 }
 
 /* ---- arrivals --------------------------------------------------------------- */
@@ -1259,6 +1266,8 @@ int kvti_demo_pass(const struct kvti_demo_pass_cfg *pc, kvt_demo_pass *out)
 		st->load_wait_s = s->load_wait_s;
 		st->store_skipped_pages = s->store_skipped;
 		st->plan_ms_mean = s->plans ? s->plan_s / s->plans * 1e3 : 0;
+		st->host_us_per_step = e->steps ? (s->plan_s + s->late_s) /
+						  e->steps * 1e6 : 0;
 		refresh_rates(s);
 		for (int t = 0; t < KVT_TIER_COUNT; t++)
 			st->load_gbps[t] = s->gbps[t];
