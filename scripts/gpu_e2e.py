@@ -28,13 +28,28 @@ against the full recompute within a tolerance (a different batch shape
 changes the order of arithmetic in the GEMMs: exact equality is not
 expected there; the tolerance is stated in the JSON).
 
-Known limit: GPU memory registration with the daemon is not implemented
-(KVT_ENOTBUILT), so the device<->host copies are torch's (copy engines),
-not kvtier's gather kernel, and they are not overlapped with the prefill.
+Two restore paths (--path; both on a GPU, side by side in one run):
+  device:  the engine's paged KV (vLLM's per-layer (2, blocks, P, H, D))
+           lives in device memory registered with the daemon BY HANDLE
+           (torch CUDA tensors: CUDA IPC handles, kvtier.torch_dev); the
+           daemon DMAs the pages from its page-locked dram straight into
+           it and verifies each layer on the GPU; the engine's stream
+           waits for layer l on the job slot's word (cuStreamWaitValue32)
+           and gathers it into the model's cache, so no CPU thread waits
+           per layer or touches a byte. Stores name an IPC event recorded
+           after the KV writes. The daemon's own counter of CPU-copied
+           restore bytes must stay 0 (restore_cpu_copy_bytes).
+           On the CPU (--device cpu) the same path runs on the emulated
+           device (kvtier.Device("emu"): the daemon's copies are CPU copies
+           counted as the device's; per-layer waits are futex waits).
+  host:    registered host memory (a memfd the daemon maps, page-locked by
+           cudaHostRegister), loads waited per layer on the CPU, then
+           torch's host->device copies (the path before GPU registration).
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -209,7 +224,8 @@ class Model:
 
 class Daemon:
     def __init__(self, binary: str, cfg: dict, page_tokens: int, tiers: str,
-                 workdir: str) -> None:
+                 workdir: str, devices: str = "",
+                 extra: tuple = ()) -> None:
         self.sock = os.path.join(workdir, "d.sock")
         path = os.path.join(workdir, "config.json")
         with open(path, "w") as f:
@@ -217,7 +233,9 @@ class Daemon:
         self.log = open(os.path.join(workdir, "kvtierd.log"), "w")
         self.p = subprocess.Popen([binary, "serve", "--socket", self.sock,
                                    "--model", path, "--page-tokens",
-                                   str(page_tokens), "--tiers", tiers],
+                                   str(page_tokens), "--tiers", tiers] +
+                                  (["--devices", devices] if devices else []) +
+                                  list(extra),
                                   stdout=self.log, stderr=subprocess.STDOUT)
         kvtier.Client.wait_daemon(self.sock, timeout=30)
 
@@ -243,127 +261,306 @@ def host_views(mem: kvtier.Memory, geo: kvtier.Geometry, dtype, nblocks):
         for l in range(geo.layers)]
 
 
-def run_size(model: Model, geo, sock, N, M, repeats, dev, dtype, vocab, tol):
-    P = geo.page_tokens
-    gen = torch.Generator().manual_seed(N)
-    ids = torch.randint(0, vocab, (N + M,), generator=gen).to(dev)
-    nb = N // P
-    res = dict(tokens=N, new_tokens=M, page_tokens=P)
+class Path:
+    """One way of restoring: an engine's two KV areas (the previous turn's
+    writer, the next turn's reader) registered with the daemon, paged as
+    vLLM's (2, blocks, P, H, D) per layer. Keys are salted per path so
+    each path stores and restores its own pages in the one daemon."""
 
-    # the previous turn: prefill N tokens, store their KV through kvtier
-    _, kv = model.prefill(ids[:N])
-    writer = kvtier.Client(geo, socket=sock)
-    wmem = writer.alloc(nb)
-    res["store_host_memory"] = pin_memory(wmem) if dev.type == "cuda" \
-        else "cpu"
-    hv = host_views(wmem, geo, dtype, nb)
-    sync(dev)
-    t0 = time.perf_counter()
-    for l, (k, v) in enumerate(kv):
-        hv[l][0].view(nb * P, geo.kv_heads, geo.head_dim).copy_(
-            k[:, :nb * P].transpose(0, 1))
-        hv[l][1].view(nb * P, geo.kv_heads, geo.head_dim).copy_(
-            v[:, :nb * P].transpose(0, 1))
-    t1 = time.perf_counter()
-    keys = writer.hash_tokens(ids[:N].tolist())
-    with writer.store(wmem, keys, list(range(nb))) as job:
-        failed = job.wait()
-        st = job.stat()
-    t2 = time.perf_counter()
-    if failed:
-        raise RuntimeError(f"store failed for blocks {failed[:8]}...")
-    res.update(store_d2h_s=t1 - t0, store_job_s=t2 - t1,
-               store_gbps=st.bytes / max(t2 - t1, 1e-9) / 1e9,
-               kv_bytes=st.bytes)
+    name = ""
 
-    # the reference: the new turn from the device-resident cache
-    ref_logits, _ = model.prefill(ids[N:], kv)
+    def __init__(self, sock: str, geo, nb: int, dev, dtype) -> None:
+        self.geo, self.nb, self.dev, self.dtype = geo, nb, dev, dtype
+        self.P = geo.page_tokens
+        self.cl = kvtier.Client(geo, socket=sock)
 
-    # the new turn through kvtier, in a fresh engine process's cache
-    reader = kvtier.Client(geo, socket=sock)
-    rmem = reader.alloc(nb)
-    # the restore path's memory: asynchronous copies only when page-locked
-    res["host_memory"] = pin_memory(rmem) if dev.type == "cuda" else "cpu"
-    nbk = res["host_memory"] == "pinned"
-    rv = host_views(rmem, geo, dtype, nb)
-    restore, parts, full = [], [], []
-    exact_kv = exact_ref = None
-    logits = None
-    for r in range(repeats + 1):  # the first is a warm-up
-        for t in rv:
+    def keys(self, ids) -> list:
+        return kvtier.keys_from_hashes(self.cl.hash_tokens(ids.tolist()),
+                                       f"gpu-e2e|{self.name}")
+
+    def write(self, kv) -> None:
+        """The previous turn's KV into the writer's blocks."""
+        g, n = self.geo, self.nb * self.P
+        for l, (k, v) in enumerate(kv):
+            self.wv[l][0].view(n, g.kv_heads, g.head_dim).copy_(
+                k[:, :n].transpose(0, 1))
+            self.wv[l][1].view(n, g.kv_heads, g.head_dim).copy_(
+                v[:, :n].transpose(0, 1))
+
+    def gather(self, l: int, hit: int):
+        """Layer l of the reader's first @hit blocks as the model's cache
+        ([kv_heads, tokens, head_dim] each, on the device)."""
+        g, n = self.geo, self.nb * self.P
+        kl = self.rv[l][0].reshape(n, g.kv_heads, g.head_dim)[:hit * self.P]
+        vl = self.rv[l][1].reshape(n, g.kv_heads, g.head_dim)[:hit * self.P]
+        return kl, vl
+
+    def restore_cpu_copy_bytes(self) -> int:
+        return int(self.cl.stats()["datapath"]["restore_cpu_copy_bytes"])
+
+
+class HostPath(Path):
+    """Registered host memory (a memfd the daemon maps; page-locked with
+    cudaHostRegister on a GPU): the CPU waits for each layer, then torch
+    copies it to the device (asynchronously from page-locked memory, so
+    layer l's copy overlaps the wait for layer l + 1)."""
+
+    name = "host"
+
+    def __init__(self, *a) -> None:
+        super().__init__(*a)
+        gpu = self.dev.type == "cuda"
+        self.wmem, self.rmem = self.cl.alloc(self.nb), self.cl.alloc(self.nb)
+        self.memory = pin_memory(self.rmem) if gpu else "cpu"
+        if gpu:
+            pin_memory(self.wmem)
+        self.nbk = self.memory == "pinned"
+        self.wv = host_views(self.wmem, self.geo, self.dtype, self.nb)
+        self.rv = host_views(self.rmem, self.geo, self.dtype, self.nb)
+
+    def store(self, keys):
+        return self.cl.store(self.wmem, keys, list(range(self.nb)))
+
+    def reset(self) -> None:
+        for t in self.rv:
             t.zero_()
-        sync(dev)
-        t0 = time.perf_counter()
-        rkeys = reader.hash_tokens(ids.tolist())
-        hit = reader.lookup(rkeys).pages
-        t1 = time.perf_counter()
-        past = []
-        with reader.load(rmem, rkeys[:hit], list(range(hit))) as job:
-            tw = 0.0
-            for l in range(geo.layers):
+
+    def load(self, keys, hit):
+        job = self.cl.load(self.rmem, keys[:hit], list(range(hit)))
+        past, tw = [], 0.0
+        for l in range(self.geo.layers):
+            a = time.perf_counter()
+            if not job.wait_layer(l):
+                raise RuntimeError("every block failed to load")
+            tw += time.perf_counter() - a
+            kl, vl = self.gather(l, hit)
+            past.append((kl.to(self.dev, non_blocking=self.nbk),
+                         vl.to(self.dev, non_blocking=self.nbk)))
+        past = [(k.transpose(0, 1).contiguous(),
+                 v.transpose(0, 1).contiguous()) for k, v in past]
+        return past, tw, job
+
+    def close(self) -> None:
+        unpin_memory(self.wmem)
+        unpin_memory(self.rmem)
+        self.cl.close()
+
+
+class DevicePath(Path):
+    """The engine's KV in device memory registered by handle: torch CUDA
+    tensors on a GPU (CUDA IPC handles of their allocator segments), the
+    emulated device's memory on the CPU. The daemon copies pages between
+    its page-locked dram and them on the device and verifies each layer
+    there; on a GPU the engine's stream waits for layer l on the job
+    slot's word and gathers it, with no CPU wait per layer; stores and
+    loads name an IPC event recorded after the engine's last use of the
+    blocks."""
+
+    name = "device"
+
+    def __init__(self, *a) -> None:
+        super().__init__(*a)
+        self.gpu = self.dev.type == "cuda"
+        if self.gpu:
+            from kvtier import torch_dev
+            idx = self.dev.index if self.dev.index is not None else \
+                torch.cuda.current_device()
+            self.kdev = kvtier.Device(f"cuda:{idx}")
+            self.memory = "gpu (CUDA IPC handles)"
+        else:
+            self.kdev = kvtier.Device("emu")
+            self.memory = "emulated device (memfd)"
+        self._dm = []
+        self.wv, self.wmem = self._area()
+        self.rv, self.rmem = self._area()
+        if self.gpu:
+            self.tev, self.event = torch_dev.ipc_event(self.cl)
+            self.stream = self.kdev.wrap_stream(
+                torch.cuda.current_stream().cuda_stream)
+        else:
+            self.cev = self.cl.event(self.kdev)
+            self.event = self.cev
+            self.stream = self.kdev.stream()
+
+    def _area(self):
+        g = self.geo
+        shape = (2, self.nb, self.P, g.kv_heads, g.head_dim)
+        if self.gpu:
+            t = [torch.zeros(shape, dtype=self.dtype, device=self.dev)
+                 for _ in range(g.layers)]
+            return t, self.cl.register_torch(t)
+        e = torch.tensor([], dtype=self.dtype).element_size()
+        layer = math.prod(shape) * e
+        dm = self.kdev.alloc(layer * g.layers)
+        self._dm.append(dm)
+        t = [torch.frombuffer((ctypes.c_char * layer).from_address(
+            dm.ptr + l * layer), dtype=self.dtype).view(shape)
+            for l in range(g.layers)]
+        mem = self.cl.register_device(
+            self.kdev, [dm.ptr + l * layer for l in range(g.layers)],
+            self.nb, block_stride=self.P * g.kv_heads * g.head_dim * e,
+            kv_stride=self.nb * self.P * g.kv_heads * g.head_dim * e,
+            token_stride=g.kv_heads * g.head_dim * e)
+        return t, mem
+
+    def _record(self) -> None:
+        """The event after the engine's work so far (on its stream)."""
+        if self.gpu:
+            self.tev.record(torch.cuda.current_stream())
+        else:
+            self.cev.record(self.stream)
+
+    def store(self, keys):
+        self._record()  # after write(): the daemon reads what landed
+        return self.cl.store(self.wmem, keys, list(range(self.nb)),
+                             event=self.event)
+
+    def reset(self) -> None:
+        for t in self.rv:
+            t.zero_()
+
+    def load(self, keys, hit):
+        self._record()  # after reset(): the daemon's copies come later
+        job = self.cl.load(self.rmem, keys[:hit], list(range(hit)),
+                           event=self.event)
+        past, tw = [], 0.0
+        for l in range(self.geo.layers):
+            if self.gpu:  # the GPU waits; the CPU goes on enqueueing
+                job.stream_wait(l, self.stream)
+            else:
                 a = time.perf_counter()
                 if not job.wait_layer(l):
                     raise RuntimeError("every block failed to load")
                 tw += time.perf_counter() - a
-                kl = rv[l][0].reshape(nb * P, geo.kv_heads, geo.head_dim)
-                vl = rv[l][1].reshape(nb * P, geo.kv_heads, geo.head_dim)
-                # asynchronous from pinned memory: layer l's copy runs
-                # while the load of layer l + 1 is waited for
-                past.append((kl[:hit * P].to(dev, non_blocking=nbk),
-                             vl[:hit * P].to(dev, non_blocking=nbk)))
-            past = [(k.transpose(0, 1).contiguous(),
-                     v.transpose(0, 1).contiguous()) for k, v in past]
-            failed = job.wait()
-        if failed:
-            raise RuntimeError(f"load failed for blocks {failed[:8]}...")
-        sync(dev)
-        t2 = time.perf_counter()
-        logits, _ = model.prefill(ids[hit * P:], past)
-        sync(dev)
-        t3 = time.perf_counter()
-        if r == 0:
-            exact_kv = all(torch.equal(a[0], b[0][:, :hit * P]) and
-                           torch.equal(a[1], b[1][:, :hit * P])
-                           for a, b in zip(past, kv))
-            exact_ref = bool(torch.equal(logits, ref_logits))
-            res["hit_pages"] = hit
-            continue
-        restore.append(t3 - t0)
-        parts.append((t1 - t0, tw, t2 - t1 - tw, t3 - t2))
-        del past
-        # the full recompute, alternated with the restore
-        sync(dev)
-        a = time.perf_counter()
-        full_logits, _ = model.prefill(ids)
-        sync(dev)
-        full.append(time.perf_counter() - a)
-    full_new = full_logits[N:].float()
-    got = logits.float()
-    diff = (got - full_new).abs().max().item()
-    scale = full_new.abs().max().item()
-    top1 = (got.argmax(-1) == full_new.argmax(-1)).float().mean().item()
-    med = lambda xs: statistics.median(xs)  # noqa: E731
-    res.update(
-        ttft_full_s=med(full), ttft_restore_s=med(restore),
-        speedup=med(full) / med(restore),
-        ttft_full_all=full, ttft_restore_all=restore,
-        restore_parts_median_s=dict(
-            hash_lookup=med([p[0] for p in parts]),
-            load_wait=med([p[1] for p in parts]),
-            h2d_copy=med([p[2] for p in parts]),
-            prefill_new=med([p[3] for p in parts])),
-        kv_roundtrip_exact=exact_kv,
-        logits_equal_device_cache=exact_ref,
-        vs_full_recompute=dict(max_abs_diff=diff, max_abs_logit=scale,
-                               rel=diff / scale if scale else 0.0,
-                               top1_agreement=top1, tolerance_rel=tol),
-    )
-    res["ok"] = bool(exact_kv and exact_ref and diff <= tol * scale)
-    sync(dev)
-    unpin_memory(wmem)
-    unpin_memory(rmem)
-    writer.close()
-    reader.close()
+            kl, vl = self.gather(l, hit)
+            past.append((kl.transpose(0, 1).contiguous(),
+                         vl.transpose(0, 1).contiguous()))
+        return past, tw, job
+
+    def close(self) -> None:
+        sync(self.dev)
+        self.cl.close()
+        for dm in self._dm:
+            dm.free()
+        self.kdev.close()
+
+
+PATHS = {"host": HostPath, "device": DevicePath}
+
+
+def run_size(model: Model, geo, sock, N, M, repeats, dev, dtype, vocab, tol,
+             paths):
+    P = geo.page_tokens
+    gen = torch.Generator().manual_seed(N)
+    ids = torch.randint(0, vocab, (N + M,), generator=gen).to(dev)
+    nb = N // P
+    res = dict(tokens=N, new_tokens=M, page_tokens=P, paths={})
+
+    # the previous turn: prefill N tokens; the reference: the new turn
+    # from the device-resident cache
+    _, kv = model.prefill(ids[:N])
+    ref_logits, _ = model.prefill(ids[N:], kv)
+    ps = [PATHS[p](sock, geo, nb, dev, dtype) for p in paths]
+    try:
+        for p in ps:  # store the previous turn's KV through each path
+            r = res["paths"][p.name] = dict(memory=p.memory)
+            p.write(kv)
+            sync(dev)
+            t0 = time.perf_counter()
+            with p.store(p.keys(ids[:N])) as job:
+                failed = job.wait()
+                st = job.stat()
+            t1 = time.perf_counter()
+            if failed:
+                raise RuntimeError(f"{p.name}: store failed for blocks "
+                                   f"{failed[:8]}...")
+            r.update(store_job_s=t1 - t0, kv_bytes=st.bytes,
+                     store_gbps=st.bytes / max(t1 - t0, 1e-9) / 1e9)
+        times = {p.name: [] for p in ps}
+        parts = {p.name: [] for p in ps}
+        cpu_bytes = {p.name: 0 for p in ps}
+        full, logits = [], {}
+        for rep in range(repeats + 1):  # the first is a warm-up
+            for p in ps:
+                r = res["paths"][p.name]
+                p.reset()
+                sync(dev)
+                c0 = p.restore_cpu_copy_bytes()
+                t0 = time.perf_counter()
+                keys = p.keys(ids)
+                hit = p.cl.lookup(keys).pages
+                t1 = time.perf_counter()
+                past, tw, job = p.load(keys, hit)
+                t2 = time.perf_counter()
+                out, _ = model.prefill(ids[hit * P:], past)
+                failed = job.wait()  # before the logits are used
+                sync(dev)
+                t3 = time.perf_counter()
+                job.close()
+                cpu_bytes[p.name] += p.restore_cpu_copy_bytes() - c0
+                if failed:
+                    raise RuntimeError(f"{p.name}: load failed for blocks "
+                                       f"{failed[:8]}...")
+                logits[p.name] = out
+                if rep == 0:
+                    r["hit_pages"] = hit
+                    r["kv_roundtrip_exact"] = all(
+                        torch.equal(a[0], b[0][:, :hit * P]) and
+                        torch.equal(a[1], b[1][:, :hit * P])
+                        for a, b in zip(past, kv))
+                    r["logits_equal_device_cache"] = bool(
+                        torch.equal(out, ref_logits))
+                    continue
+                times[p.name].append(t3 - t0)
+                parts[p.name].append((t1 - t0, tw, t2 - t1 - tw, t3 - t2))
+                del past
+            if rep == 0:
+                continue
+            # the full recompute, alternated with the restores
+            sync(dev)
+            a = time.perf_counter()
+            full_logits, _ = model.prefill(ids)
+            sync(dev)
+            full.append(time.perf_counter() - a)
+        full_new = full_logits[N:].float()
+        scale = full_new.abs().max().item()
+        med = statistics.median
+        res.update(ttft_full_s=med(full), ttft_full_all=full)
+        ok = True
+        for p in ps:
+            r = res["paths"][p.name]
+            got = logits[p.name].float()
+            diff = (got - full_new).abs().max().item()
+            top1 = (got.argmax(-1) == full_new.argmax(-1)).float().mean().item()
+            pt = parts[p.name]
+            r.update(
+                ttft_restore_s=med(times[p.name]),
+                ttft_restore_all=times[p.name],
+                speedup=med(full) / med(times[p.name]),
+                speedup_all=[f / t for f, t in zip(full, times[p.name])],
+                restore_parts_median_s=dict(
+                    hash_lookup=med([x[0] for x in pt]),
+                    cpu_layer_wait=med([x[1] for x in pt]),
+                    load_enqueue_or_h2d=med([x[2] for x in pt]),
+                    prefill_new_and_wait=med([x[3] for x in pt])),
+                restore_cpu_copy_bytes=cpu_bytes[p.name],
+                vs_full_recompute=dict(max_abs_diff=diff,
+                                       max_abs_logit=scale,
+                                       rel=diff / scale if scale else 0.0,
+                                       top1_agreement=top1,
+                                       tolerance_rel=tol))
+            r["ok"] = bool(r["kv_roundtrip_exact"] and
+                           r["logits_equal_device_cache"] and
+                           diff <= tol * scale and
+                           (p.name != "device" or cpu_bytes[p.name] == 0))
+            ok = ok and r["ok"]
+        if "host" in res["paths"] and "device" in res["paths"]:
+            res["device_vs_host"] = (res["paths"]["host"]["ttft_restore_s"] /
+                                     res["paths"]["device"]["ttft_restore_s"])
+        res["ok"] = ok
+    finally:
+        for p in ps:
+            p.close()
     return res
 
 
@@ -376,6 +573,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, help="timed repeats (5 GPU, 3 CPU)")
     ap.add_argument("--page-tokens", type=int, default=16)
     ap.add_argument("--config", help="llama-1b (GPU default) or tiny (CPU)")
+    ap.add_argument("--path", default="host,device",
+                    help="restore paths, side by side: host (registered "
+                    "host memory + torch copies), device (device memory "
+                    "registered by handle; the emulated device on the "
+                    "CPU); default both")
     ap.add_argument("--impl", default="auto",
                     help="auto, transformers or builtin")
     ap.add_argument("--dtype", help="bf16 (GPU default) or fp32 (CPU)")
@@ -405,6 +607,10 @@ def main() -> int:
     dtype = dtypes[dname]
     if any(n % a.page_tokens or n <= 0 for n in sizes) or M <= 0:
         ap.error("--sizes must be positive multiples of --page-tokens")
+    paths = [p for p in a.path.split(",") if p]
+    if not paths or any(p not in PATHS for p in paths) or \
+            len(set(paths)) != len(paths):
+        ap.error("--path: host, device or both (comma-separated)")
     impl = a.impl
     if impl == "auto":
         try:
@@ -422,10 +628,14 @@ def main() -> int:
     cfg = hf_config(cname, dtype)
     model = Model(impl, cfg, dtype, dev, seed=1)
     geo = kvtier.Geometry.from_config(cfg, page_tokens=a.page_tokens)
-    total = sum(sizes) * geo.page_bytes // a.page_tokens
+    total = sum(sizes) * geo.page_bytes // a.page_tokens * len(paths)
     dram = max(64 << 20, int(total * 1.5))
     work = tempfile.mkdtemp(prefix="kvt-e2e-")
-    d = Daemon(a.kvtier_bin, cfg, a.page_tokens, f"dram:{dram}", work)
+    devices = ""
+    if "device" in paths:
+        devices = f"cuda:{torch.cuda.current_device()}" if gpu else "emu"
+    d = Daemon(a.kvtier_bin, cfg, a.page_tokens, f"dram:{dram}", work,
+               devices)
     out = dict(
         script="scripts/gpu-e2e", date=time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                      time.gmtime()),
@@ -435,24 +645,35 @@ def main() -> int:
         torch=torch.__version__, impl=impl, impl_version=model.version,
         config=cname, dtype=dname, kvtier=kvtier.version(),
         geometry=repr(geo), dram_tier_bytes=dram,
-        note=("GPU memory registration with the daemon is not implemented: "
-              "device<->host copies are torch copies (copy engines) from "
-              "the registered memory, page-locked when cudaHostRegister "
-              "allows (host_memory says)"),
+        paths=paths, daemon_devices=devices,
+        note=("paths.device: KV in device memory registered by handle, "
+              "pages DMA'd by the daemon and verified on the device, "
+              "layer waits on the engine's stream (GPU) or futex waits "
+              "(emulated device, CPU); paths.host: registered host memory "
+              "(page-locked when cudaHostRegister allows: memory says), "
+              "then torch's host->device copies"),
         sizes=[])
     rc = 0
     try:
         for n in sizes:
             r = run_size(model, geo, d.sock, n, M, repeats, dev, dtype,
-                         cfg["vocab_size"], tol)
+                         cfg["vocab_size"], tol, paths)
             out["sizes"].append(r)
-            print(f"N={n:6d} M={M}: full {r['ttft_full_s']*1e3:9.1f} ms, "
-                  f"restore {r['ttft_restore_s']*1e3:9.1f} ms "
-                  f"(x{r['speedup']:.2f}); kv exact {r['kv_roundtrip_exact']}"
-                  f", logits = device cache {r['logits_equal_device_cache']}"
-                  f", vs recompute rel {r['vs_full_recompute']['rel']:.2e} "
-                  f"(tol {tol:g}) -> {'ok' if r['ok'] else 'FAIL'}",
-                  flush=True)
+            for name, q in r["paths"].items():
+                print(f"N={n:6d} M={M} {name:6s}: full "
+                      f"{r['ttft_full_s']*1e3:9.1f} ms, restore "
+                      f"{q['ttft_restore_s']*1e3:9.1f} ms "
+                      f"(x{q['speedup']:.2f}); kv exact "
+                      f"{q['kv_roundtrip_exact']}, logits = device cache "
+                      f"{q['logits_equal_device_cache']}, vs recompute rel "
+                      f"{q['vs_full_recompute']['rel']:.2e} (tol {tol:g}), "
+                      f"restore CPU-copied bytes "
+                      f"{q['restore_cpu_copy_bytes']} -> "
+                      f"{'ok' if q['ok'] else 'FAIL'}", flush=True)
+            if "device_vs_host" in r:
+                print(f"N={n:6d}: device path restore x"
+                      f"{r['device_vs_host']:.2f} of the host path's",
+                      flush=True)
             rc |= 0 if r["ok"] else 1
     finally:
         drc = d.stop()

@@ -150,21 +150,13 @@ static inline void put_hdr(uint8_t *h, uint32_t magic, uint16_t ver, uint16_t op
 	memset(h + 12, 0, 4);
 }
 
-/* Open descriptors of process @pid (its /proc/PID/fd), or -1. */
+/* Open descriptors of process @pid, or -1. */
 static inline int raw_nfds(pid_t pid)
 {
 	char path[64];
-	struct dirent *e;
-	DIR *dir;
-	int n = 0;
 
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	if (!(dir = opendir(path)))
-		return -1;
-	while ((e = readdir(dir)))
-		n += e->d_name[0] != '.';
-	closedir(dir);
-	return n;
+	return test_count_entries(path);
 }
 
 /* Wait (at most 3 s) until @pid holds at most @max descriptors: its

@@ -10,6 +10,7 @@
 #include "harness.h"
 #include "server/server.h"
 
+#include <cjson/cJSON.h>
 #include <kvtier/client.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -191,6 +192,24 @@ static inline int srv_job_end(kvt_client_job *j, long *nfailed)
 		*nfailed = n;
 	kvt_client_job_free(j);
 	return err;
+}
+
+/* A gauge of the daemon's STATS (docs/METRICS.md), or -1. */
+static inline double srv_gauge(kvt_client *cl, const char *name)
+{
+	char *js = NULL;
+	double v = -1;
+	cJSON *root, *g;
+
+	if (kvt_client_stats(cl, &js))
+		return -1;
+	root = cJSON_Parse(js);
+	g = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "gauges"), name);
+	if (cJSON_IsNumber(g))
+		v = g->valuedouble;
+	cJSON_Delete(root);
+	free(js);
+	return v;
 }
 
 #endif /* KVT_TEST_SERVER_UTIL_H */

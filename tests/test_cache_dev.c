@@ -144,7 +144,9 @@ static void cancel_load(kvt_cache *c, const eng *e)
 
 static int DEVICE;
 
-static void run(const char *spec, int outer, int pinned)
+/* @load_m: the cache's device load method (0: the default, the gather
+ * kernel); stores then go one copy per chunk instead of batched. */
+static void run(const char *spec, int outer, int pinned, int load_m)
 {
 	kvt_cache_config cfg = KVT_CACHE_CONFIG_INIT;
 	uint64_t from[KVT_TIER_COUNT] = { 0 };
@@ -153,9 +155,12 @@ static void run(const char *spec, int outer, int pinned)
 	eng e;
 	int err;
 
-	fprintf(stderr, "%s, %s\n", spec, outer ? "block outer" : "kv outer");
+	fprintf(stderr, "%s, %s%s\n", spec, outer ? "block outer" : "kv outer",
+		load_m ? ", loads by copy engines, stores per chunk" : "");
 	cfg.tiers = spec;
 	cfg.geom = &geom;
+	cfg.dev_load = load_m;
+	cfg.dev_store = load_m ? KVT_XFER_CUDA_CHUNK : 0;
 	CHECK_OK(kvt_cache_open(&c, &cfg));
 	if (!c)
 		return;
@@ -188,10 +193,54 @@ static void run(const char *spec, int outer, int pinned)
 		kvt_xfer_stat_get(kvt_cache_xfer(c), &xs);
 		CHECK_EQ(xs.bytes[KVT_XFER_MOVER_CPU][KVT_XFER_FLOW_RESTORE], 0);
 		CHECK_EQ(xs.cpu_hashed[KVT_XFER_FLOW_RESTORE], 0);
-		CHECK(xs.bytes[KVT_XFER_MOVER_KERNEL][KVT_XFER_FLOW_RESTORE] > 0);
+		/* who moved the restores: the method asked for */
+		CHECK_EQ(xs.bytes[load_m ? KVT_XFER_MOVER_COPY_ENGINE :
+				  KVT_XFER_MOVER_KERNEL][KVT_XFER_FLOW_RESTORE] > 0, 1);
+		CHECK_EQ(xs.bytes[load_m ? KVT_XFER_MOVER_KERNEL :
+				  KVT_XFER_MOVER_COPY_ENGINE][KVT_XFER_FLOW_RESTORE], 0);
+		CHECK(xs.bytes[KVT_XFER_MOVER_COPY_ENGINE][KVT_XFER_FLOW_SAVE] > 0);
 		CHECK(xs.dev_hashed[KVT_XFER_FLOW_RESTORE] > 0);
 	}
 out:
+	kvt_cache_close(c);
+	eng_free(&e);
+}
+
+/* An ssd-only cache: stores from device memory go through the bounce
+ * (summed on the device), loads come back through it bit-exact. */
+static void ssd_only(const char *dir)
+{
+	kvt_cache_config cfg = KVT_CACHE_CONFIG_INIT;
+	uint64_t from[KVT_TIER_COUNT] = { 0 };
+	kvt_cache *c = NULL;
+	char spec[700];
+	eng e;
+
+	snprintf(spec, sizeof(spec), "ssd:%s/ssd1,16M,temp", dir);
+	fprintf(stderr, "%s (device memory through the bounce both ways)\n",
+		spec);
+	cfg.tiers = spec;
+	cfg.geom = &geom;
+	CHECK_OK(kvt_cache_open(&c, &cfg));
+	if (!c)
+		return;
+	CHECK_OK(eng_init(&e, &geom, NB, ENG_KV_OUTER, 64, DEVICE));
+	CHECK_OK(eng_register(c, &e));
+	for (int s = 0; s < 3; s++)
+		CHECK_OK(session_keys(c, 0, (uint32_t)s, SP, keys[s]));
+	for (int s = 0; s < 3; s++) {
+		uint32_t b[SP];
+		kvt_cache_job_stat st;
+
+		for (int i = 0; i < SP; i++)
+			b[i] = (uint32_t)((s * 7 + i) % NB);
+		eng_fill(&e, keys[s], SP, 0, b);
+		CHECK_OK(cache_store_wait(c, 0, keys[s], SP, 0, b, &st));
+		CHECK_EQ(st.copied, SP);
+	}
+	for (int s = 0; s < 3; s++)
+		load_session(c, &e, s, from);
+	CHECK_EQ(from[KVT_TIER_SSD], 3 * SP);
 	kvt_cache_close(c);
 	eng_free(&e);
 }
@@ -206,12 +255,14 @@ static void run_device(const char *dir, int device)
 	if (!kvti_dev_is_emu(device)) {
 		snprintf(spec, sizeof(spec), "fabric:memfd,1M,pin dram:3M,pin "
 			 "ssd:%s/ssd,16M,temp", dir);
-		run(spec, ENG_KV_OUTER, 1);
+		run(spec, ENG_KV_OUTER, 1, 0);
 	}
 	snprintf(spec, sizeof(spec), "fabric:memfd,1M dram:3M "
 		 "ssd:%s/ssd,16M,temp", dir);
-	run(spec, ENG_KV_OUTER, 1);
-	run(spec, ENG_BLOCK_OUTER, 1);
+	run(spec, ENG_KV_OUTER, 1, 0);
+	run(spec, ENG_BLOCK_OUTER, 1, 0);
+	run(spec, ENG_KV_OUTER, 1, KVT_XFER_CUDA_BATCH);
+	ssd_only(dir);
 }
 
 int main(void)

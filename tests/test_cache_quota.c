@@ -2,7 +2,10 @@
  * test_cache_quota — per-tenant quotas through the node cache
  * (kvt_cache_tenant_quota): two tenants on a cache with a small dram tier
  * over ssd. Tenant A at its dram quota stores more: its own pages demote
- * to ssd, tenant B's stay in dram, and every page still loads bit-exact.
+ * to ssd, tenant B's stay in dram, and every page still loads bit-exact;
+ * a store larger than A's dram quota puts the rest in ssd, and one that
+ * fits in no tier under A's quotas stores its leading pages and fails the
+ * rest per block.
  * Then the background demotion with a quota on the lower tier: A's pages
  * pushed down by the watermark stay within A's ssd quota (A's own oldest
  * leave), B's pages demoted there stay. Bad arguments. kvt_cache_verify()
@@ -153,16 +156,40 @@ static void test_store_at_quota(void)
 	look(c, B, 900, 4, &r);
 	CHECK_EQ(r.tier_pages[KVT_TIER_DRAM], 4);
 	load_check(c, &e, A, 2, 4);
-	/* a store larger than the quota fails, nothing stored */
-	CHECK_OK(session_keys(c, A, 4, 4, k));
-	{
-		uint32_t b[4] = { 0, 1, 2, 3 };
-		kvt_cache_job *j = NULL;
-		CHECK_ERR(kvt_cache_store(c, A, k, 4, 0, b, &j), KVT_EFULL);
-		CHECK(j == NULL);
-	}
+	/* a store larger than the quota: what the quota leaves in dram goes
+	 * there (A's older pages making room), the rest into ssd directly */
+	store(c, &e, A, 4, 4, k);
 	look(c, A, 4, 4, &r);
-	CHECK_EQ(r.pages, 0);
+	CHECK_EQ(r.pages, 4);
+	CHECK_EQ(r.tier_pages[KVT_TIER_DRAM], 2);
+	CHECK_EQ(r.tier_pages[KVT_TIER_SSD], 2);
+	look(c, B, 900, 4, &r);
+	CHECK_EQ(r.tier_pages[KVT_TIER_DRAM], 4);
+	load_check(c, &e, A, 4, 4);
+	/* with a quota in ssd too, what fits in no tier fails per block: the
+	 * leading pages are stored, the job lists the rest (KVT_EFULL) */
+	CHECK_OK(kvt_cache_tenant_quota(c, A, KVT_TIER_SSD, 3));
+	CHECK_OK(session_keys(c, A, 5, 8, k));
+	{
+		uint32_t b[8] = { 0, 1, 2, 3, 4, 5, 6, 7 }, failed[8];
+		kvt_cache_job *j = NULL;
+
+		eng_fill(&e, k, 8, 0, b);
+		CHECK_OK(kvt_cache_store(c, A, k, 8, 0, b, &j));
+		CHECK_ERR(kvt_cache_job_wait(j, -1), KVT_EFULL);
+		CHECK_EQ(kvt_cache_job_failed(j, failed, 8), 3);
+		CHECK(failed[0] == 5 && failed[1] == 6 && failed[2] == 7);
+		kvt_cache_job_free(j);
+		kvt_cache_quiesce(c);
+	}
+	look(c, A, 5, 8, &r);
+	CHECK_EQ(r.pages, 5);
+	CHECK_EQ(r.tier_pages[KVT_TIER_DRAM], 2);
+	CHECK_EQ(r.tier_pages[KVT_TIER_SSD], 3);
+	load_check(c, &e, A, 5, 5);
+	usage(c, A, &u);
+	CHECK_EQ(u.pages[KVT_TIER_DRAM], 2);
+	CHECK_EQ(u.pages[KVT_TIER_SSD], 3);
 	/* bad arguments */
 	CHECK_ERR(kvt_cache_tenant_quota(c, 7, KVT_TIER_DRAM, 1),
 		  KVT_ENOTFOUND);

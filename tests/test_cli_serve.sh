@@ -16,6 +16,8 @@ ARGS=(--socket "$SOCK" --tiers dram:2M --model "$MODEL" --page-tokens 4)
 [ -x "$KVTD" ] && "$KVTD" --help | grep -q "kvtierd" || fail "kvtierd --help"
 expect 2 "no tiers" -- serve --socket "$SOCK" --model "$MODEL"
 expect 2 "unexpected argument" -- serve now
+expect 2 "--load-method 'memcpy'" -- serve "${ARGS[@]}" --load-method memcpy
+expect 2 "--store-method 'cpu'" -- serve "${ARGS[@]}" --store-method cpu
 expect 2 "--lease-ms" -- serve "${ARGS[@]}" --lease-ms 0
 expect 2 "tp" -- serve "${ARGS[@]}" --tp zero
 expect 2 "unknown model" -- serve --socket "$SOCK" --tiers dram:2M --model gpt-17
@@ -87,12 +89,14 @@ PY
 	grep -q "READY=1" "$TMP/notify.out" || fail "no READY=1 to NOTIFY_SOCKET"
 	grep -q "STOPPING=1" "$TMP/notify.out" || fail "no STOPPING=1 to NOTIFY_SOCKET"
 fi
-# the benchmark, small: two client processes, JSON, no hang at the end
-timeout 120 "$KVT" bench server --model "$MODEL" --page-tokens 4 --pages 8 --clients 2 --repeats 2 --json >"$TMP/bench.json" 2>"$TMP/bench.err" || fail "bench server exit $? ($(tail -2 "$TMP/bench.err"))"
-for k in '"daemon_gbps":' '"inproc_gbps":' '"daemon_vs_inproc":' '"goal_met":' '"clients":	2'; do
+# the benchmark, small: two client processes, a short load test, JSON,
+# no hang at the end
+timeout 120 "$KVT" bench server --model "$MODEL" --page-tokens 4 --pages 8 --clients 2 --repeats 2 --reps 50 --load-clients 2 --load-seconds 1 --json >"$TMP/bench.json" 2>"$TMP/bench.err" || fail "bench server exit $? ($(tail -2 "$TMP/bench.err"))"
+for k in '"daemon_gbps":' '"inproc_gbps":' '"load_ratio_vs_inprocess":' '"lookup_us_p50":' '"lookup_us_p99":' '"hash_us_p50":' '"throughput_rps":' '"errors":	0' '"goal_met":' '"clients":	2'; do
 	grep -qF "$k" "$TMP/bench.json" || fail "bench server json lacks $k"
 done
 expect 2 "--clients" -- bench server --clients 0
+expect 2 "device 'nosuch'" -- bench server --device nosuch
 rm -f "$SOCK"
 [ "$fails" = 0 ] && echo "all serve cli checks passed"
 exit $((fails > 0))

@@ -51,7 +51,9 @@ static kvt_index *X;
 /* what the runs exercised, summed over seeds (checked at the end) */
 static uint64_t n_evicted, n_demoted, n_copied, n_dropped, n_full, n_marks,
 	n_splits, n_pinfail, n_partial, n_pinned_inserts, n_qevicted,
-	n_quota_set;
+	n_quota_set, n_spilled, n_spill_low, n_drops;
+/* the second pass: stores place by room (KVT_INSERT_SPILL) */
+static int spill_mode;
 static kvt_pool *pools[KVT_TIER_COUNT];
 
 /* ---- model helpers ---------------------------------------------------- */
@@ -256,6 +258,34 @@ static void m_protect(const int *path, int n, int on)
 		M.pg[path[i]].prot = on;
 }
 
+/* An insert refused for want of room: the index said KVT_EFULL, nothing
+ * was kept (the eviction it did stays). Returns 0. */
+static int m_refused(const int *path, int have, int err)
+{
+	n_full++;
+	m_protect(path, have, 0);
+	m_prune();
+	CHECK_ERR(err, KVT_EFULL);
+	return 0;
+}
+
+/* The end of an insert: with KVT_INSERT_PIN its pin of the first @npin
+ * pages stays as the caller's lease (the write policy waits for the
+ * unpin), else the write policy over the first @npol pages; prune. */
+static void m_insert_end(const int *path, int npin, int npol, unsigned flags)
+{
+	if (flags & KVT_INSERT_PIN) {
+		for (int i = 0; i < npin; i++)
+			M.pg[path[i]].pins++;
+		n_pinned_inserts++;
+	} else {
+		m_protect(path, npol, 1);
+		m_policy(path, npol);
+		m_protect(path, npol, 0);
+	}
+	m_prune();
+}
+
 /* ---- operations, each on both sides ----------------------------------- */
 
 static kvt_prefix pfx(uint32_t tenant, const uint32_t *tok, int np)
@@ -303,13 +333,8 @@ static int op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
 				break;
 			}
 		}
-		if (!(flags & KVT_INSERT_PARTIAL) || !cut) {
-			n_full++;
-			m_protect(path, have, 0);
-			m_prune();
-			CHECK_ERR(err, KVT_EFULL);
-			return 0;
-		}
+		if (!(flags & KVT_INSERT_PARTIAL) || !cut)
+			return m_refused(path, have, err);
 	}
 	CHECK_OK(err);
 	n_partial += cut < np;
@@ -326,21 +351,91 @@ static int op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
 			M.pg[path[i]].ticket = M.pg[path[i]].ready = 0;
 		}
 	}
-	if (flags & KVT_INSERT_PIN) {
-		/* the insert's pin stays as the caller's lease; the write
-		 * policy waits for the unpin */
-		for (int i = 0; i < np; i++)
-			M.pg[path[i]].pins++;
-		n_pinned_inserts++;
-	} else {
-		m_protect(path, have, 1);
-		m_policy(path, have);
-		m_protect(path, have, 0);
-	}
-	m_prune();
+	m_insert_end(path, np, have, flags);
 	if (!err)
 		CHECK_EQ(r.pages, cut);
 	return !err;
+}
+
+/* KVT_INSERT_SPILL: each page with no copy goes to the fastest tier from
+ * t down with room, in prefix order; pages with a copy keep it. */
+static int op_insert_spill(uint32_t tenant, const uint32_t *tok, int np,
+			   int t, unsigned flags)
+{
+	int path[MAXLEN], have = m_path(tenant, tok, np, path), err;
+	kvt_prefix px = pfx(tenant, tok, np);
+	kvt_page_loc loc[MAXLEN];
+	kvt_insert_result r;
+	uint64_t miss = 0, placed = 0, got[3] = { 0 }, fresh = 0;
+	int cut = np, partial = (flags & KVT_INSERT_PARTIAL) != 0, u;
+
+	err = kvt_index_insert(X, &px, (kvt_tier_kind)M.kind[t], flags, M.clock,
+			       &r, loc, MAXLEN);
+	M.seq++;
+	for (int i = 0; i < have; i++)
+		miss += !M.pg[path[i]].mask;
+	miss += (uint64_t)(np - have);
+	m_protect(path, have, 1);
+	for (u = t; u < M.nt && placed < miss; u++) {
+		uint64_t want = miss - placed, avail = want, q;
+
+		m_quota_room(tenant, u, want);
+		q = M.quota[tenant][u];
+		if (q)
+			avail = m_used_by(tenant, u) >= q ? 0 :
+				q - m_used_by(tenant, u) < want ?
+				q - m_used_by(tenant, u) : want;
+		if (avail)
+			m_make_room(u, avail);
+		got[u] = M.cap[u] - m_used(u) < avail ? M.cap[u] - m_used(u) :
+			 avail;
+		placed += got[u];
+	}
+	if (placed < miss) {
+		uint64_t k = 0;
+		for (int i = 0; i < np; i++) {
+			int missing = i >= have || !M.pg[path[i]].mask;
+			if (missing && k++ == placed) {
+				cut = i;
+				break;
+			}
+		}
+		if (!partial || !cut)
+			return m_refused(path, have, err);
+	}
+	CHECK_OK(err);
+	if (err)
+		return 0;
+	n_partial += cut < np;
+	n_spilled += cut;
+	for (int i = have; i < cut; i++)
+		path[i] = m_new(tenant, i ? path[i - 1] : -1, tok + i * P);
+	u = t;
+	for (int i = 0; i < cut; i++) {
+		struct mpage *p = &M.pg[path[i]];
+		int fr = !p->mask;
+
+		if (fr) {
+			while (!got[u])
+				u++;
+			got[u]--;
+			p->mask = (uint8_t)(1u << u);
+			fresh++;
+			n_spill_low += u > t;
+		}
+		CHECK_EQ(loc[i].tier, M.kind[__builtin_ctz(p->mask)]);
+		CHECK_EQ(loc[i].fresh, fr);
+		m_touch(path[i]);
+		if (t == 0 && p->tstate) { /* placed: the bytes are there */
+			p->tstate = 0;
+			p->ticket = p->ready = 0;
+		}
+	}
+	m_protect(path, have > cut ? have : cut, 0);
+	m_insert_end(path, cut, cut, flags);
+	CHECK_EQ(r.pages, cut);
+	CHECK_EQ(r.fresh, fresh);
+	return (int)cut;
 }
 
 static void op_match(uint32_t tenant, const uint32_t *tok, int np, int touch)
@@ -431,6 +526,55 @@ static void op_evict(int t, uint64_t n)
 		done++;
 	CHECK_EQ(freed, done);
 	CHECK_ERR(err, done == n ? 0 : KVT_EBUSY);
+}
+
+/* The copy of a random page in a random tier turned out bad
+ * (kvt_index_drop_copy(), spill seeds: their index has a mover). */
+static void op_drop(uint64_t pick, int t)
+{
+	uint32_t tok[64 * P];
+	int chain[64], d = 0, i, n = 0;
+	kvt_page_info pi[64];
+	size_t found;
+	kvt_prefix px;
+	struct mpage *p;
+	int err;
+
+	for (i = 0; i < M.top; i++)
+		n += M.pg[i].used && (M.pg[i].mask >> t & 1);
+	if (!n) {
+		CHECK_ERR(kvt_index_drop_copy(X, (kvt_tier_kind)M.kind[t], 0),
+			  KVT_ENOTFOUND);
+		return;
+	}
+	pick %= (uint64_t)n;
+	for (i = 0; i < M.top; i++)
+		if (M.pg[i].used && (M.pg[i].mask >> t & 1) && !pick--)
+			break;
+	p = &M.pg[i];
+	for (int j = i; j >= 0; j = M.pg[j].parent)
+		chain[d++] = j;
+	for (int k = 0; k < d; k++)
+		memcpy(tok + k * P, M.pg[chain[d - 1 - k]].key, sizeof(p->key));
+	px = pfx(p->tenant, tok, d);
+	CHECK_OK(kvt_index_inspect(X, &px, pi, 64, &found));
+	err = kvt_index_drop_copy(X, (kvt_tier_kind)M.kind[t],
+				  pi[d - 1].slot[M.kind[t]]);
+	if (p->mask == (1u << t) && p->pins) {
+		CHECK_ERR(err, KVT_EBUSY);
+		return;
+	}
+	CHECK_OK(err);
+	p->mask &= (uint8_t)~(1u << t);
+	n_drops++;
+	m_prune();
+}
+
+static void drop_release(void *arg, kvt_tier_kind tier, uint32_t slot)
+{
+	(void)arg;
+	(void)tier;
+	(void)slot;
 }
 
 /* A new quota for @tenant in tier t: its excess leaves at once. */
@@ -590,6 +734,8 @@ static void run(uint64_t seed, int steps)
 		CHECK_OK(kvt_pool_create(&pools[lay[t]], M.cap[t], 64));
 		cfg.pools[lay[t]] = pools[lay[t]];
 	}
+	if (spill_mode) /* a mover: the slot -> page map, drop_copy */
+		cfg.mover.release = drop_release;
 	CHECK_OK(kvt_index_create(&X, &cfg));
 	CHECK_OK(kvt_index_tenant_add(X, 1, 77));
 	for (int t = 0; quotas && t < M.nt; t++)
@@ -622,10 +768,22 @@ static void run(uint64_t seed, int steps)
 			{
 				unsigned f = transients ? 2 :
 					     (unsigned)(test_rand(&r) % 3);
-				if (op_insert(tenant, tok, np, 0,
-					      f == 0 ? KVT_INSERT_PARTIAL :
-					      f == 1 ? KVT_INSERT_PIN : 0) &&
-				    f == 1 && quotas && nleases < 64) {
+				unsigned fl = f == 0 ? KVT_INSERT_PARTIAL :
+					      f == 1 ? KVT_INSERT_PIN : 0;
+				int ok;
+
+				if (spill_mode) { /* PIN with PARTIAL too */
+					fl |= KVT_INSERT_SPILL;
+					if (f == 1 && test_rand(&r) % 2)
+						fl |= KVT_INSERT_PARTIAL;
+				}
+				ok = spill_mode ? op_insert_spill(tenant, tok, np,
+						  0, fl) : op_insert(tenant, tok,
+						  np, 0, fl);
+				if (spill_mode && ok && f == 1)
+					np = ok; /* the lease is the kept part */
+				if (ok && f == 1 && (quotas || spill_mode) &&
+				    nleases < 64) {
 					/* quotas: a pinned insert's lease
 					 * ends like a pin's (case 7) */
 					leases[nleases][0] = tenant;
@@ -637,8 +795,13 @@ static void run(uint64_t seed, int steps)
 			}
 			break;
 		case 3:
-			op_insert(tenant, tok, np,
-				  (int)(test_rand(&r) % (uint64_t)M.nt), 0);
+			if (spill_mode)
+				op_insert_spill(tenant, tok, np, (int)(test_rand(
+					&r) % (uint64_t)M.nt), KVT_INSERT_SPILL |
+					KVT_INSERT_PARTIAL);
+			else
+				op_insert(tenant, tok, np, (int)(test_rand(&r) %
+					  (uint64_t)M.nt), 0);
 			break;
 		case 4: case 5:
 			op_match(tenant, tok, np, (int)(test_rand(&r) % 2));
@@ -671,8 +834,12 @@ static void run(uint64_t seed, int steps)
 			}
 			break;
 		case 8:
-			op_evict((int)(test_rand(&r) % (uint64_t)M.nt),
-				 1 + test_rand(&r) % 4);
+			if (spill_mode && test_rand(&r) % 2)
+				op_drop(test_rand(&r), (int)(test_rand(&r) %
+					(uint64_t)M.nt));
+			else
+				op_evict((int)(test_rand(&r) % (uint64_t)M.nt),
+					 1 + test_rand(&r) % 4);
 			break;
 		default:
 			if (!transients) {
@@ -724,11 +891,18 @@ int main(int argc, char **argv)
 	 * left an emptied page of its own path unpruned */
 	if (argc == 1)
 		run(290, 300);
+	/* again with inserts that place by room (the node cache's stores):
+	 * SEEDS / 2 more seeds */
+	spill_mode = 1;
+	for (int s = first; s < first + seeds / 2 && !kvt_test_failures; s++)
+		run((uint64_t)s + 1000, steps);
+	spill_mode = 0;
 	fprintf(stderr, "%d seeds: %llu evicted, %llu demoted, %llu copied "
 		"down, %llu dropped, %llu splits, %llu inserts refused full, "
 		"%llu partial, %llu pinned inserts, %llu pin/unpin refused, "
 		"%llu pages marked, %llu quotas set, %llu pages evicted for "
-		"their quota\n",
+		"their quota; by room: %llu pages kept, %llu placed below the "
+		"insert's tier; %llu bad copies dropped\n",
 		seeds, (unsigned long long)n_evicted,
 		(unsigned long long)n_demoted, (unsigned long long)n_copied,
 		(unsigned long long)n_dropped, (unsigned long long)n_splits,
@@ -736,7 +910,9 @@ int main(int argc, char **argv)
 		(unsigned long long)n_pinned_inserts,
 		(unsigned long long)n_pinfail, (unsigned long long)n_marks,
 		(unsigned long long)n_quota_set,
-		(unsigned long long)n_qevicted);
+		(unsigned long long)n_qevicted,
+		(unsigned long long)n_spilled, (unsigned long long)n_spill_low,
+		(unsigned long long)n_drops);
 	/* the runs must have reached every path */
 	if (seeds < 96)
 		TEST_DONE();
@@ -745,6 +921,7 @@ int main(int argc, char **argv)
 	CHECK(n_partial > 10 && n_pinfail > 10 && n_marks > 100);
 	CHECK(n_pinned_inserts > 100);
 	CHECK(n_quota_set > 100 && n_qevicted > 100);
+	CHECK(n_spilled > 1000 && n_spill_low > 100 && n_drops > 100);
 	CHECK_EQ(kvt_alloc_live(), live);
 	TEST_DONE();
 }

@@ -143,7 +143,14 @@ int main(void)
 		return 1;
 	CHECK_OK(eng_register(c, &e));
 	prompt_keys(c, keys, NP + 8);
-	CHECK_OK(kvt_cache_lookup(c, 0, keys, NP + 8, 0, &lr));
+	/* a lookup answers from what is known; the prober learns the rest
+	 * for the next one (within a few of them) */
+	for (int i = 0; i < 200; i++) {
+		CHECK_OK(kvt_cache_lookup(c, 0, keys, NP + 8, 0, &lr));
+		if (lr.tier_pages[KVT_TIER_REMOTE] == NP)
+			break;
+		rt_sleep_ms(10);
+	}
 	CHECK_EQ(lr.pages, 0);
 	CHECK_EQ(lr.tier_pages[KVT_TIER_REMOTE], NP);
 	CHECK_OK(kvt_cache_prefetch(c, 0, keys, NP + 8, 0, &got));
@@ -200,10 +207,13 @@ int main(void)
 		CHECK(got <= NP);
 		if (!cut)
 			CHECK_EQ(got, NP);
-		/* whatever arrived is committed and loadable */
+		/* whatever arrived is committed and loadable (a cut-off
+		 * batch may still land after the end) */
+		if (cut)
+			rt_sleep_ms(200);
 		CHECK_OK(kvt_cache_lookup(c2, 0, k2, NP, 0, &lr));
-		CHECK_EQ(lr.pages, got);
-		CHECK_EQ(lr.tier_pages[KVT_TIER_DRAM], got);
+		CHECK(lr.pages >= got);
+		CHECK_EQ(lr.tier_pages[KVT_TIER_DRAM], lr.pages);
 		/* close with a prefetch running: it stops, the handle ends */
 		CHECK_OK(kvt_cache_prefetch_start(c2, 0, k2, NP, 0, &f));
 		kvt_cache_close(c2);

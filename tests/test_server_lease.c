@@ -1,8 +1,8 @@
 /*
- * test_server_lease — a job's lease ends at its deadline: with a 1 ms
- * lease, a load big enough to outlive the daemon's 50 ms lease check
- * (512 MiB of Llama-3.1-8B pages) is cancelled by the daemon, not by the
- * client. The client sees -ECANCELED, the blocks not loaded on the failed
+ * test_server_lease — a job's lease ends at its deadline: with a 40 ms
+ * lease (the reaper wakes at the earliest lease's end, not on a 50 ms
+ * tick), a load big enough to outlive it (512 MiB of Llama-3.1-8B pages)
+ * is cancelled by the daemon, not by the client. The client sees -ECANCELED, the blocks not loaded on the failed
  * list and every other block right; the daemon counts the expiry
  * (kvtier_lease_expiries_total{reason="deadline"}) and its pins are gone
  * (the same pages can be stored over and loaded again afterwards).
@@ -12,7 +12,8 @@
 #include <cjson/cJSON.h>
 
 #define NPG 128      /* 4 MiB pages: 512 MiB */
-#define STEP 2       /* pages per store job: short enough to beat the lease */
+#define STEP 2       /* pages per store job: short enough to beat the lease
+			(one caught by it is stored again) */
 
 static char sock[108];
 
@@ -91,7 +92,7 @@ int main(void)
 	cfg.tiers = "dram:600M";
 	cfg.model = "llama-3.1-8b";
 	cfg.page_tokens = 32;
-	cfg.lease_ms = 1;
+	cfg.lease_ms = 40;
 	pid = srv_start(&cfg);
 	CHECK(pid > 0);
 	if (pid <= 0)
@@ -129,7 +130,7 @@ int main(void)
 		if (err)
 			break;
 	}
-	/* a load of all of it outlives a 1 ms lease */
+	/* a load of all of it outlives a 40 ms lease */
 	for (int round = 0; round < 5 && !cancelled && !kvt_test_failures;
 	     round++) {
 		kvt_client_job *j;

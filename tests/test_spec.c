@@ -28,6 +28,9 @@ static void good(void)
 	CHECK_EQ(s[0].backing, KVT_BACK_NUMA);
 	CHECK_EQ(s[0].numa_node, 2);
 
+	/* a relative directory is a path, not an option (issue 21) */
+	CHECK_OK(kvt_tier_spec_parse("ssd:run/t1/ssd,1G", s, 8, &n));
+	CHECK(n == 1 && !strcmp(s[0].path, "run/t1/ssd"));
 	CHECK_OK(kvt_tier_spec_parse("ssd:/var/lib/kvtier,100G", s, 8, &n));
 	CHECK_EQ(s[0].kind, KVT_TIER_SSD);
 	CHECK(!strcmp(s[0].path, "/var/lib/kvtier"));

@@ -7,6 +7,8 @@
 #include "cli.h"
 #include "server/server.h"
 
+#include <kvtier/xfer.h>
+
 #include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -32,6 +34,9 @@ static void serve_usage(FILE *f)
 "  --model NAME|PATH   the namespace's model: preset or config.json\n"
 "                      (llama-3.1-8b)\n"
 "  --page-tokens P     tokens per page (16)\n"
+"  --kv-dtype T        the engines' KV cache element type when it is not\n"
+"                      the model's: bf16, fp16, fp32, fp8 (vLLM\n"
+"                      --kv-cache-dtype fp8) (auto: the model's)\n"
 "  --tp N              tensor-parallel degree of the engines (1)\n"
 "  --namespace NAME    what clients name in HELLO (default)\n"
 "  --tenants SPEC      'NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE]'\n"
@@ -51,12 +56,19 @@ static void serve_usage(FILE *f)
 "                      the tiers are page-locked and mapped for them at\n"
 "                      start (a devdax fabric tier as I/O memory) instead\n"
 "                      of at each device's first REGISTER\n"
+"  --load-method M     loads into device memory by cuda-kernel (the\n"
+"                      SM-capped gather kernel, default), cuda-batch\n"
+"                      (batched copy-engine DMA: no SMs, which may disturb\n"
+"                      the engine's kernels less when the GPU is\n"
+"                      time-sliced) or cuda-chunk\n"
+"  --store-method M    stores out of device memory: cuda-batch (default),\n"
+"                      cuda-kernel, cuda-chunk"
 "  --config FILE       options as 'name = value' lines (below the\n"
 "                      environment and the flags)\n"
 "\n"
-"environment: KVT_SOCKET, KVT_TIERS, KVT_MODEL, KVT_PAGE_TOKENS, KVT_TP,\n"
+"environment: KVT_SOCKET, KVT_TIERS, KVT_MODEL, KVT_PAGE_TOKENS, KVT_KV_DTYPE,\nKVT_TP, "
 "KVT_NAMESPACE, KVT_TENANTS, KVT_LEASE_MS, KVT_MAX_CLIENTS, KVT_METRICS,\n"
-"KVT_REMOTE, KVT_DEVICES,\n"
+"KVT_REMOTE, KVT_DEVICES, KVT_LOAD_METHOD, KVT_STORE_METHOD,\n"
 "KVT_LOG.\n");
 }
 
@@ -93,6 +105,16 @@ static void notify(const char *msg)
 	close(fd);
 }
 
+/* A device copy method by name (cuda-kernel, cuda-batch, cuda-chunk). */
+static int dev_method(const char *flag, const char *v, int *m)
+{
+	if (kvt_xfer_method_parse(v, m) || *m < KVT_XFER_CUDA_CHUNK ||
+	    *m > KVT_XFER_CUDA_KERNEL)
+		return cli_usage("serve", "%s '%s': cuda-kernel, cuda-batch or "
+				 "cuda-chunk", flag, v);
+	return 0;
+}
+
 int cmd_serve(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -100,6 +122,7 @@ int cmd_serve(int argc, char **argv)
 		{ "tiers", required_argument, 0, 't' },
 		{ "model", required_argument, 0, 'm' },
 		{ "page-tokens", required_argument, 0, 'p' },
+		{ "kv-dtype", required_argument, 0, 'K' },
 		{ "tp", required_argument, 0, 'T' },
 		{ "namespace", required_argument, 0, 'n' },
 		{ "tenants", required_argument, 0, 'u' },
@@ -108,6 +131,8 @@ int cmd_serve(int argc, char **argv)
 		{ "metrics", required_argument, 0, 'M' },
 		{ "remote", required_argument, 0, 'r' },
 		{ "devices", required_argument, 0, 'D' },
+		{ "load-method", required_argument, 0, 'L' },
+		{ "store-method", required_argument, 0, 'S' },
 		{ "config", required_argument, 0, 'c' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 }
@@ -132,6 +157,7 @@ int cmd_serve(int argc, char **argv)
 		case 't': name = "tiers"; break;
 		case 'm': name = "model"; break;
 		case 'p': name = "page_tokens"; break;
+		case 'K': name = "kv_dtype"; break;
 		case 'T': name = "tp"; break;
 		case 'n': name = "namespace"; break;
 		case 'u': name = "tenants"; break;
@@ -140,6 +166,8 @@ int cmd_serve(int argc, char **argv)
 		case 'M': name = "metrics"; break;
 		case 'r': name = "remote"; break;
 		case 'D': name = "devices"; break;
+		case 'L': name = "load_method"; break;
+		case 'S': name = "store_method"; break;
 		case 'c': break; /* read before the environment */
 		case 'h': serve_usage(stdout); goto out;
 		default: serve_usage(stderr); rc = CLI_EXIT_USAGE; goto out;
@@ -172,11 +200,17 @@ int cmd_serve(int argc, char **argv)
 	cfg.socket = kvt_opts_get(o, "socket");
 	cfg.tiers = kvt_opts_get(o, "tiers");
 	cfg.model = kvt_opts_get(o, "model");
+	cfg.kv_dtype = kvt_opts_get(o, "kv_dtype");
 	cfg.ns = kvt_opts_get(o, "namespace");
 	cfg.tenants = kvt_opts_get(o, "tenants");
 	cfg.metrics = kvt_opts_get(o, "metrics");
 	cfg.remote = kvt_opts_get(o, "remote");
 	cfg.devices = kvt_opts_get(o, "devices");
+	if ((rc = dev_method("--load-method", kvt_opts_get(o, "load_method"),
+			     &cfg.dev_load)) ||
+	    (rc = dev_method("--store-method", kvt_opts_get(o, "store_method"),
+			     &cfg.dev_store)))
+		goto out;
 	cfg.page_tokens = (uint32_t)P;
 	cfg.tp = (uint32_t)tp;
 	cfg.lease_ms = (uint32_t)lease;

@@ -214,6 +214,58 @@ static void print_tiers(const cJSON *root)
 		       num(c, "failed_blocks"), num(c, "wait_seconds"));
 }
 
+/* The data path: who moved the bytes, who hashed them, the devices. */
+static void print_datapath(const cJSON *root)
+{
+	const cJSON *dp = cJSON_GetObjectItemCaseSensitive(root, "datapath");
+	const cJSON *devs = cJSON_GetObjectItemCaseSensitive(root, "devices");
+	static const char *flows[] = { "restore", "save", "tier" };
+	const cJSON *x;
+	char b1[32], b2[32], b3[32], b4[32];
+
+	if (!cJSON_IsObject(dp))
+		return;
+	printf("\ndata path: restore bytes copied by a CPU %s; device "
+	       "checksums %.0f, failed %.0f\n",
+	       bytes(num(dp, "restore_cpu_copy_bytes"), b1, sizeof(b1)),
+	       num(dp, "device_checksums"),
+	       num(dp, "device_checksum_failures"));
+	printf("  %-8s %12s %12s %12s %12s %12s %12s\n", "flow", "cpu", "io",
+	       "copy-engine", "kernel", "cpu-hashed", "dev-hashed");
+	for (size_t f = 0; f < sizeof(flows) / sizeof(flows[0]); f++) {
+		double m[4] = { 0 };
+		static const char *movers[] = { "cpu", "io", "copy_engine",
+						"kernel" };
+
+		cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(dp,
+								       "bytes")) {
+			if (strcmp(str(x, "flow"), flows[f]))
+				continue;
+			for (int k = 0; k < 4; k++)
+				if (!strcmp(str(x, "mover"), movers[k]))
+					m[k] += num(x, "bytes");
+		}
+		printf("  %-8s %12s %12s %12s %12s", flows[f],
+		       bytes(m[0], b1, sizeof(b1)), bytes(m[1], b2, sizeof(b2)),
+		       bytes(m[2], b3, sizeof(b3)), bytes(m[3], b4, sizeof(b4)));
+		printf(" %12s %12s\n",
+		       bytes(num(cJSON_GetObjectItemCaseSensitive(dp,
+				 "cpu_hashed"), flows[f]), b1, sizeof(b1)),
+		       bytes(num(cJSON_GetObjectItemCaseSensitive(dp,
+				 "device_hashed"), flows[f]), b2, sizeof(b2)));
+	}
+	cJSON_ArrayForEach(x, devs)
+		printf("  device %s%s: copy engines %s, kernels %s, checksummed "
+		       "%s, faults %.0f, allocations open %.0f\n",
+		       str(x, "device"),
+		       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x,
+				    "emulated")) ? " (emulated: CPU copies)" : "",
+		       bytes(num(x, "copy_engine_bytes"), b1, sizeof(b1)),
+		       bytes(num(x, "kernel_bytes"), b2, sizeof(b2)),
+		       bytes(num(x, "checksum_bytes"), b3, sizeof(b3)),
+		       num(x, "faults"), num(x, "live_imports"));
+}
+
 /* "name value, name value" for the nonzero members of object @o ("none"). */
 static void print_counts(const char *what, const cJSON *o)
 {
@@ -312,6 +364,7 @@ static int print_table(const cJSON *root, const char *tenant)
 
 	print_head(root);
 	print_tiers(root);
+	print_datapath(root);
 	cJSON_ArrayForEach(t, ts) {
 		if (tenant && strcmp(tenant, str(t, "name")))
 			continue;

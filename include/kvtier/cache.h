@@ -13,7 +13,8 @@
  *     load(keys -> blocks)       copy pages into the engine's blocks,
  *                                layer by layer, verified       (async job)
  *     store(blocks -> keys)      copy computed pages out of the engine's
- *                                blocks into the fastest owned tier
+ *                                blocks into the owned tiers, the
+ *                                fastest that has room first
  *                                                               (async job)
  *
  *   engine KV memory (registered, never allocated by kvtier)
@@ -44,10 +45,13 @@
  * memory, by a checksum kernel on the device for device memory (the same
  * XXH3-64 bit for bit, src/dev/xxh3.h: no CPU thread reads a page byte on
  * the way to a GPU, ssd loads included). So layer l is reported ready as
- * soon as layer l is verified; the whole page need not be. A page that fails is reported in the job's failed-block list (the
- * engine recomputes it) and the failing copy is marked bad: never served
- * again, its slot reclaimed by eviction or rewritten by the next store of
- * the page.
+ * soon as layer l is verified; the whole page need not be. A page that
+ * fails is reported in the job's failed-block list (the engine recomputes
+ * it) and the failing copy is marked bad: never served again, and out of
+ * the index at once (the page no longer counts it as a copy, its slot is
+ * back in its pool). The same holds for every copy that fails to land — a
+ * demotion to a full disk, a store's write — so errors cost the copies,
+ * never the room.
  *
  * COMMIT. A page becomes visible to lookup and load only once its bytes
  * are in place and summed: a store in progress, a cancelled store and a
@@ -155,6 +159,11 @@ enum {
  *              instead of at the first kvt_cache_attach() of each device
  *              (which registers them otherwise). A tier opened with 'pin'
  *              is used as it is.
+ * @dev_load, @dev_store: the device lanes' copy method for loads into
+ *              device memory and stores out of it: KVT_XFER_CUDA_KERNEL
+ *              (the SM-capped gather kernel), _BATCH (batched copy-engine
+ *              DMA) or _CHUNK (one copy per chunk); 0: kernel for loads,
+ *              batch for stores (kvt_xfer_config.cuda_load / cuda_store).
  */
 typedef struct kvt_cache_config {
 	uint32_t size;
@@ -169,6 +178,7 @@ typedef struct kvt_cache_config {
 	uint32_t xfer_threads;
 	const char *remote;
 	const char *devices;
+	int dev_load, dev_store;
 } kvt_cache_config;
 
 #define KVT_CACHE_CONFIG_INIT { .size = sizeof(kvt_cache_config) }
@@ -198,7 +208,8 @@ KVT_API void kvt_cache_close(kvt_cache *c);
  * @block_stride, @kv_stride, @token_stride: byte strides between blocks,
  *                between K and V of a block (ignored for MLA), between
  *                tokens of a block. A token's H*D elements must be
- *                contiguous: @token_stride == H*D*s; the chunks of
+ *                contiguous: @token_stride >= H*D*s (other token and
+ *                head strides: kvt_cache_attach_rows()); the chunks of
  *                different (block, kv) must not overlap: K/V outer
  *                (vLLM flash-attn: kv_stride >= nblocks*block_stride) or
  *                block outer (block_stride >= 2*kv_stride).
@@ -231,6 +242,24 @@ KVT_API int kvt_cache_attach(kvt_cache *c, void *const *base,
 			     uint64_t block_stride, uint64_t kv_stride,
 			     uint64_t token_stride, int device,
 			     kvt_cache_mem **out);
+
+/**
+ * kvt_cache_attach_rows() - kvt_cache_attach() for memory whose chunks
+ * are kept in rows (kvtier/geom.h "ROWS"): the D*s bytes of token t, head
+ * h of a block's chunk at t * @token_stride + h * @head_stride from the
+ * chunk's start (kvt_layout_init_rows() says which strides fit). Heads
+ * before tokens (vLLM's HND and CPU-backend caches) or layers interleaved
+ * between tokens (SGLang's page_first, page_head host pools) are moved
+ * row by row, checksummed in [P][H][D] order: a page stored from such
+ * memory loads into any other layout. Host memory only (@device -1):
+ * KVT_ENOTBUILT for GPU memory with rows. Returns kvt_cache_attach()'s
+ * values.
+ */
+KVT_API int kvt_cache_attach_rows(kvt_cache *c, void *const *base,
+				  uint32_t nlayers, uint64_t nblocks,
+				  uint64_t block_stride, uint64_t kv_stride,
+				  uint64_t token_stride, uint64_t head_stride,
+				  int device, kvt_cache_mem **out);
 
 /**
  * kvt_cache_detach() - forget attached memory: new jobs on it fail
@@ -376,22 +405,27 @@ KVT_API int kvt_cache_load(kvt_cache *c, uint32_t tenant,
 /**
  * kvt_cache_store() - start copying pages first..nkeys-1 of the prefix
  * keys[0..nkeys) out of engine blocks blocks[0..nkeys-first) into the
- * fastest owned tier. The blocks must hold their final bytes and must not
- * change until the job is done (kvt_cache_job_wait()).
+ * owned tiers. The blocks must hold their final bytes and must not change
+ * until the job is done (kvt_cache_job_wait()).
  *
- * Pages already cached (committed or being stored) are skipped. The pages
- * before @first must be cached or being stored (the prefix's parents):
- * KVT_ENOTFOUND names the first that is not. The stored pages become
- * visible when the job is done and every page verified (COMMIT above); a
- * cancelled or failed store leaves nothing visible (its slots are marked
- * bad until eviction or the next store of the same pages reuses them).
- * Pages before @first that live only in lower tiers are promoted into the
- * top tier by the same job (the index keeps each tier prefix-closed).
+ * PLACED BY ROOM. The new pages go into the fastest owned tier while it
+ * has room (making room by demoting, EVICTION above), the rest straight into the
+ * next tiers down, leading pages first: a prompt longer than the top tier
+ * is storable. Pages already cached (committed or being stored) are
+ * skipped and stay where they are: nothing is brought back up. Pages that
+ * fit in no tier (everything there leased, or the tenant at its quotas)
+ * are not an error of the call: their blocks go on the job's failed list
+ * (KVT_EFULL), as a load's absent pages do, and the pages before them are
+ * stored.
+ *
+ * The pages before @first must be cached or being stored (the prefix's
+ * parents), in any tier: KVT_ENOTFOUND names the first that is not. The
+ * stored pages become visible when the job is done and every page
+ * verified (COMMIT above); a cancelled or failed store leaves nothing
+ * visible (its slots go back to their pools as the job ends).
  *
  * Returns 0 and *@out; -EINVAL, KVT_ENOTFOUND, KVT_EBUSY as for load;
- * KVT_EFULL if the top tier cannot hold the pages even after evicting
- * (everything else leased); -ENOMEM; submit errors. On error nothing was
- * started or reserved.
+ * -ENOMEM; submit errors. On error nothing was started or reserved.
  */
 KVT_API int kvt_cache_store(kvt_cache *c, uint32_t tenant,
 			    const kvt_page_key *keys, size_t nkeys,
@@ -639,9 +673,15 @@ KVT_API void kvt_cache_quiesce(kvt_cache *c);
  *              area, EXISTS first (pages already there are not sent again),
  *              then one pipelined SET batch. Never blocks the store; a full
  *              queue drops (counted).
- *   lookup     kvt_cache_lookup() asks the remote tier, with one batched
- *              EXISTS, how many pages follow the local leading run
- *              (only when none is in flight): tier_pages[KVT_TIER_REMOTE].
+ *   lookup     kvt_cache_lookup() reports how many pages follow the local
+ *              leading run in the remote tier (only when none is in
+ *              flight): tier_pages[KVT_TIER_REMOTE]. It never waits on
+ *              the network: it answers from what this node knows (pages
+ *              it wrote, or that an EXISTS probe, a write-through or a
+ *              prefetch saw, within the last minute), and keys it does not
+ *              know are probed by a thread of their own, batched, for the
+ *              next lookup. A prefix asked about for the first time, or a
+ *              hung server, reports no remote run until a probe answers.
  *              They are not in @pages: a load cannot supply them until
  *              kvt_cache_prefetch() has brought them in.
  *   prefetch   kvt_cache_prefetch() (blocking) or kvt_cache_prefetch_start()
@@ -673,9 +713,10 @@ KVT_API int kvt_cache_prefetch(kvt_cache *c, uint32_t tenant,
  * kvt_cache_prefetch_start() - the same, in a thread of its own, in
  * batches of up to 16 MiB, while the caller goes on (a request waiting in
  * the scheduler's queue). kvt_cache_prefetch_end() then either waits for
- * it (@cut 0) or cuts it off (@cut 1: the batch in flight finishes, no
- * other starts: whatever arrived is in the top tier and loadable), frees
- * the handle and gives the pages brought in. End every prefetch before
+ * it (@cut 0) or cuts it off (@cut 1: returns at once, no other batch
+ * starts; whatever arrived is in the top tier and loadable; the batch in
+ * flight, if any, finishes in the background and frees the handle), frees
+ * the handle and gives the pages brought in so far. End every prefetch before
  * kvt_cache_close() (which stops them between batches).
  * start: 0, -EINVAL, KVT_ENOTFOUND (no remote tier), -ENOMEM.
  * end: kvt_cache_prefetch()'s result.
@@ -704,6 +745,8 @@ typedef struct kvt_cache_remote_stat {
 	uint64_t lookups;        /* lookups that asked the remote tier */
 	uint64_t lookup_pages;   /* pages they found there */
 	uint64_t prefetched;     /* pages brought in by kvt_cache_prefetch */
+	uint64_t probe_pages;    /* pages asked about off the lookup path */
+	uint64_t probe_dropped;  /* pages not asked about: probes queue full */
 } kvt_cache_remote_stat;
 
 /** Copy the counters: 0, or KVT_ENOTFOUND (no remote tier). */

@@ -64,6 +64,26 @@
  *   Every call is thread-safe; requests of one client are serialized on its
  *   socket (one round trip at a time), waits are not. Use one kvt_client per
  *   process (or per TP rank: each rank connects with its own rank).
+ *   kvt_client_shutdown() may run while other threads wait on jobs (they
+ *   return); kvt_client_close() frees the handles, so nothing else may be
+ *   called on the client, its memories or jobs once it has begun (it does
+ *   wait for waits already inside the library to return).
+ *
+ * TIMEOUTS AND A DAEMON THAT STOPS ANSWERING
+ *
+ *   A request (anything but the waits) has timeout_ms for its reply. When
+ *   it passes, the call returns -ETIMEDOUT and the connection is dropped
+ *   for good: a late reply would put every later one out of step, so the
+ *   client never reads it; later requests fail with -ECONNRESET (connect
+ *   again). Jobs already started end as the daemon tears the connection
+ *   down (their waits return then, every block failed). A LOAD or STORE
+ *   that timed out may have been started by the daemon: the call returns
+ *   only once the daemon has let go of the connection (it closes its end
+ *   only after its jobs have stopped and it has unmapped this client's
+ *   memory), at most lease_ms + timeout_ms later, so no block of that
+ *   request is written or read after the call returns. A daemon that has
+ *   not let go by then is hung: the call still returns -ETIMEDOUT, with a
+ *   detail and a warning saying the memory may still be written.
  *
  * ERRORS
  *
@@ -103,7 +123,8 @@ typedef struct kvt_client_job kvt_client_job;
  *               neither @model nor @geom the client is a monitor (`kvtier
  *               stat`): it may call kvt_client_stats() and nothing else
  *               (the daemon answers KVT_EPROTO).
- * @timeout_ms:  per request (10000).
+ * @timeout_ms:  per request, a deadline for its whole reply (10000); see
+ *               TIMEOUTS above for what a timeout does to the connection.
  */
 typedef struct kvt_client_config {
 	uint32_t size;
@@ -129,15 +150,34 @@ KVT_API int kvt_client_wait_daemon(const char *socket, uint32_t timeout_ms);
 /**
  * kvt_client_connect() - connect and say HELLO. Returns 0 and *@out;
  * -ENOENT / -ECONNREFUSED (no daemon at the socket), -EACCES (the tenant
- * does not allow this uid/gid), KVT_EGEOM, KVT_ENOTFOUND (namespace or
- * tenant unknown to the daemon), KVT_EPROTO (a daemon of another protocol
- * version), -ETIMEDOUT, -ENOMEM.
+ * does not allow this uid or any of its groups, or does not exist: the
+ * daemon does not say which), KVT_EGEOM, KVT_ENOTFOUND (namespace unknown
+ * to the daemon), KVT_EBUSY (a connection limit), KVT_EPROTO (a daemon of
+ * another protocol version), -ETIMEDOUT, -ENOMEM.
  */
 KVT_API int kvt_client_connect(kvt_client **out, const kvt_client_config *cfg);
 
-/** Cancel this client's jobs (the daemon does), unmap, disconnect. Job and
- *  memory handles not yet freed are freed. NULL is fine. */
+/**
+ * kvt_client_shutdown() - end the connection: the daemon cancels every job
+ * of this client and unmaps its memory; returns once it has (at most
+ * lease_ms + timeout_ms: past that a warning says the daemon is hung).
+ * Waits in other threads return (a job not done: -ECONNRESET, every block
+ * failed); every later request fails with -ECONNRESET. The handles stay
+ * valid until kvt_client_close(). Safe to call from any thread, more than
+ * once. NULL is fine.
+ */
+KVT_API void kvt_client_shutdown(kvt_client *cl);
+
+/** kvt_client_shutdown(), then wait for the waits of other threads to
+ *  return, then free the client and every job and memory handle not yet
+ *  freed (memory from kvt_client_mem_alloc() is unmapped). NULL is fine. */
 KVT_API void kvt_client_close(kvt_client *cl);
+
+/** The daemon's lease (HELLO), and this client's request timeout: a live
+ *  daemon ends any job within their sum of a cancel (the bound the
+ *  library's own waits use). */
+KVT_API uint32_t kvt_client_lease_ms(const kvt_client *cl);
+KVT_API uint32_t kvt_client_timeout_ms(const kvt_client *cl);
 
 /** The geometry the daemon confirmed. */
 KVT_API const kvt_geom *kvt_client_geom(const kvt_client *cl);
@@ -170,6 +210,24 @@ KVT_API int kvt_client_register_fd(kvt_client *cl, int fd,
 				   uint64_t nblocks, uint64_t block_stride,
 				   uint64_t kv_stride, uint64_t token_stride,
 				   int device, kvt_client_mem **out);
+
+/**
+ * kvt_client_register_fd_rows() - kvt_client_register_fd() for host memory
+ * whose chunks are kept in rows: token t, head h of a chunk at
+ * t * @token_stride + h * @head_stride (kvt_cache_attach_rows(); vLLM's
+ * HND and CPU-backend caches, SGLang's page_first and page_head pools).
+ * Sent as REGISTER_ROWS (docs/PROTOCOL.md) unless @head_stride is the
+ * packed D*s, then as REGISTER. Returns kvt_client_register_fd()'s values;
+ * KVT_EGEOM names strides whose rows would overlap.
+ */
+KVT_API int kvt_client_register_fd_rows(kvt_client *cl, int fd,
+					const uint64_t *layer_off,
+					uint32_t nlayers, uint64_t nblocks,
+					uint64_t block_stride,
+					uint64_t kv_stride,
+					uint64_t token_stride,
+					uint64_t head_stride, int device,
+					kvt_client_mem **out);
 
 /** Kinds of kvt_client_seg (the wire's REGISTER segment kinds). */
 enum kvt_client_seg_kind {
@@ -327,7 +385,12 @@ KVT_API int kvt_client_job_stream_wait(kvt_client_job *j, uint32_t layer,
 
 /** As kvt_cache_job_wait_layer(), _wait(), _poll(), _cancel(),
  *  _failed(), _stat_get(), _free(); waits cost no round trip. A job of a
- *  client whose daemon died ends with -ECONNRESET. */
+ *  client whose daemon died, or whose connection was dropped, ends with
+ *  -ECONNRESET (every block failed) once the daemon has let go of it.
+ *  kvt_client_job_free() of a running job cancels it and waits for it to
+ *  stop, at most lease_ms + timeout_ms; a daemon still running it then
+ *  is hung: the connection is dropped, and after as long again the handle
+ *  is freed with a warning. */
 KVT_API int kvt_client_job_wait_layer(kvt_client_job *j, uint32_t layer,
 				      int64_t timeout_ns);
 KVT_API int kvt_client_job_wait(kvt_client_job *j, int64_t timeout_ns);

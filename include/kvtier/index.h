@@ -427,8 +427,20 @@ enum {
 	 * bytes, and the write policy's copies of the prefix wait until the
 	 * lease ends (kvt_index_unpin() applies them): nothing is copied down
 	 * before it is written. End it with kvt_index_unpin(). Not with
-	 * KVT_INSERT_PARTIAL. */
+	 * KVT_INSERT_PARTIAL, unless with KVT_INSERT_SPILL. */
 	KVT_INSERT_PIN = 1u << 1,
+	/* Place by room: a page of @px with no copy goes into @tier, or, when
+	 * @tier has no room for it after eviction (quotas included), into the
+	 * next managed tier below that has, the leading missing pages in the
+	 * faster tiers; a page with a copy in any tier keeps it and gets none
+	 * in @tier (nothing is promoted). locs[i] gives each page's fastest
+	 * copy (@fresh: a new slot, write its bytes there; @src_*: unused).
+	 * What fits in no tier fails the call (KVT_EFULL), or with
+	 * KVT_INSERT_PARTIAL cuts the prefix at the first page that fits
+	 * nowhere; KVT_INSERT_PIN then leases the pages kept. Into the
+	 * fastest tier it ends the transient marks of every page kept, in
+	 * whichever tier it landed. */
+	KVT_INSERT_SPILL = 1u << 2,
 };
 
 typedef struct kvt_insert_result {
@@ -537,6 +549,21 @@ KVT_API int kvt_index_evict(kvt_index *idx, kvt_tier_kind tier,
 KVT_API int kvt_index_evict_pages(kvt_index *idx, kvt_tier_kind tier,
 				  uint64_t pages, uint64_t *freed);
 
+/**
+ * kvt_index_drop_copy() - the copy in tier @tier at @slot is no good (its
+ * bytes never landed, or do not match what was stored): the page holding
+ * that slot loses this copy at once and the slot goes back to its pool
+ * (mover.release is called), so it neither counts as the page's copy nor
+ * takes room. A page left with no copy is gone, as by eviction (pages below
+ * it stay until they are evicted). Kept for indexes with a mover (a slot ->
+ * page map of 12 bytes per slot of every managed tier).
+ * Returns 0; KVT_ENOTFOUND for a slot no page holds (already evicted) or a
+ * tier not managed; KVT_EBUSY when it is the only copy of a leased page
+ * (nothing changes: drop it once the lease ends); -EINVAL without a mover.
+ */
+KVT_API int kvt_index_drop_copy(kvt_index *idx, kvt_tier_kind tier,
+				uint32_t slot);
+
 /* ------------------------------------------------------------------------
  * Accounting and checking
  * ------------------------------------------------------------------------ */
@@ -567,7 +594,8 @@ KVT_API void kvt_index_stat_get(kvt_index *idx, kvt_index_stat *st);
  * the child table and the parent links, page and node counts, per-tier
  * resident counts up the tree, slots unique and allocated in their pools,
  * pool occupancy equal to resident pages, pins (an ancestor holds at least
- * its descendants' pins; pinned pages have a copy), transient marks,
+ * its descendants' pins; pinned pages have a copy), the slot -> page map
+ * of an index with a mover, transient marks,
  * placeholders not left behind, each tenant's eviction heap per tier
  * (exactly its evictable nodes, in LRU/LFU order), and each tenant's
  * per-tier usage (kvt_index_tenant_usage()) against a recount.

@@ -31,6 +31,13 @@
  *                 ns: the namespace is a hash tag, so every page of the
  *                 namespace lives in one slot (one node: a batch is one
  *                 round trip, at the price of spreading nothing)
+ *   key=PATH      authenticate every value with a MAC: PATH holds a secret
+ *                 of at least 32 bytes, readable by its owner only (mode
+ *                 600; refused otherwise); every node of the namespace
+ *                 uses the same file. The MAC key is derived from it per
+ *                 namespace. Without key= values are not authenticated
+ *                 (a warning at open says so): anyone who can write to the
+ *                 Redis can make a node serve pages of their choosing.
  *
  * TLS ("rediss://", tls=...) is not built (Debian's hiredis 0.14 has none):
  * KVT_ENOTBUILT. Anything else malformed is KVT_ESPEC, kvt_errdetail()
@@ -57,15 +64,23 @@
  *   24      16     page key lo, hi
  *   40      8      page bytes that follow the sums
  *   48      4      number of sums (L: one per layer)
- *   52      4      flags (0)
+ *   52      4      flags: KVT_REMOTE_F_MAC (1) with key=, else 0
  *   56      8      header check: XXH3-64 of bytes 0..55 and the sums
  *   64      8*L    XXH3-64 of each layer of the page (its kv chunks, in
  *                  page-first order): the same value the node cache keeps
  *   64+8L   page   the page
+ *   then, with key= only (KVT_REMOTE_F_MAC):
+ *   +0      16     nonce: random, fresh for every value written
+ *   +16     16     tag: Poly1305 of every byte before it (header, sums,
+ *                  page, nonce) under a one-time key, keyed BLAKE2b-256
+ *                  of (header, nonce) under the namespace's MAC key
  *
- * A value whose length, magic, version, geometry, namespace, key, header
- * check or any layer's checksum does not match is a miss counted in
- * bad_values: its bytes are never handed out as a page.
+ * A value whose length, magic, version, geometry, namespace, key, flags
+ * (a value without a MAC where this node has a key, or the reverse), MAC,
+ * header check or any layer's checksum does not match is a miss counted
+ * in bad_values: its bytes are never handed out as a page. The header
+ * check and the layer sums catch accidents; only the MAC stops a writer
+ * who knows the format (the sums are not secret).
  *
  * CLUSTER
  *
@@ -128,9 +143,11 @@ extern "C" {
 typedef struct kvt_remote kvt_remote;
 
 /** Version of the value format above. */
-#define KVT_REMOTE_VERSION 1
+#define KVT_REMOTE_VERSION 2
 /** Header bytes before the per-layer sums. */
 #define KVT_REMOTE_HDR 64
+/** Header flag: the value ends with the MAC trailer (key=). */
+#define KVT_REMOTE_F_MAC 1u
 
 /**
  * kvt_remote_open() - connect to a Redis / Valkey server or cluster.

@@ -89,6 +89,32 @@ class JobStat(Structure):
     ]
 
 
+class ClientSeg(Structure):
+    """struct kvt_client_seg: one allocation registered by handle."""
+    _fields_ = [
+        ("kind", c_uint32),
+        ("fd", c_int),
+        ("bytes", c_uint64),
+        ("handle", ctypes.c_uint8 * 64),
+    ]
+
+
+class DevStat(Structure):
+    """struct kvt_dev_stat (include/kvtier/dev.h)."""
+    _fields_ = [(n, c_uint64) for n in (
+        "copy_engine_bytes", "copy_engine_ops", "kernel_bytes", "kernel_ops",
+        "sum_bytes", "sum_items", "faults", "imports", "releases",
+        "live_imports")]
+
+
+# kvt_client_seg kinds and event kinds (include/kvtier/client.h)
+SEG_MEMFD, SEG_CUDA_IPC, SEG_VMM_FD, SEG_EMU_FD = 1, 2, 3, 4
+EVENT_CUDA_IPC, EVENT_EMU_FD = 1, 2
+DEVICE_HOST, DEVICE_EMU = -1, 0x10000
+
+HOST_FN = ctypes.CFUNCTYPE(None, c_void_p)
+
+
 def _candidates() -> list[str]:
     env = os.environ.get("KVTIER_LIB")
     if env:
@@ -132,6 +158,7 @@ _PROTOS = {
     "kvt_client_wait_daemon": (c_int, [c_char_p, c_uint32]),
     "kvt_client_connect": (c_int, [POINTER(c_void_p), POINTER(ClientConfig)]),
     "kvt_client_close": (None, [c_void_p]),
+    "kvt_client_shutdown": (None, [c_void_p]),
     "kvt_client_geom": (POINTER(Geom), [c_void_p]),
     "kvt_client_mem_alloc": (c_int, [c_void_p, c_uint64, POINTER(c_void_p),
                                      _u64p, _u64p, _u64p,
@@ -139,6 +166,10 @@ _PROTOS = {
     "kvt_client_register_fd": (c_int, [c_void_p, c_int, _u64p, c_uint32,
                                        c_uint64, c_uint64, c_uint64, c_uint64,
                                        c_int, POINTER(c_void_p)]),
+    "kvt_client_register_fd_rows": (c_int, [c_void_p, c_int, _u64p, c_uint32,
+                                            c_uint64, c_uint64, c_uint64,
+                                            c_uint64, c_uint64, c_int,
+                                            POINTER(c_void_p)]),
     "kvt_client_mem_free": (None, [c_void_p]),
     "kvt_client_hash_tokens": (c_int, [c_void_p, _u32p, c_size_t, _keyp]),
     "kvt_client_lookup": (c_int, [c_void_p, _keyp, c_size_t, c_uint32,
@@ -161,8 +192,53 @@ _PROTOS = {
     "kvt_client_job_stat_get": (None, [c_void_p, POINTER(JobStat)]),
     "kvt_client_job_free": (None, [c_void_p]),
     "kvt_client_fd": (c_int, [c_void_p]),
+    "kvt_client_lease_ms": (c_uint32, [c_void_p]),
+    "kvt_client_timeout_ms": (c_uint32, [c_void_p]),
     "kvt_client_stats": (c_int, [c_void_p, POINTER(c_void_p)]),
     "kvt_client_quiesce": (c_int, [c_void_p]),
+    "kvt_client_register_dev": (c_int, [c_void_p, c_int, c_void_p,
+                                        POINTER(ClientSeg), c_uint32, _u32p,
+                                        _u64p, c_uint32, c_uint64, c_uint64,
+                                        c_uint64, c_uint64,
+                                        POINTER(c_void_p)]),
+    "kvt_client_register_ptrs": (c_int, [c_void_p, c_void_p,
+                                         POINTER(c_void_p), c_uint32,
+                                         c_uint64, c_uint64, c_uint64,
+                                         c_uint64, POINTER(c_void_p)]),
+    "kvt_client_event_new": (c_int, [c_void_p, c_void_p, POINTER(c_void_p)]),
+    "kvt_client_event_record": (c_int, [c_void_p, c_void_p]),
+    "kvt_client_event_id": (c_uint32, [c_void_p]),
+    "kvt_client_event_free": (None, [c_void_p]),
+    "kvt_client_event_register": (c_int, [c_void_p, c_int, c_void_p,
+                                          c_uint32, c_void_p, c_int, _u32p]),
+    "kvt_client_load_ev": (c_int, [c_void_p, c_void_p, _keyp, c_size_t,
+                                   c_size_t, _u32p, c_uint32, c_uint32,
+                                   POINTER(c_void_p)]),
+    "kvt_client_store_ev": (c_int, [c_void_p, c_void_p, _keyp, c_size_t,
+                                    c_size_t, _u32p, c_uint32, c_uint32,
+                                    POINTER(c_void_p)]),
+    "kvt_client_job_stream_wait": (c_int, [c_void_p, c_uint32, c_void_p]),
+    "kvt_device_parse": (c_int, [c_char_p, POINTER(c_int)]),
+    "kvt_dev_open": (c_int, [c_int, POINTER(c_void_p)]),
+    "kvt_dev_close": (None, [c_void_p]),
+    "kvt_dev_name": (c_char_p, [c_void_p]),
+    "kvt_dev_emulated": (c_int, [c_void_p]),
+    "kvt_dev_uuid": (None, [c_void_p, c_void_p]),
+    "kvt_dev_alloc": (c_int, [c_void_p, c_size_t, POINTER(c_void_p)]),
+    "kvt_dev_free": (None, [c_void_p, c_void_p]),
+    "kvt_dev_memcpy": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t]),
+    "kvt_dev_stream_create": (c_int, [c_void_p, POINTER(c_void_p)]),
+    "kvt_dev_stream_wrap": (c_int, [c_void_p, c_void_p, POINTER(c_void_p)]),
+    "kvt_dev_stream_destroy": (None, [c_void_p]),
+    "kvt_dev_stream_sync": (c_int, [c_void_p]),
+    "kvt_dev_stream_host_fn": (c_int, [c_void_p, HOST_FN, c_void_p]),
+    "kvt_dev_event_create": (c_int, [c_void_p, c_int, POINTER(c_void_p)]),
+    "kvt_dev_event_destroy": (None, [c_void_p]),
+    "kvt_dev_event_record": (c_int, [c_void_p, c_void_p]),
+    "kvt_dev_event_query": (c_int, [c_void_p]),
+    "kvt_dev_event_sync": (c_int, [c_void_p, c_int64]),
+    "kvt_dev_stat_get": (None, [c_void_p, POINTER(DevStat)]),
+    "kvt_dev_set_delay": (None, [c_void_p, c_uint64]),
 }
 
 for _name, (_res, _args) in _PROTOS.items():

@@ -20,23 +20,33 @@ Buffers are raw addresses and sizes, so numpy arrays, torch tensors or
 ctypes arrays all work without this package depending on any of them.
 
 Errors raise KvtierError with the C library's code and detail text; a
-daemon that went away raises ConnectionLost. Pages that could not be
-loaded are not errors: they are the job's failed blocks, for the engine to
-recompute.
+daemon that went away raises ConnectionLost, and a request the daemon did
+not answer in time raises RequestTimeout (a ConnectionLost and a
+TimeoutError: the connection is dropped, connect again). Pages that could
+not be loaded are not errors: they are the job's failed blocks, for the
+engine to recompute.
+
+Threads: every object may be used from any thread. Client.close() may
+race a Job.wait() (or anything else) in another thread: the wait returns
+(every block failed) and the handles are freed only once no call is
+inside the library.
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import errno
 import fcntl
 import json
 import mmap
 import os
+import contextlib
 import threading
 import weakref
 from ctypes import byref, c_uint32, c_uint64, c_void_p
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, TypeVar, Union
+from typing import (Any, Dict, Iterator, List, Optional, Sequence, Tuple,
+                    TypeVar, Union)
 
 from . import _lib
 from . import keys as _keys
@@ -91,15 +101,35 @@ class KvtierError(Exception):
 
 
 class ConnectionLost(KvtierError):
-    """The daemon went away (-ECONNRESET / -EPIPE): every job of the
-    client failed with it; reconnect with a new Client."""
+    """The daemon went away (-ECONNRESET / -EPIPE), or the connection was
+    dropped: every job of the client failed with it (its waits return
+    every block failed once the daemon has let go); reconnect with a new
+    Client."""
 
 
-def _raise(code: int, what: str) -> None:
+class RequestTimeout(ConnectionLost, TimeoutError):
+    """A request got no reply within the client's timeout_ms. The
+    connection is dropped (a late reply would put every later one out of
+    step): later calls raise ConnectionLost; connect again. For a load or
+    store the call returned only once the daemon had let go of this
+    client's memory (released True), or after lease_ms + timeout_ms with
+    the daemon still holding it (released False: it is hung, and the
+    request's blocks may still be written)."""
+
+    def __init__(self, code: int, what: str, detail: str = "") -> None:
+        super().__init__(code, what, detail)
+        self.released = "may still be written" not in detail
+
+
+def _raise(code: int, what: str, request: bool = True) -> None:
+    """Raise for @code. @request: the call was a request to the daemon (a
+    timeout drops the connection), not a wait with a timeout of its own."""
     detail = (lib.kvt_errdetail() or b"").decode(errors="replace")
     if code in (-errno.ECONNRESET, -errno.EPIPE):
         raise ConnectionLost(code, what, detail)
     if code == -errno.ETIMEDOUT:
+        if request:
+            raise RequestTimeout(code, what, detail)
         raise TimeoutError(f"{what}: timed out")
     raise KvtierError(code, what, detail)
 
@@ -119,13 +149,25 @@ def _timeout_ns(timeout: Optional[float]) -> int:
 
 
 def _u32_array(values: Sequence[int], what: str) -> "ctypes.Array[c_uint32]":
-    arr = (c_uint32 * len(values))()
-    for i, v in enumerate(values):
-        v = int(v)
-        if not 0 <= v < (1 << 32):
-            raise ValueError(f"kvtier: {what}[{i}] = {v} is out of range")
-        arr[i] = v
-    return arr
+    """@values as a C uint32 array: converted in C (array.array), one
+    buffer shared with ctypes; an out-of-range value is named."""
+    n = len(values)
+    try:
+        a = array.array("I", values)
+    except (OverflowError, TypeError):
+        a = None
+    if a is None or a.itemsize != 4:
+        arr = (c_uint32 * n)()
+        for i, v in enumerate(values):
+            v = int(v)
+            if not 0 <= v < (1 << 32):
+                raise ValueError(f"kvtier: {what}[{i}] = {v} is out of "
+                                 f"range")
+            arr[i] = v
+        return arr
+    if not n:
+        return (c_uint32 * 1)()
+    return (c_uint32 * n).from_buffer(a)
 
 
 def shared_memfd(size: int, name: str = "kvtier-kv"
@@ -264,7 +306,13 @@ class LookupResult:
 
 @dataclass(frozen=True)
 class JobStat:
-    """What one job did and waited for (read once it is done)."""
+    """What one job did and waited for (read once it is done).
+
+    verified: for a load, the pages whose every layer's checksum matched
+    where they landed; for a store 0 — a store takes the per-layer sums
+    of what landed in the cache (every later load is checked against
+    them), but has nothing to compare them with, so it verifies nothing.
+    """
     pages: int
     copied: int
     skipped: int
@@ -298,6 +346,10 @@ class Client(_Closable):
                  timeout_ms: int = 10000) -> None:
         self._h: Optional[int] = None
         self._lock = threading.Lock()
+        # calls inside the library on this client's handles: close() frees
+        # them only once none is (a wait in another thread, say)
+        self._busy = 0
+        self._idle = threading.Condition(self._lock)
         # memory lives until freed or the client closes (arrays may view
         # it); a job no one references any more is freed by the collector
         self._mems: "set[Memory]" = set()
@@ -334,34 +386,77 @@ class Client(_Closable):
             raise ValueError("kvtier: the client is closed")
         return self._h
 
+    @contextlib.contextmanager
+    def _using(self) -> Iterator[Optional[int]]:
+        """The C handle, held open for one call: None once the client is
+        closed (or closing). close() waits for every holder to leave."""
+        with self._lock:
+            h = self._h
+            if h is not None:
+                self._busy += 1
+        try:
+            yield h
+        finally:
+            if h is not None:
+                with self._lock:
+                    self._busy -= 1
+                    if not self._busy:
+                        self._idle.notify_all()
+
+    def _call(self, fn: Any, *args: Any) -> int:
+        """fn(handle, *args) while the client is open, else a closed
+        error."""
+        with self._using() as h:
+            if h is None:
+                raise ValueError("kvtier: the client is closed")
+            return fn(h, *args)
+
     def close(self) -> None:
         """Disconnect: the daemon cancels this client's jobs and unmaps its
-        memory. Memory and Job objects of the client become unusable."""
+        memory (returns once it has). Memory and Job objects of the client
+        become unusable; a Job.wait() in another thread returns (every
+        block failed). Safe to call from any thread, more than once."""
         with self._lock:
             h, self._h = self._h, None
             children = list(self._mems) + list(self._jobs)
             self._mems, self._jobs = set(), weakref.WeakSet()
+        if h is None:
+            return
+        # waits in other threads return; new calls see the client closed
+        lib.kvt_client_shutdown(h)
+        with self._lock:
+            while self._busy:
+                self._idle.wait()
         for c in children:
             c._orphan()
-        if h is not None:
-            lib.kvt_client_close(h)
+        lib.kvt_client_close(h)
+
+    @property
+    def job_stop_s(self) -> float:
+        """Seconds within which a live daemon ends any job of this client
+        once it is cancelled: its lease plus the request timeout (waits
+        longer than that mean a hung daemon)."""
+        lease = self._call(lib.kvt_client_lease_ms)
+        return (lease + self._call(lib.kvt_client_timeout_ms)) / 1000.0
 
     def fileno(self) -> int:
         """An eventfd the daemon signals when a job of this client is done
         (for select/poll/asyncio): when readable, read 8 bytes from it and
         poll the jobs you wait for."""
-        return lib.kvt_client_fd(self._handle())
+        return self._call(lib.kvt_client_fd)
 
     # -- keys and lookup ----------------------------------------------------
 
-    def hash_tokens(self, tokens: Sequence[int]) -> List[bytes]:
+    def hash_tokens(self, tokens: Sequence[int]) -> "_keys.Keys":
         """The chained page keys of @tokens for this client's tenant: one
-        per full page (a partial last page has none)."""
+        per full page (a partial last page has none), as kvtier.Keys (a
+        sequence of 16-byte keys in one buffer, which lookup(), load()
+        and store() pass to C as it is)."""
         n = len(tokens)
         npages = n // self.geometry.page_tokens
         arr = _u32_array(tokens, "tokens")
         out = (_lib.PageKey * max(npages, 1))()
-        _check(lib.kvt_client_hash_tokens(self._handle(), arr, n, out),
+        _check(self._call(lib.kvt_client_hash_tokens, arr, n, out),
                "hash tokens")
         return _keys.from_c(out, npages)
 
@@ -378,8 +473,8 @@ class Client(_Closable):
         ck = _keys.to_c(keys)
         flags = (_LOOKUP_TOUCH if touch else 0) | (_LOOKUP_EACH if each
                                                    else 0)
-        _check(lib.kvt_client_lookup(self._handle(), ck, len(keys), flags,
-                                     byref(r)), "lookup")
+        _check(self._call(lib.kvt_client_lookup, ck, len(keys), flags,
+                          byref(r)), "lookup")
         return LookupResult(r.pages, dict(zip(TIER_NAMES, r.tier_pages)),
                             r.inflight)
 
@@ -392,9 +487,9 @@ class Client(_Closable):
         g = self.geometry
         base = (c_void_p * g.layers)()
         bs, ks, ts, m = c_uint64(), c_uint64(), c_uint64(), c_void_p()
-        _check(lib.kvt_client_mem_alloc(self._handle(), nblocks, base,
-                                        byref(bs), byref(ks), byref(ts),
-                                        byref(m)), f"alloc {nblocks} blocks")
+        _check(self._call(lib.kvt_client_mem_alloc, nblocks, base,
+                          byref(bs), byref(ks), byref(ts), byref(m)),
+               f"alloc {nblocks} blocks")
         addrs = [int(base[i]) for i in range(g.layers)]
         span = (addrs[1] - addrs[0]) if g.layers > 1 else \
             ks.value + nblocks * bs.value
@@ -406,7 +501,8 @@ class Client(_Closable):
 
     def alloc_memfd(self, size: int, layer_offsets: Sequence[int],
                     nblocks: int, block_stride: int, kv_stride: int,
-                    token_stride: int) -> "Memory":
+                    token_stride: int, head_stride: Optional[int] = None
+                    ) -> "Memory":
         """@size bytes of zeroed host memory in a layout of the caller's:
         a memfd sealed against shrinking, mapped here and registered with
         the daemon. Layer l's block 0 (K) is at byte layer_offsets[l];
@@ -415,7 +511,8 @@ class Client(_Closable):
         fd, mm = shared_memfd(size)
         try:
             mem = self.register_fd(fd, layer_offsets, nblocks, block_stride,
-                                   kv_stride, token_stride, _map=mm)
+                                   kv_stride, token_stride, _map=mm,
+                                   head_stride=head_stride)
         except BaseException:
             mm.close()
             raise
@@ -425,22 +522,26 @@ class Client(_Closable):
 
     def register_fd(self, fd: int, layer_offsets: Sequence[int], nblocks: int,
                     block_stride: int, kv_stride: int, token_stride: int,
-                    device: int = -1, *, _map: Optional[mmap.mmap] = None
-                    ) -> "Memory":
+                    device: int = -1, *, head_stride: Optional[int] = None,
+                    _map: Optional[mmap.mmap] = None) -> "Memory":
         """Register a memfd @fd (sealed F_SEAL_SHRINK) the caller laid out:
         layer l's block 0 (K) starts at byte layer_offsets[l]; a block's
-        chunk at + block*block_stride + kv*kv_stride, token t at
-        + t*token_stride. The fd stays the caller's. @device must be -1:
-        GPU memory registration is not implemented yet (KVT_ENOTBUILT)."""
+        chunk at + block*block_stride + kv*kv_stride, token t, head h at
+        + t*token_stride + h*head_stride (default D*s: a token's heads
+        packed; other strides keep a chunk in rows, kvt_cache_attach_rows()
+        — heads before tokens, layers between tokens). The fd stays the
+        caller's. @device must be -1 (host memory)."""
         g = self.geometry
         if len(layer_offsets) != g.layers:
             raise ValueError(f"kvtier: {len(layer_offsets)} layer offsets "
                              f"for a model of {g.layers} layers")
         offs = (c_uint64 * g.layers)(*[int(o) for o in layer_offsets])
         m = c_void_p()
-        _check(lib.kvt_client_register_fd(self._handle(), fd, offs, g.layers,
-                                          nblocks, block_stride, kv_stride,
-                                          token_stride, device, byref(m)),
+        if head_stride is None:
+            head_stride = g.head_dim * g.dtype_bytes
+        _check(self._call(lib.kvt_client_register_fd_rows, fd, offs,
+                          g.layers, nblocks, block_stride, kv_stride,
+                          token_stride, head_stride, device, byref(m)),
                "register memory")
         view = memoryview(_map) if _map is not None else None
         addrs = [0] * g.layers
@@ -449,13 +550,114 @@ class Client(_Closable):
             addrs = [base + int(o) for o in layer_offsets]
         mem = Memory(self, m.value, nblocks, block_stride, kv_stride,
                      token_stride, addrs, view, _map)
+        mem.head_stride = head_stride
         self._adopt(mem)
         return mem
+
+    # -- device memory --------------------------------------------------------
+
+    def register_device(self, device: Any, layer_ptrs: Sequence[int],
+                        nblocks: int, block_stride: int, kv_stride: int,
+                        token_stride: int) -> "Memory":
+        """Register engine KV in device memory of this process: per layer
+        the device address of block 0's K chunk (strides as in
+        register_fd()). @device is a kvtier.Device; the allocations holding
+        the layers are found and sent by handle (kvt_client_register_ptrs),
+        and the daemon moves pages between its page-locked tiers and them
+        on the device, verified there."""
+        g = self.geometry
+        if len(layer_ptrs) != g.layers:
+            raise ValueError(f"kvtier: {len(layer_ptrs)} layer addresses "
+                             f"for a model of {g.layers} layers")
+        base = (c_void_p * g.layers)(*[int(p) for p in layer_ptrs])
+        m = c_void_p()
+        _check(lib.kvt_client_register_ptrs(self._handle(), device._handle(),
+                                            base, g.layers, nblocks,
+                                            block_stride, kv_stride,
+                                            token_stride, byref(m)),
+               "register device memory")
+        mem = Memory(self, m.value, nblocks, block_stride, kv_stride,
+                     token_stride, [int(p) for p in layer_ptrs], None, None,
+                     device=device.id)
+        self._adopt(mem)
+        return mem
+
+    def register_handles(self, device: int, uuid: Optional[bytes],
+                         segs: Sequence[Tuple[int, int, int, bytes]],
+                         layer_seg: Sequence[int],
+                         layer_off: Sequence[int], nblocks: int,
+                         block_stride: int, kv_stride: int,
+                         token_stride: int) -> "Memory":
+        """Register engine KV by handles another library made: @segs are
+        (kind, fd, bytes, handle) per allocation (kinds _lib.SEG_*), layer
+        l at layer_off[l] of allocation layer_seg[l]
+        (kvt_client_register_dev)."""
+        g = self.geometry
+        cs = (_lib.ClientSeg * max(len(segs), 1))()
+        for i, (kind, fd, nbytes, handle) in enumerate(segs):
+            cs[i].kind, cs[i].fd, cs[i].bytes = kind, fd, nbytes
+            hb = bytes(handle or b"")[:64]
+            ctypes.memmove(cs[i].handle, hb, len(hb))
+        ls = (c_uint32 * g.layers)(*[int(x) for x in layer_seg])
+        lo = (c_uint64 * g.layers)(*[int(x) for x in layer_off])
+        u = (ctypes.c_uint8 * 16).from_buffer_copy(uuid) if uuid else None
+        m = c_void_p()
+        _check(lib.kvt_client_register_dev(self._handle(), device, u, cs,
+                                           len(segs), ls, lo, g.layers,
+                                           nblocks, block_stride, kv_stride,
+                                           token_stride, byref(m)),
+               "register device memory")
+        mem = Memory(self, m.value, nblocks, block_stride, kv_stride,
+                     token_stride, [0] * g.layers, None, None, device=device)
+        self._adopt(mem)
+        return mem
+
+    def register_torch(self, tensors: Sequence[Any],
+                       layout: Any = None) -> "Memory":
+        """Register per-layer CUDA KV tensors (vLLM's FlashAttention shape
+        (2, num_blocks, P, H, D), K and V at [0] and [1]; or any packed
+        layout kvtier.layout.derive() gave, as @layout) by CUDA IPC
+        handle, as PyTorch's storage sharing gives them (the caching
+        allocator's segment and the offset in it): the daemon opens them
+        in its own context on the same GPU (found by UUID) and DMAs
+        straight between its tiers and them."""
+        from . import torch_dev
+        dev, uuid, segs, lseg, loff, bs, ks, ts, nb = \
+            torch_dev.ipc_layout(tensors, self.geometry, layout)
+        return self.register_handles(dev, uuid, segs, lseg, loff, nb, bs, ks,
+                                     ts)
+
+    # -- events ---------------------------------------------------------------
+
+    def event(self, device: Any) -> "ClientEvent":
+        """An IPC event of kvtier.Device @device, registered with the
+        daemon: record it after the engine's writes to blocks a store
+        names (or its reads of blocks a load overwrites) and pass it to
+        the job; the daemon's copies wait for that record."""
+        e = c_void_p()
+        _check(lib.kvt_client_event_new(self._handle(), device._handle(),
+                                        byref(e)), "register an event")
+        return ClientEvent(self, e.value)
+
+    def register_event(self, device: int, uuid: Optional[bytes], kind: int,
+                       handle: bytes, fd: int = -1) -> int:
+        """Register an IPC event another library made (PyTorch:
+        torch.cuda.Event(interprocess=True).ipc_handle(), kind
+        _lib.EVENT_CUDA_IPC): its id, for load()/store(event=)."""
+        hb = (ctypes.c_uint8 * 64)()
+        ctypes.memmove(hb, bytes(handle)[:64], min(64, len(handle)))
+        u = (ctypes.c_uint8 * 16).from_buffer_copy(uuid) if uuid else None
+        out = c_uint32()
+        _check(lib.kvt_client_event_register(self._handle(), device, u, kind,
+                                             hb, fd, byref(out)),
+               "register an event")
+        return out.value
 
     # -- jobs -------------------------------------------------------------------
 
     def _job(self, store: bool, mem: "Memory", keys: Sequence[bytes],
-             blocks: Sequence[int], first: int, each: bool) -> "Job":
+             blocks: Sequence[int], first: int, each: bool,
+             event: Any = None) -> "Job":
         what = "store" if store else "load"
         if mem._client is not self or mem._h is None:
             raise ValueError(f"kvtier: {what}: memory not registered by "
@@ -474,42 +676,53 @@ class Client(_Closable):
         ck = _keys.to_c(keys)
         cb = _u32_array(blocks, "blocks")
         j = c_void_p()
-        fn = lib.kvt_client_store_ex if store else lib.kvt_client_load_ex
-        _check(fn(self._handle(), mem._h, ck, len(keys), first, cb,
-                  _IO_EACH if each else 0, byref(j)), what)
+        ev = event.id if isinstance(event, ClientEvent) else int(event or 0)
+        fn = lib.kvt_client_store_ev if store else lib.kvt_client_load_ev
+        _check(self._call(fn, mem._h, ck, len(keys), first, cb,
+                          _IO_EACH if each else 0, ev, byref(j)), what)
         job = Job(self, j.value, [int(b) for b in blocks],
                   self.geometry.layers)
+        job.device = mem.device
         self._adopt(job)
         return job
 
     def load(self, mem: "Memory", keys: Sequence[bytes],
              blocks: Sequence[int], first: int = 0,
-             each: bool = False) -> "Job":
+             each: bool = False, event: Any = None) -> "Job":
         """Copy pages first..len(keys)-1 of the prefix @keys into @blocks
         of @mem, asynchronously. Never waits on the cache: a page not
         cached (or not loadable yet) puts its block on the failed list.
         each: every key is a one-page prefix of its own (page i into
-        blocks[i]; first 0): one request for many such pages."""
-        return self._job(False, mem, keys, blocks, first, each)
+        blocks[i]; first 0): one request for many such pages.
+        event: device memory only — a ClientEvent (or registered event
+        id) the daemon's copies wait for (the engine's last reads of the
+        blocks)."""
+        return self._job(False, mem, keys, blocks, first, each, event)
 
     def store(self, mem: "Memory", keys: Sequence[bytes],
               blocks: Sequence[int], first: int = 0,
-              each: bool = False) -> "Job":
+              each: bool = False, event: Any = None) -> "Job":
         """Copy pages first..len(keys)-1 of the prefix @keys out of @blocks
         of @mem into the cache, asynchronously. The blocks must not change
         until the job is done; pages before @first must already be cached
         (or being stored); pages already cached are skipped. Nothing
-        becomes visible unless every page landed and was verified.
+        becomes visible unless every page landed; the per-layer sums of
+        what landed are taken then, and every later load is verified
+        against them (JobStat.verified is 0 for a store).
         each: every key a one-page prefix of its own (first 0); a page
-        that finds no room fails alone."""
-        return self._job(True, mem, keys, blocks, first, each)
+        that finds no room fails alone.
+        event: device memory only — a ClientEvent (or registered event
+        id) recorded after the engine's writes to the blocks: the daemon
+        reads them only after that (without it a store may read blocks
+        still being written)."""
+        return self._job(True, mem, keys, blocks, first, each, event)
 
     # -- the daemon -----------------------------------------------------------
 
     def stats(self) -> Dict[str, Any]:
         """The daemon's metrics (docs/METRICS.md) as a dict."""
         p = c_void_p()
-        _check(lib.kvt_client_stats(self._handle(), byref(p)), "stats")
+        _check(self._call(lib.kvt_client_stats, byref(p)), "stats")
         try:
             text = ctypes.string_at(p.value).decode()
         finally:
@@ -518,7 +731,7 @@ class Client(_Closable):
 
     def quiesce(self) -> None:
         """Wait until the daemon's background demotion has settled."""
-        _check(lib.kvt_client_quiesce(self._handle()), "quiesce")
+        _check(self._call(lib.kvt_client_quiesce), "quiesce")
 
     def _adopt(self, obj: Union["Memory", "Job"]) -> None:
         with self._lock:
@@ -536,7 +749,8 @@ class Client(_Closable):
 class Memory(_Closable):
     """Engine KV memory the daemon has mapped.
 
-    nblocks, block_stride, kv_stride, token_stride: the layout;
+    nblocks, block_stride, kv_stride, token_stride, head_stride: the
+    layout (head_stride D*s unless registered in rows);
     layer_addrs: the address of block 0's K chunk of each layer (0 when
     the caller mapped it itself: register_fd);
     buffer: a writable memoryview of the whole mapping, when this package
@@ -546,13 +760,17 @@ class Memory(_Closable):
     def __init__(self, client: Client, h: int, nblocks: int,
                  block_stride: int, kv_stride: int, token_stride: int,
                  layer_addrs: List[int], buffer: Optional[memoryview],
-                 mapping: Optional[mmap.mmap]) -> None:
+                 mapping: Optional[mmap.mmap],
+                 device: int = _lib.DEVICE_HOST) -> None:
         self._client: Optional[Client] = client
+        self.device = device  # -1 host; else the device id
         self._h: Optional[int] = h
         self.nblocks = nblocks
         self.block_stride = block_stride
         self.kv_stride = kv_stride
         self.token_stride = token_stride
+        self.head_stride = client.geometry.head_dim * \
+            client.geometry.dtype_bytes
         self.layer_addrs = layer_addrs
         self.buffer = buffer
         self._map = mapping
@@ -574,8 +792,11 @@ class Memory(_Closable):
         h, self._h = self._h, None
         cl, self._client = self._client, None
         if h is not None and cl is not None:
-            cl._forget(self)
-            lib.kvt_client_mem_free(h)
+            with cl._using() as ch:
+                # a closed client has freed (or is freeing) the C handle
+                if ch is not None:
+                    cl._forget(self)
+                    lib.kvt_client_mem_free(h)
         self._release_map()
 
     def _orphan(self) -> None:  # the client closed: it freed the handle
@@ -597,6 +818,28 @@ class Memory(_Closable):
     close = free
 
 
+class ClientEvent(_Closable):
+    """An IPC event registered with the daemon (Client.event())."""
+
+    def __init__(self, client: Client, h: int) -> None:
+        self._client: Optional[Client] = client
+        self._h: Optional[int] = h
+        self.id = lib.kvt_client_event_id(h)
+
+    def record(self, stream: Any) -> None:
+        """Record on @stream (a kvtier.device.Stream of its device)."""
+        if self._h is None:
+            raise ValueError("kvtier: the event is closed")
+        _check(lib.kvt_client_event_record(self._h, stream.handle),
+               "record an event")
+
+    def close(self) -> None:
+        h, self._h = self._h, None
+        cl, self._client = self._client, None
+        if h is not None and cl is not None and cl._h is not None:
+            lib.kvt_client_event_free(h)
+
+
 class Job(_Closable):
     """An asynchronous load or store.
 
@@ -615,45 +858,89 @@ class Job(_Closable):
         self._layers = layers
         self._failed: Optional[List[int]] = None
         self.result: Optional[int] = None
+        self._orphaned = False
+        self.device = _lib.DEVICE_HOST  # its memory's device
 
-    def _handle(self) -> int:
-        if self._h is None:
+    def _jcall(self, fn: Any, *args: Any) -> Optional[int]:
+        """fn(job handle, *args) while the job and its client are open;
+        None once the client is closed (every block failed). A closed
+        job raises."""
+        cl = self._client
+        if self._orphaned:
+            return None  # the client's close freed it
+        if self._h is None or cl is None:
             raise ValueError("kvtier: the job is closed")
-        return self._h
+        with cl._using() as ch:
+            h = self._h
+            if ch is None or h is None:
+                return None
+            rc = fn(h, *args)
+            return 0 if rc is None else int(rc)
 
     def wait_layer(self, layer: int, timeout: Optional[float] = None) -> bool:
         """Block until @layer of every block is in place and verified.
         True: it is (blocks that fail excepted: see wait()); False: every
-        block failed at or before this layer (nothing to use)."""
+        block failed at or before this layer (nothing to use), or the
+        client was closed. TimeoutError after @timeout."""
         if not 0 <= layer < self._layers:
             raise IndexError(f"kvtier: layer {layer} of {self._layers}")
-        rc = lib.kvt_client_job_wait_layer(self._handle(), layer,
-                                           _timeout_ns(timeout))
+        rc = self._jcall(lib.kvt_client_job_wait_layer, layer,
+                         _timeout_ns(timeout))
+        if rc is None:
+            return not self._closed_done()
         if rc == 0:
             return True
         if rc in _BLOCK_FAILURES:
             return False
-        _raise(rc, "wait for layer")
+        _raise(rc, "wait for layer", request=False)
         return False
+
+    def stream_wait(self, layer: int, stream: Any) -> None:
+        """Enqueue on @stream (a kvtier.device.Stream of the job's device,
+        e.g. Device.wrap_stream(torch stream)) a wait until @layer of every
+        block is in place and verified, or the job is over (then check
+        its failed blocks before using them): work the engine enqueues
+        after it (that layer's attention) starts then, without the CPU
+        (cuStreamWaitValue32 on the job slot's word)."""
+        if not 0 <= layer < self._layers:
+            raise IndexError(f"kvtier: layer {layer} of {self._layers}")
+        rc = self._jcall(lib.kvt_client_job_stream_wait, layer,
+                         stream.handle)
+        if rc is not None:  # the client closed: nothing to wait for
+            _check(rc, "stream wait for a layer")
 
     def wait(self, timeout: Optional[float] = None) -> List[int]:
         """Block until the job is done. Returns the block ids whose copy
         failed ([] when every block succeeded), in request order; every
-        block when the daemon went away. TimeoutError after @timeout."""
-        rc = lib.kvt_client_job_wait(self._handle(), _timeout_ns(timeout))
-        return self._done(rc)
+        block when the daemon went away or the client was closed (then
+        the daemon has let go of them). TimeoutError after @timeout (the
+        job runs on)."""
+        rc = self._jcall(lib.kvt_client_job_wait, _timeout_ns(timeout))
+        return self._closed_done() if rc is None else self._done(rc)
 
     def poll(self) -> bool:
         """True once the job is done (then wait() does not block)."""
-        rc = lib.kvt_client_job_poll(self._handle())
+        rc = self._jcall(lib.kvt_client_job_poll)
         if rc == -errno.EINPROGRESS:
             return False
-        self._done(rc)
+        if rc is None:
+            self._closed_done()
+        else:
+            self._done(rc)
         return True
+
+    def _closed_done(self) -> List[int]:
+        """The client was closed under the job: what it had, else every
+        block failed (the close returned once the daemon let go)."""
+        if self.result is None:
+            self.result = -errno.ECONNRESET
+        if self._failed is None:
+            self._failed = list(self.blocks)
+        return list(self._failed)
 
     def _done(self, rc: int) -> List[int]:
         if rc == -errno.ETIMEDOUT:
-            _raise(rc, "wait for job")
+            _raise(rc, "wait for job", request=False)
         self.result = rc
         if rc in _GONE and self._failed is None:
             self._failed = list(self.blocks)  # no daemon to ask: all failed
@@ -665,7 +952,9 @@ class Job(_Closable):
         if self._failed is None:
             n = len(self.blocks)
             arr = (c_uint32 * max(n, 1))()
-            got = lib.kvt_client_job_failed(self._handle(), arr, n)
+            got = self._jcall(lib.kvt_client_job_failed, arr, n)
+            if got is None:  # the client closed under it
+                return self._closed_done()
             if got == -errno.EINPROGRESS:
                 raise RuntimeError("kvtier: the job is still running")
             _check(int(got), "failed blocks")
@@ -675,16 +964,17 @@ class Job(_Closable):
     def cancel(self) -> bool:
         """Stop the job (blocks not complete go on the failed list; a
         cancelled store commits nothing). False if it was already done."""
-        rc = lib.kvt_client_job_cancel(self._handle())
-        if rc == -errno.EALREADY:
+        rc = self._jcall(lib.kvt_client_job_cancel)
+        if rc is None or rc == -errno.EALREADY:
             return False
         _check(rc, "cancel")
         return True
 
     def stat(self) -> JobStat:
-        """What the job did (once done)."""
+        """What the job did (once done); all zero for a job whose client
+        was closed."""
         st = _lib.JobStat()
-        lib.kvt_client_job_stat_get(self._handle(), byref(st))
+        self._jcall(lib.kvt_client_job_stat_get, byref(st))
         return JobStat(st.pages, st.copied, st.skipped, st.failed,
                        st.verified, st.bytes, st.wait_s, st.layer0_s,
                        st.total_s, dict(zip(TIER_NAMES, st.from_)))
@@ -696,14 +986,21 @@ class Job(_Closable):
         return self._client.fileno()
 
     def close(self) -> None:
-        """Free the handle (a running job is cancelled first)."""
+        """Free the handle (a running job is cancelled first, and waited
+        for: at most the daemon's lease and the client's timeout)."""
         h, self._h = self._h, None
         cl, self._client = self._client, None
+        self._orphaned = False  # closed by its owner: calls now raise
         if h is not None and cl is not None:
-            cl._forget(self)
-            lib.kvt_client_job_free(h)
+            with cl._using() as ch:
+                # a closed client has freed (or is freeing) the C job: a
+                # Client and its Job collected in one pass must not both
+                if ch is not None:
+                    cl._forget(self)
+                    lib.kvt_client_job_free(h)
 
     def _orphan(self) -> None:
         self._h = None
         self._client = None
+        self._orphaned = True
 

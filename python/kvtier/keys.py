@@ -57,19 +57,88 @@ def keys_from_hashes(hashes: Iterable[EngineHash],
                             key=salt).digest() for h in hashes]
 
 
+class Keys(Sequence[bytes]):
+    """Page keys held as one buffer of 16-byte keys (what hash_tokens()
+    returns): a sequence of bytes like a list of keys, that crosses into C
+    as the buffer itself — a 32k-token prompt's 2,048 keys are one copy,
+    not 2,048 Python objects. Slicing gives Keys; + joins with Keys or any
+    sequence of keys; == compares with any sequence of keys."""
+
+    __slots__ = ("buf",)
+
+    def __init__(self, buf: Union[bytes, bytearray, memoryview] = b""):
+        buf = bytes(buf)
+        if len(buf) % KEY_BYTES:
+            raise ValueError(f"kvtier: {len(buf)} bytes is not a whole "
+                             f"number of {KEY_BYTES}-byte keys")
+        self.buf = buf
+
+    def __len__(self) -> int:
+        return len(self.buf) // KEY_BYTES
+
+    def __getitem__(self, i):  # type: ignore[override]
+        n = len(self)
+        if isinstance(i, slice):
+            start, stop, step = i.indices(n)
+            if step == 1:
+                return Keys(self.buf[start * KEY_BYTES:
+                                     max(start, stop) * KEY_BYTES])
+            return Keys(b"".join(self[j] for j in range(start, stop, step)))
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("kvtier: key index out of range")
+        return self.buf[i * KEY_BYTES:(i + 1) * KEY_BYTES]
+
+    def __iter__(self):
+        b = self.buf
+        return (b[i:i + KEY_BYTES] for i in range(0, len(b), KEY_BYTES))
+
+    def __add__(self, other: Sequence[bytes]) -> "Keys":
+        return Keys(self.buf + _joined(other))
+
+    def __radd__(self, other: Sequence[bytes]) -> "Keys":
+        return Keys(_joined(other) + self.buf)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Keys):
+            return self.buf == other.buf
+        try:
+            return len(other) == len(self) and \
+                self.buf == _joined(other)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"kvtier.Keys({len(self)} keys)"
+
+
+def _joined(keys: Sequence[bytes]) -> bytes:
+    """@keys as one buffer, each checked to be 16 bytes (C-level loops:
+    no Python work per key)."""
+    if isinstance(keys, Keys):
+        return keys.buf
+    try:
+        if not any(map(KEY_BYTES.__ne__, map(len, keys))):
+            return b"".join(keys)
+    except TypeError:
+        pass
+    i = next(i for i, k in enumerate(keys)
+             if not isinstance(k, (bytes, bytearray)) or len(k) != KEY_BYTES)
+    raise ValueError(f"kvtier: key {i} is not 16 bytes")
+
+
 def to_c(keys: Sequence[bytes]) -> "ctypes.Array[_lib.PageKey]":
-    """The keys as a C array of kvt_page_key (checked: 16 bytes each)."""
+    """The keys as a C array of kvt_page_key (checked: 16 bytes each), in
+    one copy of one buffer."""
     n = len(keys)
-    arr = (_lib.PageKey * n)()
-    for i, k in enumerate(keys):
-        if not isinstance(k, (bytes, bytearray)) or len(k) != KEY_BYTES:
-            raise ValueError(f"kvtier: key {i} is not 16 bytes")
-        arr[i].lo = int.from_bytes(k[:8], "little")
-        arr[i].hi = int.from_bytes(k[8:], "little")
-    return arr
+    if not n:
+        return (_lib.PageKey * 1)()
+    return (_lib.PageKey * n).from_buffer_copy(_joined(keys))
 
 
-def from_c(arr: "ctypes.Array[_lib.PageKey]", n: int) -> List[bytes]:
-    """n C keys as 16-byte strings."""
-    return [arr[i].lo.to_bytes(8, "little") + arr[i].hi.to_bytes(8, "little")
-            for i in range(n)]
+def from_c(arr: "ctypes.Array[_lib.PageKey]", n: int) -> Keys:
+    """n C keys, as Keys (one buffer)."""
+    return Keys(memoryview(arr).cast("B")[:n * KEY_BYTES])

@@ -36,9 +36,9 @@ static void stop_threads(kvt_cache *c)
 	pthread_mutex_unlock(&c->wmu);
 	if (c->have_bg)
 		pthread_join(c->bg, NULL);
-	if (c->have_worker)
-		pthread_join(c->worker, NULL);
-	c->have_bg = c->have_worker = 0;
+	for (int i = 0; i < c->nworkers; i++)
+		pthread_join(c->workers[i], NULL);
+	c->have_bg = c->nworkers = 0;
 }
 
 /* A persistent ssd tier: its records, and the index rebuilt from them
@@ -93,11 +93,13 @@ static void cache_free(kvt_cache *c)
 		kvt_tier_close(m->t);
 		kvt_free(m);
 	}
+	kvt_free(c->bad);
 	kvt_free(c->cur.mv);
 	kvt_free(c->cur.sums);
 	pthread_mutex_destroy(&c->mu);
 	pthread_mutex_destroy(&c->smu);
 	pthread_mutex_destroy(&c->wmu);
+	pthread_mutex_destroy(&c->stage_mu);
 	pthread_cond_destroy(&c->scv);
 	pthread_cond_destroy(&c->wcv);
 	pthread_cond_destroy(&c->bgcv);
@@ -207,6 +209,7 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_mutex_init(&c->smu, NULL);
 	pthread_mutex_init(&c->wmu, NULL);
+	pthread_mutex_init(&c->stage_mu, NULL);
 	kvti_cond_init_mono(&c->scv);
 	c->run_next = 1; /* the first batch id */
 	kvti_cond_init_mono(&c->wcv);
@@ -227,6 +230,8 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 		ic.pools[t] = kvt_tier_pool(c->tiers[t]);
 	}
 	xc.cpu_threads = cfg.xfer_threads;
+	xc.cuda_load = cfg.dev_load;
+	xc.cuda_store = cfg.dev_store;
 	if ((err = kvt_xfer_create(&c->x, &xc)))
 		goto fail;
 	ic.page_tokens = c->geom.page_tokens;
@@ -241,12 +246,12 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 	if ((err = kvt_index_create(&c->idx, &ic)) ||
 	    (err = persist_open(c)))
 		goto fail;
-	if ((err = -pthread_create(&c->worker, NULL, kvti_cache_worker_main,
-				    c))) {
-		kvti_fail(err, "cache: starting the worker thread");
-		goto fail;
-	}
-	c->have_worker = 1;
+	for (; c->nworkers < KVTI_CACHE_WORKERS; c->nworkers++)
+		if ((err = -pthread_create(&c->workers[c->nworkers], NULL,
+					   kvti_cache_worker_main, c))) {
+			kvti_fail(err, "cache: starting the worker threads");
+			goto fail;
+		}
 	if (c->background) {
 		if ((err = -pthread_create(&c->bg, NULL, kvti_cache_bg_main,
 					   c))) {
@@ -308,11 +313,19 @@ int kvti_cache_open_stage(kvt_cache *c)
 	return kvt_tier_open(&c->stage, &s, &c->geom);
 }
 
-/* kvt_cache_register() (@reg) and kvt_cache_attach(): check, wrap, link. */
+/* One (token, head) row: D*s bytes, the head stride of packed memory. */
+static uint64_t row_bytes(const kvt_cache *c)
+{
+	return c ? (uint64_t)c->geom.head_dim * c->geom.dtype_bytes : 0;
+}
+
+/* kvt_cache_register() (@reg), kvt_cache_attach(), kvt_cache_attach_rows():
+ * check, wrap, link. */
 static int mem_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
 		      uint64_t nblocks, uint64_t block_stride,
-		      uint64_t kv_stride, uint64_t token_stride, int device,
-		      int reg, kvt_cache_mem **out)
+		      uint64_t kv_stride, uint64_t token_stride,
+		      uint64_t head_stride, int device, int reg,
+		      kvt_cache_mem **out)
 {
 	kvt_cache_mem *m;
 	kvt_layout l;
@@ -329,9 +342,16 @@ static int mem_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
 	if (!nblocks || nblocks > KVT_POOL_MAX_SLOTS)
 		return kvti_fail(-EINVAL, "cache register: %llu blocks",
 				 (unsigned long long)nblocks);
-	if ((err = kvt_layout_init_strided(&l, &c->geom, nblocks, block_stride,
-					   kv_stride, token_stride)))
+	if ((err = kvt_layout_init_rows(&l, &c->geom, nblocks, block_stride,
+					kv_stride, token_stride, head_stride)))
 		return err;
+	if (device >= 0 && kvt_layout_rows(&l) > 1)
+		return kvti_fail(KVT_ENOTBUILT, "cache register: device memory "
+				 "whose chunks are kept in rows (token stride "
+				 "%llu, head stride %llu) is not supported: the "
+				 "device copies move whole chunks",
+				 (unsigned long long)token_stride,
+				 (unsigned long long)head_stride);
 	if (device >= 0 && !kvti_dev_is_emu(device)) {
 		char note[128] = "";
 		int ngpu = 0;
@@ -387,7 +407,7 @@ int kvt_cache_register(kvt_cache *c, void *const *base, uint32_t nlayers,
 		       uint64_t kv_stride, uint64_t token_stride, int device)
 {
 	return mem_attach(c, base, nlayers, nblocks, block_stride, kv_stride,
-			  token_stride, device, 1, NULL);
+			  token_stride, row_bytes(c), device, 1, NULL);
 }
 
 int kvt_cache_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
@@ -398,7 +418,19 @@ int kvt_cache_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
 	if (!out)
 		return kvti_fail(-EINVAL, "cache attach: no handle to fill");
 	return mem_attach(c, base, nlayers, nblocks, block_stride, kv_stride,
-			  token_stride, device, 0, out);
+			  token_stride, row_bytes(c), device, 0, out);
+}
+
+int kvt_cache_attach_rows(kvt_cache *c, void *const *base, uint32_t nlayers,
+			  uint64_t nblocks, uint64_t block_stride,
+			  uint64_t kv_stride, uint64_t token_stride,
+			  uint64_t head_stride, int device,
+			  kvt_cache_mem **out)
+{
+	if (!out)
+		return kvti_fail(-EINVAL, "cache attach: no handle to fill");
+	return mem_attach(c, base, nlayers, nblocks, block_stride, kv_stride,
+			  token_stride, head_stride, device, 0, out);
 }
 
 void kvt_cache_detach(kvt_cache_mem *m)

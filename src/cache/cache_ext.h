@@ -21,7 +21,7 @@ struct kvti_cache_ext {
 	/*
 	 * @stored: a store job committed with every page in place: pages
 	 * first..nkeys-1 of the prefix keys[0..nkeys) of @tenant (first <
-	 * nkeys) are visible. Called from the worker thread with the job's
+	 * nkeys) are visible. Called from a worker thread with the job's
 	 * lock held, before the job is seen done (so a flush after waiting
 	 * for the job sees it): record and wake only, never call the cache.
 	 * Not called for KVT_CACHE_IO_EACH stores (one-page prefixes) nor

@@ -15,7 +15,7 @@
  *                 batches run in dependency waves, background demotion
  *   job.c         a job's life: creation, submission, progress from the
  *                 transfer engine, waiting, results, freeing
- *   job_finish.c  the worker thread: finishing jobs (commit or mark bad,
+ *   job_finish.c  the worker threads: finishing jobs (commit or mark bad,
  *                 unpin) and running staged ssd loads
  *   load.c        kvt_cache_load(): lease, pick each page's copy, submit
  *   store.c       kvt_cache_store(): insert, reserve slots, submit
@@ -40,9 +40,10 @@
  *   engine threads      lookup, load, store (setup under mu, then submit)
  *   xfer threads        layer callbacks -> job progress (j->mu only);
  *                       done callbacks -> queue the job for the worker
- *   worker thread       finishes jobs (commit, unpin under mu, then the
- *                       write-through copies that decided, without it),
- *                       runs staged ssd loads
+ *   worker threads      (KVTI_CACHE_WORKERS) finish jobs, several at
+ *                       once (commit, unpin under mu, then the write-
+ *                       through copies that decided, without it), run
+ *                       staged ssd loads (one at a time: c->stage_mu)
  *   background thread   demotes above the high watermark: decides under
  *                       mu, copies without it, commits under smu
  *
@@ -66,9 +67,10 @@ enum { JOB_LOAD = 1, JOB_STORE = 2 };
 #define ENGINE KVT_TIER_COUNT  /* "tier" index of the engine's memory */
 #define STAGE_SLOTS 64u        /* pages of the ssd -> GPU bounce tier */
 #define MAX_SUBS (KVT_TIER_COUNT + 2) /* load: one per source tier;
-					 store: engine + one per source
-					 tier; the last is the start hold */
+					 store: one per destination tier;
+					 the last is the start hold */
 #define HOLD (MAX_SUBS - 1)
+#define KVTI_CACHE_WORKERS 4   /* threads finishing jobs, in parallel */
 
 /* A device the cache serves: its host tiers registered with it
  * (devices.c). reg[k]: the base the cache registered (unregistered at
@@ -91,11 +93,16 @@ struct meta {
 	uint64_t n;
 };
 
+/* A slot that went BAD, to be taken out of the index (slot.c). */
+struct badslot {
+	uint32_t slot;
+	uint8_t tier;
+};
+
 /* One copy the index asked for (mover.c). */
 struct move {
-	uint8_t src, dst;
-	uint8_t ok;          /* the source held a page (committed or on its
-				way): bytes to move, marks taken */
+	uint8_t src, dst;    /* the source holds a page (committed or on its
+				way): marks taken at decision */
 	uint32_t ss, ds;
 	uint32_t wave;
 	int err;
@@ -117,8 +124,7 @@ struct sub {
 	int src, dst;        /* tier kinds, or ENGINE */
 	size_t n;
 	uint32_t *ss, *ds;
-	size_t *pg;          /* index of each page in the job's request
-				(SIZE_MAX: a parent promoted by a store) */
+	size_t *pg;          /* index of each page in the job's request */
 	uint64_t *sums;      /* n * L */
 	uint8_t *bad;        /* n; written by the transfer engine */
 	uint32_t landed;     /* j->mu: layers landed */
@@ -132,7 +138,8 @@ struct kvt_cache_job {
 	int kind;            /* JOB_LOAD, JOB_STORE */
 	uint32_t tenant;
 	kvt_page_key *keys;
-	size_t nkeys;        /* the prefix (pinned while the job runs) */
+	size_t nkeys;        /* the prefix (pinned while the job runs; a
+				store: the pages it placed) */
 	int pinned;          /* c->mu */
 	uint8_t *pin_each;   /* KVT_CACHE_IO_EACH: page i's own prefix pinned
 				(NULL otherwise); c->mu */
@@ -201,6 +208,8 @@ struct kvt_cache {
 	pthread_cond_t scv;
 	struct meta m[KVT_TIER_COUNT];
 	kvtp *persist;                   /* ssd records ('persist'), or NULL */
+	struct badslot *bad;             /* slots gone BAD, not yet out of */
+	size_t nbad, badcap;             /*  the index (kvti_cache_reclaim) */
 	kvt_cache_stat st;
 	uint32_t run_next;               /* the batch id whose turn it is */
 	int jobs;                        /* jobs not yet finished */
@@ -210,8 +219,9 @@ struct kvt_cache {
 	pthread_cond_t wcv, bgcv;
 	kvt_cache_job *wq, *wq_tail;
 	int stopping, bg_kick, bg_busy;
-	pthread_t worker, bg;
-	int have_worker, have_bg;
+	pthread_t workers[KVTI_CACHE_WORKERS], bg;
+	int nworkers, have_bg;
+	pthread_mutex_t stage_mu;        /* one staged ssd load at a time */
 	const struct kvti_cache_ext *ext; /* the remote tier's hooks, or
 					    NULL (cache_ext.h); set at open */
 	void *ext_arg;
@@ -260,6 +270,13 @@ void kvti_cache_persist_gone(kvt_cache *c, int t, uint32_t s);
 void kvti_cache_persist_ok(kvt_cache *c, int t, uint32_t s);
 void kvti_cache_slot_pend(kvt_cache *c, int t, uint32_t s, uint32_t batch);
 int kvti_cache_best_copy(kvt_cache *c, const kvt_page_info *pi, int *pend);
+/* c->smu held: slot @s of @t failed (a copy into it, or its check): BAD,
+ * its record gone, queued to leave the index. */
+void kvti_cache_slot_bad(kvt_cache *c, int t, uint32_t s);
+/* c->mu held: the queued BAD slots leave the index at once (their pages
+ * lose those copies, the slots go back to their pools); one that is a
+ * leased page's only copy waits for the next call. */
+void kvti_cache_reclaim(kvt_cache *c);
 
 /* ---- mover.c: the index's copies, background demotion ------------------- */
 
@@ -297,10 +314,12 @@ void kvti_cache_sub_end(struct sub *s, int err);
 /* j->mu held: layers landed in every sub; 1 when every block failed. */
 uint32_t kvti_cache_job_ready(kvt_cache_job *j);
 int kvti_cache_job_all_failed(kvt_cache_job *j);
+/* The transfer engine's layer callback of a sub (arg: the sub). */
+void kvti_cache_sub_layer(kvt_xfer_job *xj, uint32_t layer, void *arg);
 /* c->smu held: the job no longer counts against its memory. */
 void kvti_cache_mem_unref(kvt_cache *c, kvt_cache_job *j);
 
-/* ---- job_finish.c: the worker thread ------------------------------------ */
+/* ---- job_finish.c: the worker threads ----------------------------------- */
 
 void *kvti_cache_worker_main(void *arg);
 

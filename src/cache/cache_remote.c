@@ -15,12 +15,28 @@
  *
  *   prefetch: kvt_remote_get(-> pstage); store_ex(pstage -> top tier)
  *
- * Two connections: the writer's own (cr->rw), so a lookup or prefetch
- * (cr->r) never waits behind a write batch.
+ *   lookup: answered from what is known (the presence table), never from
+ *       the network; keys not known go to the prober thread:
+ *       lookup --(unknown keys)--> probe queue --prober--> EXISTS
+ *          ^                                                 |
+ *          +------------- presence table <-------------------+
+ *       (also fed by the writer's EXISTS and SETs and by prefetches)
  *
- * Locks: cr->mu guards the queue and the counters; it is a leaf (taken
- * inside the stored hook, under a job's lock; never held across a cache
- * call). cr->pmu serializes prefetches (one staging area).
+ * A hung or slow Redis therefore costs lookups nothing: they report what
+ * is known (a remote run a probe found within PRESENT_NS, or that this
+ * node wrote), and a prefix asked about for the first time reports no
+ * remote run until its probe answers (the next lookup sees it). A cut-off
+ * prefetch (kvt_cache_prefetch_end(cut 1)) does not wait for a batch stuck
+ * on the network either: the thread finishes (and frees its handle) on
+ * its own.
+ *
+ * Three connections: the writer's own (cr->rw), the prober's (cr->rq) and
+ * the prefetches' (cr->r), so none waits behind another's batch.
+ *
+ * Locks: cr->mu guards the queues, the presence table and the counters;
+ * it is a leaf (taken inside the stored hook, under a job's lock, and in
+ * the lookup hook; never held across a cache or network call). cr->pmu
+ * serializes prefetches (one staging area).
  */
 #include "cache/cache_ext.h"
 
@@ -34,6 +50,27 @@
 #define STAGE_MAX 64              /* pages per staging area */
 #define QUEUE_MAX (1u << 16)      /* pages waiting for write-through */
 #define FETCH_BATCH_BYTES (16ull << 20) /* asynchronous prefetch batch */
+#define KNOWN_SLOTS (1u << 16)    /* presence table entries (2 MiB) */
+#define PRESENT_NS (60ull * 1000000000) /* a page seen there is trusted */
+#define ABSENT_NS (1ull * 1000000000)   /* a page not there, re-asked */
+#define PROBING_NS (30ull * 1000000000) /* a probe not back: ask again */
+#define PROBE_MAX 256             /* keys one probe asks about */
+#define PROBE_QUEUE 64            /* probes waiting, more are dropped */
+
+enum { K_NONE, K_PRESENT, K_ABSENT, K_PROBING };
+
+/* What this node knows of one page in the remote tier. */
+struct known {
+	kvt_page_key key;
+	uint64_t until;               /* kvt_now_ns() the state holds to */
+	uint8_t state;                /* K_* */
+};
+
+struct probe {
+	struct probe *next;
+	size_t n;
+	kvt_page_key keys[];
+};
 
 struct wentry {
 	struct wentry *next;
@@ -47,6 +84,7 @@ struct cremote {
 	kvt_remote *r;                /* lookups and prefetches */
 	kvt_remote *rw;               /* the writer's own: a lookup never
 					 waits behind a write batch */
+	kvt_remote *rq;               /* the prober's own */
 	uint64_t page;
 	uint32_t slots;               /* pages per staging area */
 	uint8_t *wbuf, *pbuf;
@@ -61,8 +99,12 @@ struct cremote {
 	uint64_t pending;             /* mu: pages queued or being written */
 	int fetches;                  /* mu: asynchronous prefetches running */
 	atomic_int closing;           /* prefetches stop between batches */
-	int stop, have_thread;
-	pthread_t th;
+	int stop, have_thread, have_prober;
+	pthread_t th, prober;
+	struct known *known;          /* mu: KNOWN_SLOTS, direct-mapped */
+	struct probe *phead, *ptail;  /* mu: probes to send */
+	uint32_t nprobes;             /* mu: queued */
+	pthread_cond_t pcv;           /* a probe queued, or stop */
 	kvt_cache_remote_stat st;     /* mu (remote: filled on read) */
 };
 
@@ -80,6 +122,122 @@ static const struct kvti_cache_ext remote_ext = {
 	.stop = remote_stop,
 	.free = remote_free,
 };
+
+/* ---- what is known of the remote tier ----------------------------------- */
+
+static struct known *known_at(struct cremote *cr, const kvt_page_key *k)
+{
+	uint64_t h = (k->lo ^ (k->hi * 0x9E3779B97F4A7C15ull)) >> 7;
+
+	return &cr->known[h & (KNOWN_SLOTS - 1)];
+}
+
+/* cr->mu held: the state of page @k now (K_NONE when not known or
+ * expired). */
+static int known_get(struct cremote *cr, const kvt_page_key *k, uint64_t now)
+{
+	struct known *e = known_at(cr, k);
+
+	if (e->state == K_NONE || e->key.lo != k->lo || e->key.hi != k->hi ||
+	    now >= e->until)
+		return K_NONE;
+	return e->state;
+}
+
+/* cr->mu held: record page @k as @state (K_PRESENT ... ) from now. */
+static void known_put(struct cremote *cr, const kvt_page_key *k, int state,
+		      uint64_t now)
+{
+	struct known *e = known_at(cr, k);
+
+	e->key = *k;
+	e->state = (uint8_t)state;
+	e->until = now + (state == K_PRESENT ? PRESENT_NS :
+			  state == K_ABSENT ? ABSENT_NS : PROBING_NS);
+}
+
+/* Record what a call learnt: @ok[i] 1 for keys[i] there, else absent. */
+static void known_learn(struct cremote *cr, const kvt_page_key *keys,
+			size_t n, const uint8_t *ok)
+{
+	uint64_t now = kvt_now_ns();
+
+	pthread_mutex_lock(&cr->mu);
+	for (size_t i = 0; i < n; i++)
+		known_put(cr, &keys[i], ok[i] ? K_PRESENT : K_ABSENT, now);
+	pthread_mutex_unlock(&cr->mu);
+}
+
+static void *prober_main(void *arg)
+{
+	struct cremote *cr = arg;
+	uint8_t *present = kvt_malloc(PROBE_MAX);
+
+	pthread_mutex_lock(&cr->mu);
+	for (;;) {
+		struct probe *p;
+		size_t lead = 0;
+
+		while (!cr->phead && !cr->stop)
+			pthread_cond_wait(&cr->pcv, &cr->mu);
+		if (cr->stop)
+			break;
+		p = cr->phead;
+		cr->phead = p->next;
+		if (!cr->phead)
+			cr->ptail = NULL;
+		cr->nprobes--;
+		pthread_mutex_unlock(&cr->mu);
+		/* off every lookup's path: this may take the remote timeout */
+		if (present && !kvt_remote_exists(cr->rq, p->keys, p->n, &lead,
+						  present))
+			known_learn(cr, p->keys, p->n, present);
+		pthread_mutex_lock(&cr->mu);
+		cr->st.probe_pages += p->n;
+		kvt_free(p);
+	}
+	pthread_mutex_unlock(&cr->mu);
+	kvt_free(present);
+	return NULL;
+}
+
+/* cr->mu held: ask the prober about keys[0..n) (those not being probed
+ * already), unless too many probes wait (then a later lookup asks). */
+static void probe_queue(struct cremote *cr, const kvt_page_key *keys,
+			size_t n, uint64_t now)
+{
+	struct probe *p;
+	size_t m = 0;
+
+	n = KVT_MIN(n, (size_t)PROBE_MAX);
+	if (!cr->have_prober || cr->stop)
+		return;
+	if (cr->nprobes >= PROBE_QUEUE) {
+		cr->st.probe_dropped += n;
+		return;
+	}
+	if (!(p = kvt_malloc(sizeof(*p) + n * sizeof(*keys))))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		if (known_get(cr, &keys[i], now) == K_PROBING)
+			continue;
+		known_put(cr, &keys[i], K_PROBING, now);
+		p->keys[m++] = keys[i];
+	}
+	if (!m) {
+		kvt_free(p);
+		return;
+	}
+	p->n = m;
+	p->next = NULL;
+	if (cr->ptail)
+		cr->ptail->next = p;
+	else
+		cr->phead = p;
+	cr->ptail = p;
+	cr->nprobes++;
+	pthread_cond_signal(&cr->pcv);
+}
 
 /* ---- staging areas -------------------------------------------------------- */
 
@@ -132,7 +290,9 @@ static void write_entry(struct cremote *cr, const struct wentry *e)
 			dropped += e->nkeys - s;
 			break;
 		}
-		kvt_remote_exists(cr->rw, e->keys + s, cnt, &lead, cr->wok);
+		if (!kvt_remote_exists(cr->rw, e->keys + s, cnt, &lead,
+				       cr->wok))
+			known_learn(cr, e->keys + s, cnt, cr->wok);
 		for (size_t i = 0; i < cnt; i++)
 			present += cr->wok[i];
 		if (lead == cnt) {
@@ -162,7 +322,17 @@ static void write_entry(struct cremote *cr, const struct wentry *e)
 			ks[m] = e->keys[s + i];
 			bufs[m++] = cr->wbuf + i * cr->page;
 		}
-		got = m ? kvt_remote_set(cr->rw, ks, m, bufs, NULL, NULL) : 0;
+		got = m ? kvt_remote_set(cr->rw, ks, m, bufs, NULL, cr->wok) :
+			  0;
+		if (got > 0) { /* what it took is there now */
+			uint64_t now = kvt_now_ns();
+
+			pthread_mutex_lock(&cr->mu);
+			for (size_t i = 0; i < m; i++)
+				if (cr->wok[i])
+					known_put(cr, &ks[i], K_PRESENT, now);
+			pthread_mutex_unlock(&cr->mu);
+		}
 		written += got > 0 ? (uint64_t)got : 0;
 		failed += m - (got > 0 ? (uint64_t)got : 0);
 		s += cnt;
@@ -257,37 +427,45 @@ int kvt_cache_remote_flush(kvt_cache *c, int64_t timeout_ns)
 
 /* ---- lookup and prefetch --------------------------------------------------- */
 
-/* The lookup hook (cache_ext.h): no cache lock held. */
+/* The lookup hook (cache_ext.h): no cache lock held. No network call:
+ * the remote run is what the presence table knows; the first key it does
+ * not know (or knows only as absent, expired) and those after it go to
+ * the prober, for the next lookup. */
 static void remote_lookup(void *arg, const kvt_page_key *keys, size_t nkeys,
 			  kvt_cache_lookup_result *r)
 {
 	struct cremote *cr = arg;
-	size_t lead = 0;
+	uint64_t now = kvt_now_ns();
+	size_t lead = 0, i;
 
 	if (r->inflight || r->pages >= nkeys)
 		return;
-	if (kvt_remote_exists(cr->r, keys + r->pages, nkeys - r->pages, &lead,
-			      NULL))
-		return;
-	r->tier_pages[KVT_TIER_REMOTE] = lead;
+	keys += r->pages;
+	nkeys -= r->pages;
 	pthread_mutex_lock(&cr->mu);
+	while (lead < nkeys && known_get(cr, &keys[lead], now) == K_PRESENT)
+		lead++;
+	i = lead;
+	if (i < nkeys && known_get(cr, &keys[i], now) != K_ABSENT)
+		probe_queue(cr, keys + i, nkeys - i, now);
 	cr->st.lookups++;
 	cr->st.lookup_pages += lead;
 	pthread_mutex_unlock(&cr->mu);
+	r->tier_pages[KVT_TIER_REMOTE] = lead;
 }
 
 /* Bring pages first..nkeys-1 in, @batch pages a time, until one is not
  * there, @cut is set (checked between batches) or the cache closes. */
 static int fetch_run(struct cremote *cr, uint32_t tenant,
 		     const kvt_page_key *keys, size_t nkeys, size_t first,
-		     size_t batch, atomic_int *cut, uint64_t *pages)
+		     size_t batch, atomic_int *cut, _Atomic uint64_t *pages)
 {
 	kvt_cache_io io = KVT_CACHE_IO_INIT;
 	void **bufs;
 	size_t s = first;
 	int err = 0;
 
-	*pages = 0;
+	atomic_store(pages, 0);
 	if (!(bufs = kvt_malloc(cr->slots * sizeof(*bufs))))
 		return -ENOMEM;
 	for (uint32_t i = 0; i < cr->slots; i++)
@@ -300,6 +478,7 @@ static int fetch_run(struct cremote *cr, uint32_t tenant,
 		kvt_cache_job *j;
 
 		kvt_remote_get(cr->r, keys + s, cnt, bufs, cr->ok, NULL);
+		known_learn(cr, keys + s, cnt, cr->ok);
 		while (lead < cnt && cr->ok[lead])
 			lead++;
 		if (!lead)
@@ -312,13 +491,13 @@ static int fetch_run(struct cremote *cr, uint32_t tenant,
 		if (err)
 			break;
 		s += lead;
-		*pages += lead;
+		atomic_fetch_add(pages, lead);
 		if (lead < cnt)
 			break;
 	}
 	pthread_mutex_unlock(&cr->pmu);
 	pthread_mutex_lock(&cr->mu);
-	cr->st.prefetched += *pages;
+	cr->st.prefetched += atomic_load(pages);
 	pthread_mutex_unlock(&cr->mu);
 	kvt_free(bufs);
 	return err;
@@ -334,8 +513,14 @@ int kvt_cache_prefetch(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 		return kvti_fail(-EINVAL, "cache prefetch: bad arguments");
 	if (!cr)
 		return kvti_fail(KVT_ENOTFOUND, "cache prefetch: no remote tier");
-	return fetch_run(cr, tenant, keys, nkeys, first, cr->slots, NULL,
-			 pages);
+	{
+		_Atomic uint64_t got;
+		int err = fetch_run(cr, tenant, keys, nkeys, first, cr->slots,
+				    NULL, &got);
+
+		*pages = atomic_load(&got);
+		return err;
+	}
 }
 
 /* ---- asynchronous prefetch ------------------------------------------------ */
@@ -345,8 +530,10 @@ struct kvt_cache_fetch {
 	uint32_t tenant;
 	size_t nkeys, first;
 	atomic_int cut;
-	uint64_t pages;
+	_Atomic uint64_t pages;
 	int err;
+	atomic_int done;              /* set under cr->mu, read without it */
+	int abandoned;                /* cr->mu */
 	pthread_t th;
 	kvt_page_key keys[];
 };
@@ -358,13 +545,18 @@ static void *fetch_main(void *arg)
 	/* small batches: a cut-off waits for at most one of them */
 	size_t batch = (size_t)KVT_MAX(1, KVT_MIN(cr->slots,
 						  FETCH_BATCH_BYTES / cr->page));
+	int abandoned;
 
 	f->err = fetch_run(cr, f->tenant, f->keys, f->nkeys, f->first, batch,
 			   &f->cut, &f->pages);
 	pthread_mutex_lock(&cr->mu);
+	atomic_store(&f->done, 1);
 	cr->fetches--;
+	abandoned = f->abandoned;
 	pthread_cond_broadcast(&cr->idle);
 	pthread_mutex_unlock(&cr->mu);
+	if (abandoned) /* cut off while on the network: no one waits for it */
+		kvt_free(f);
 	return NULL;
 }
 
@@ -404,15 +596,33 @@ int kvt_cache_prefetch_start(kvt_cache *c, uint32_t tenant,
 
 int kvt_cache_prefetch_end(kvt_cache_fetch *f, int cut, uint64_t *pages)
 {
+	struct cremote *cr;
 	int err;
 
 	if (!f)
 		return kvti_fail(-EINVAL, "cache prefetch end: no handle");
-	if (cut)
+	cr = f->cr;
+	/* done: the thread touches nothing more, and the cache (and cr) may
+	 * be closed already (its close waited for this thread) */
+	if (cut && !atomic_load(&f->done)) {
 		atomic_store(&f->cut, 1);
+		pthread_mutex_lock(&cr->mu);
+		if (!atomic_load(&f->done)) {
+			/* a batch on the network (a slow or hung server): do
+			 * not wait for it; what arrived so far is committed,
+			 * the thread ends and frees the handle itself */
+			f->abandoned = 1;
+			pthread_detach(f->th);
+			if (pages)
+				*pages = atomic_load(&f->pages);
+			pthread_mutex_unlock(&cr->mu);
+			return 0;
+		}
+		pthread_mutex_unlock(&cr->mu);
+	}
 	pthread_join(f->th, NULL);
 	if (pages)
-		*pages = f->pages;
+		*pages = atomic_load(&f->pages);
 	err = f->err;
 	kvt_free(f);
 	return err;
@@ -461,11 +671,14 @@ int kvti_cache_remote_open(kvt_cache *c, const char *spec)
 	pthread_mutex_init(&cr->pmu, NULL);
 	kvti_cond_init_mono(&cr->cv);
 	kvti_cond_init_mono(&cr->idle);
+	kvti_cond_init_mono(&cr->pcv);
 	if ((err = kvt_remote_open(&cr->r, spec, kvt_cache_geom(c))) ||
-	    (err = kvt_remote_open(&cr->rw, spec, kvt_cache_geom(c))))
+	    (err = kvt_remote_open(&cr->rw, spec, kvt_cache_geom(c))) ||
+	    (err = kvt_remote_open(&cr->rq, spec, kvt_cache_geom(c))))
 		goto fail;
 	err = -ENOMEM;
-	if (!(cr->blocks = kvt_malloc(cr->slots * sizeof(*cr->blocks))) ||
+	if (!(cr->known = kvt_calloc(KNOWN_SLOTS, sizeof(*cr->known))) ||
+	    !(cr->blocks = kvt_malloc(cr->slots * sizeof(*cr->blocks))) ||
 	    !(cr->ok = kvt_malloc(cr->slots)) || !(cr->wok = kvt_malloc(cr->slots)))
 		goto fail;
 	for (uint32_t i = 0; i < cr->slots; i++)
@@ -478,6 +691,11 @@ int kvti_cache_remote_open(kvt_cache *c, const char *spec)
 		goto fail;
 	}
 	cr->have_thread = 1;
+	if ((err = -pthread_create(&cr->prober, NULL, prober_main, cr))) {
+		kvti_fail(err, "cache: starting the remote prober thread");
+		goto fail;
+	}
+	cr->have_prober = 1;
 	kvti_cache_ext_set(c, &remote_ext, cr);
 	return 0;
 fail:
@@ -496,12 +714,16 @@ static void remote_stop(void *arg)
 	pthread_mutex_lock(&cr->mu);
 	cr->stop = 1;
 	pthread_cond_broadcast(&cr->cv);
+	pthread_cond_broadcast(&cr->pcv);
 	while (cr->fetches) /* their handles stay valid until _end() */
 		pthread_cond_wait(&cr->idle, &cr->mu);
 	pthread_mutex_unlock(&cr->mu);
 	if (cr->have_thread)
 		pthread_join(cr->th, NULL);
 	cr->have_thread = 0;
+	if (cr->have_prober)
+		pthread_join(cr->prober, NULL);
+	cr->have_prober = 0;
 	/* what was still queued is dropped */
 	pthread_mutex_lock(&cr->mu);
 	while (cr->head) {
@@ -513,6 +735,14 @@ static void remote_stop(void *arg)
 		kvt_free(e);
 	}
 	cr->tail = NULL;
+	while (cr->phead) {
+		struct probe *p = cr->phead;
+
+		cr->phead = p->next;
+		kvt_free(p);
+	}
+	cr->ptail = NULL;
+	cr->nprobes = 0;
 	pthread_cond_broadcast(&cr->idle);
 	pthread_mutex_unlock(&cr->mu);
 }
@@ -523,6 +753,8 @@ static void remote_free(void *arg)
 
 	kvt_remote_close(cr->r);
 	kvt_remote_close(cr->rw);
+	kvt_remote_close(cr->rq);
+	kvt_free(cr->known);
 	kvt_free(cr->wbuf);
 	kvt_free(cr->pbuf);
 	kvt_free(cr->blocks);
@@ -532,5 +764,6 @@ static void remote_free(void *arg)
 	pthread_mutex_destroy(&cr->pmu);
 	pthread_cond_destroy(&cr->cv);
 	pthread_cond_destroy(&cr->idle);
+	pthread_cond_destroy(&cr->pcv);
 	kvt_free(cr);
 }

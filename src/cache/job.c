@@ -3,7 +3,7 @@
  * creation and checks of the request, submission of its transfers,
  * progress reported by the transfer engine, waiting and results, freeing.
  * What a load or a store puts in a job is in load.c and store.c; finishing
- * (commit, unpin) on the worker thread in job_finish.c.
+ * (commit, unpin) on the worker threads in job_finish.c.
  *
  *   kvti_cache_job_new()     the request checked and copied; the job counts
  *                            against its engine memory (detach waits)
@@ -111,7 +111,7 @@ static void job_report(kvt_cache_job *j)
 	j->progress(j->parg, &p);
 }
 
-static void sub_layer(kvt_xfer_job *xj, uint32_t layer, void *arg)
+void kvti_cache_sub_layer(kvt_xfer_job *xj, uint32_t layer, void *arg)
 {
 	struct sub *s = arg;
 	kvt_cache_job *j = s->cj;
@@ -332,7 +332,8 @@ int kvti_cache_job_start(kvt_cache *c, kvt_cache_job *j)
 			.bad = c->verify && !lsum ? s->bad : NULL,
 			.flags = lsum ? KVT_XFER_LSUM :
 				 c->verify ? KVT_XFER_LVERIFY : 0,
-			.done = sub_done, .layer = sub_layer, .arg = s,
+			.done = sub_done, .layer = kvti_cache_sub_layer,
+			.arg = s,
 			.wait = s->src == ENGINE || s->dst == ENGINE ?
 				j->wait : NULL,
 		};

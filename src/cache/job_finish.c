@@ -1,11 +1,13 @@
 /*
- * job_finish.c — the worker thread: it finishes every job once all its
- * transfers are done, and runs the staged ssd -> engine loads.
+ * job_finish.c — the worker threads (KVTI_CACHE_WORKERS of them, so one
+ * slow job never holds up the others): they finish every job once all its
+ * transfers are done, and run the staged transfers through the ssd bounce
+ * (ssd -> engine loads, device memory -> ssd stores).
  *
  *   load:  each page landed and verified counts; one that did not verify
  *          goes on the failed list and its source copy is marked BAD
  *   store: each destination slot goes OK (sums recorded, persisted) or
- *          BAD; a bad source copy of a promoted parent is marked BAD too
+ *          BAD (its block on the failed list)
  *   then:  unpin under c->mu (write-policy copies run here), leave the
  *          live list, drop the memory's count, set done, wake waiters,
  *          the eventfd and the progress callback (its last call)
@@ -18,8 +20,11 @@
 #include <string.h>
 #include <unistd.h>
 
-static void load_finish(kvt_cache *c, kvt_cache_job *j)
+/* Returns 1 if a slot went BAD (to reclaim). */
+static int load_finish(kvt_cache *c, kvt_cache_job *j)
 {
+	int nbad = 0;
+
 	pthread_mutex_lock(&c->smu);
 	for (int k = 0; k < j->nsub; k++) {
 		struct sub *s = &j->sub[k];
@@ -37,9 +42,9 @@ static void load_finish(kvt_cache *c, kvt_cache_job *j)
 							 KVT_ECORRUPT);
 				j->rfail[s->src]++;
 				if (c->m[s->src].state[s->ss[i]] == ST_OK) {
-					c->m[s->src].state[s->ss[i]] = ST_BAD;
-					kvti_cache_persist_gone(c, s->src,
-								s->ss[i]);
+					kvti_cache_slot_bad(c, s->src,
+							    s->ss[i]);
+					nbad++;
 				}
 				c->st.corrupt++;
 			} else {
@@ -56,11 +61,14 @@ static void load_finish(kvt_cache *c, kvt_cache_job *j)
 	c->st.verified += j->st.verified;
 	c->st.failed_blocks += j->st.failed;
 	pthread_mutex_unlock(&c->smu);
+	return nbad > 0;
 }
 
-static void store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
+/* Returns 1 if a slot went BAD (to reclaim). */
+static int store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 {
 	const uint32_t L = c->L;
+	int nbad = 0;
 
 	pthread_mutex_lock(&c->smu);
 	for (int k = 0; k < j->nsub; k++) {
@@ -74,30 +82,19 @@ static void store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 			if (ok)
 				memcpy(m->sums + (uint64_t)s->ds[i] * L,
 				       s->sums + i * L, L * sizeof(uint64_t));
-			m->state[s->ds[i]] = ok ? ST_OK : ST_BAD;
-			if (ok)
+			if (ok) {
+				m->state[s->ds[i]] = ST_OK;
 				kvti_cache_persist_ok(c, s->dst, s->ds[i]);
-			if (s->src == ENGINE && s->pg[i] != SIZE_MAX) {
-				if (ok) {
-					j->st.copied++;
-				} else {
-					kvti_cache_job_fail_page(j, s->pg[i],
-						s->err ? s->err : cancel ?
-						-ECANCELED : KVT_ECORRUPT);
-				}
-			} else if (!ok && !j->result) {
-				/* a parent's promotion failed */
-				j->result = s->err ? s->err : cancel ?
-					    -ECANCELED : KVT_ECORRUPT;
+			} else {
+				kvti_cache_slot_bad(c, s->dst, s->ds[i]);
+				nbad++;
 			}
-			if (bad && s->src != ENGINE &&
-			    c->m[s->src].state[s->ss[i]] == ST_OK) {
-				/* the copy it came from is not what was
-				 * stored (a lower tier's page that did not
-				 * all reach the disk): never served again */
-				c->m[s->src].state[s->ss[i]] = ST_BAD;
-				kvti_cache_persist_gone(c, s->src, s->ss[i]);
-			}
+			if (ok)
+				j->st.copied++;
+			else
+				kvti_cache_job_fail_page(j, s->pg[i],
+					s->err ? s->err : cancel ?
+					-ECANCELED : KVT_ECORRUPT);
 			if (bad)
 				c->st.corrupt++;
 		}
@@ -108,24 +105,27 @@ static void store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 	c->st.store_bytes += j->st.bytes;
 	pthread_cond_broadcast(&c->scv);
 	pthread_mutex_unlock(&c->smu);
+	return nbad > 0;
 }
 
 static void job_finish(kvt_cache *c, kvt_cache_job *j)
 {
 	uint64_t one = 1;
 	double wait_s;
-	int cancel;
+	int cancel, bad;
 
 	pthread_mutex_lock(&j->mu);
 	cancel = j->cancel;
 	pthread_mutex_unlock(&j->mu);
 	if (j->kind == JOB_LOAD)
-		load_finish(c, j);
+		bad = load_finish(c, j);
 	else
-		store_finish(c, j, cancel);
-	if (j->pinned) {
+		bad = store_finish(c, j, cancel);
+	if (j->pinned || bad) {
 		pthread_mutex_lock(&c->mu);
 		kvti_cache_job_unpin(c, j);
+		/* the slots that went bad leave the index, now unleased */
+		kvti_cache_reclaim(c);
 		/* the write policy's copies run here, without the lock */
 		j->st.wait_s += kvti_cache_unlock(c);
 	}
@@ -175,58 +175,106 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	pthread_mutex_unlock(&c->smu);
 }
 
-/* ssd -> stage -> engine, STAGE_SLOTS pages at a time (worker thread). The
- * ssd read verifies every layer sum; the stage -> engine copy verifies
- * again what landed. Layers are reported when the last round is in. */
+/* Wait for and free a transfer; its result, or @err if that came first. */
+static int xj_end(kvt_xfer_job **xj, int err)
+{
+	int e;
+
+	if (!*xj)
+		return err;
+	e = kvt_xfer_wait(*xj, -1);
+	kvt_xfer_job_free(*xj);
+	*xj = NULL;
+	return err ? err : e;
+}
+
+/*
+ * Staged transfers through the ssd bounce tier (a worker thread, one at a
+ * time: the bounce is one tier of STAGE_SLOTS pages), in rounds of half
+ * the bounce each, double-buffered: while round r's second hop runs out
+ * of one half, round r + 1's first hop fills the other.
+ *
+ *   load   ssd -> stage -> engine: into host memory both hops verify every
+ *          layer; into device memory only the second, by the device over
+ *          what landed, against the same sums — no CPU thread reads a
+ *          page byte on the way to a GPU (a page damaged on the ssd still
+ *          fails there, counted against the ssd tier). The last round's
+ *          copy reports its layers to the job as they land (the earlier
+ *          rounds are in place by then): layer l is ready before the last
+ *          layer lands, not all of them at the end.
+ *   store  engine (device memory) -> stage -> ssd: the first hop takes the
+ *          layer sums on the device over the engine's blocks (after the
+ *          engine's event), the second writes the bounce out.
+ */
 static int staged_run(kvt_cache *c, struct sub *s)
 {
+	const uint32_t half = STAGE_SLOTS / 2;
 	uint32_t st_slots[STAGE_SLOTS];
+	kvt_xfer_job *second[2] = { NULL, NULL };
 	kvt_tier_desc ed;
-	int err = 0, dev;
+	int err = 0, dev, store = s->src == ENGINE;
 
-	/* into device memory the second hop is verified by the device over
-	 * what landed, against the same sums: the first hop (ssd -> bounce)
-	 * is not verified on the CPU, so no CPU thread reads a page byte
-	 * on the way to a GPU (a page damaged on the ssd still fails, at
-	 * the second hop, and is counted against the ssd tier) */
 	kvt_tier_info(s->cj->mem->t, &ed);
 	dev = !ed.hostdev;
-
 	for (uint32_t i = 0; i < STAGE_SLOTS; i++)
 		st_slots[i] = i;
-	for (size_t off = 0; off < s->n && !err; off += STAGE_SLOTS) {
-		size_t k = KVT_MIN(STAGE_SLOTS, s->n - off);
-		kvt_xfer_desc a = {
-			.src = c->tiers[KVT_TIER_SSD], .dst = c->stage,
-			.src_slots = s->ss + off, .dst_slots = st_slots,
-			.npages = k, .prio = KVT_XFER_PRIO_HIGH,
-			.sums = c->verify && !dev ? s->sums + off * c->L : NULL,
-			.bad = c->verify && !dev ? s->bad + off : NULL,
-			.flags = c->verify && !dev ? KVT_XFER_LVERIFY : 0,
-		};
-		kvt_xfer_desc b = a;
-		kvt_xfer_job *xj;
+	pthread_mutex_lock(&c->stage_mu);
+	for (size_t off = 0, r = 0; off < s->n && !err; off += half, r++) {
+		size_t k = KVT_MIN(half, s->n - off);
+		int h = (int)(r % 2), last = off + k == s->n;
+		uint64_t *sums = c->verify ? s->sums + off * c->L : NULL;
+		kvt_xfer_desc a = { .dst = c->stage,
+				    .dst_slots = st_slots + h * half,
+				    .npages = k, .sums = sums };
+		kvt_xfer_desc b = { .src = c->stage,
+				    .src_slots = st_slots + h * half,
+				    .npages = k };
+		kvt_xfer_job *xj = NULL;
 
-		b.src = c->stage;
-		b.dst = s->cj->mem->t;
-		b.src_slots = st_slots;
-		b.dst_slots = s->ds + off;
-		b.sums = c->verify ? s->sums + off * c->L : NULL;
-		b.bad = c->verify ? s->bad + off : NULL;
-		b.flags = c->verify ? KVT_XFER_LVERIFY : 0;
-		b.wait = s->cj->wait;
+		if (store) {
+			a.src = s->cj->mem->t;
+			a.src_slots = s->ss + off;
+			a.prio = b.prio = KVT_XFER_PRIO_NORMAL;
+			a.flags = c->verify ? KVT_XFER_LSUM : 0;
+			a.wait = s->cj->wait;
+			b.dst = c->tiers[KVT_TIER_SSD];
+			b.dst_slots = s->ds + off;
+		} else {
+			a.src = c->tiers[KVT_TIER_SSD];
+			a.src_slots = s->ss + off;
+			a.prio = b.prio = KVT_XFER_PRIO_HIGH;
+			a.bad = c->verify && !dev ? s->bad + off : NULL;
+			a.flags = c->verify && !dev ? KVT_XFER_LVERIFY : 0;
+			if (dev)
+				a.sums = NULL;
+			b.dst = s->cj->mem->t;
+			b.dst_slots = s->ds + off;
+			b.sums = sums;
+			b.bad = c->verify ? s->bad + off : NULL;
+			b.flags = c->verify ? KVT_XFER_LVERIFY : 0;
+			b.wait = s->cj->wait;
+		}
 		pthread_mutex_lock(&s->cj->mu);
 		if (s->cj->cancel)
 			err = -ECANCELED;
 		pthread_mutex_unlock(&s->cj->mu);
-		for (int step = 0; step < 2 && !err; step++) {
-			err = kvt_xfer_submit(c->x, step ? &b : &a, &xj);
-			if (!err) {
-				err = kvt_xfer_wait(xj, -1);
-				kvt_xfer_job_free(xj);
+		/* this half's previous second hop is over before it refills */
+		err = xj_end(&second[h], err);
+		if (!err && !(err = kvt_xfer_submit(c->x, &a, &xj)))
+			err = xj_end(&xj, 0);
+		if (last) { /* every earlier round in place first */
+			err = xj_end(&second[!h], err);
+			if (!store) {
+				b.layer = kvti_cache_sub_layer;
+				b.arg = s;
 			}
 		}
+		if (!err)
+			err = kvt_xfer_submit(c->x, &b, &second[h]);
 	}
+	err = xj_end(&second[0], err);
+	err = xj_end(&second[1], err);
+	pthread_mutex_unlock(&c->stage_mu);
 	return err;
 }
 
@@ -237,6 +285,7 @@ void *kvti_cache_worker_main(void *arg)
 	pthread_mutex_lock(&c->wmu);
 	for (;;) {
 		kvt_cache_job *j = c->wq;
+		struct sub *staged = NULL;
 
 		if (!j) {
 			if (c->stopping)
@@ -248,23 +297,20 @@ void *kvti_cache_worker_main(void *arg)
 		if (!c->wq)
 			c->wq_tail = NULL;
 		pthread_mutex_unlock(&c->wmu);
-		int staged;
-
 		pthread_mutex_lock(&j->mu);
-		staged = j->stage_todo;
+		if (j->stage_todo)
+			for (int k = 0; k < j->nsub && !staged; k++)
+				if (j->sub[k].staged)
+					staged = &j->sub[k];
 		j->stage_todo = 0;
 		pthread_mutex_unlock(&j->mu);
-		if (staged) {
-			/* a staged load handed over at start; its last
-			 * kvti_cache_sub_end() queues the job again to
-			 * finish it */
-			for (int k = 0; k < j->nsub; k++)
-				if (j->sub[k].staged)
-					kvti_cache_sub_end(&j->sub[k],
-						staged_run(c, &j->sub[k]));
-		} else {
+		/* a staged load handed over at start (one staged sub: ssd);
+		 * its kvti_cache_sub_end() may queue the job again to finish
+		 * it, on another worker: nothing of it is touched after */
+		if (staged)
+			kvti_cache_sub_end(staged, staged_run(c, staged));
+		else
 			job_finish(c, j);
-		}
 		pthread_mutex_lock(&c->wmu);
 	}
 	pthread_mutex_unlock(&c->wmu);

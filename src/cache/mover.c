@@ -64,7 +64,15 @@ int kvti_cache_mover_copy(void *arg, const kvt_move *m)
 	struct batch *b = &c->cur;
 	struct meta *sm = &c->m[m->src], *dm = &c->m[m->dst];
 	struct move *mv;
+	uint8_t st;
 
+	pthread_mutex_lock(&c->smu);
+	st = sm->state[m->src_slot];
+	pthread_mutex_unlock(&c->smu);
+	/* no page behind the source (it failed, or never landed): the move
+	 * is cancelled, the index drops a demoted page (nothing to keep) */
+	if (st != ST_OK && st != ST_PEND)
+		return -EIO;
 	if (batch_add(c, b, 1))
 		return -ENOMEM; /* the index cancels this move */
 	if (!c->batch)
@@ -76,7 +84,6 @@ int kvti_cache_mover_copy(void *arg, const kvt_move *m)
 	mv->ss = m->src_slot;
 	mv->ds = m->dst_slot;
 	pthread_mutex_lock(&c->smu);
-	mv->ok = sm->state[mv->ss] == ST_OK || sm->state[mv->ss] == ST_PEND;
 	memcpy(b->sums + b->n * c->L, sm->sums + (uint64_t)mv->ss * c->L,
 	       c->L * sizeof(uint64_t));
 	/* the destination holds this page from now on (a reader of it waits
@@ -85,13 +92,9 @@ int kvti_cache_mover_copy(void *arg, const kvt_move *m)
 	       c->L * sizeof(uint64_t));
 	if (c->persist)
 		kvtp_ident_copy(c->persist, mv->src, mv->ss, mv->dst, mv->ds);
-	if (mv->ok) {
-		kvti_cache_slot_pend(c, mv->dst, mv->ds, c->batch);
-		sm->rd[mv->ss]++;
-		dm->wr[mv->ds]++;
-	} else {
-		dm->state[mv->ds] = ST_BAD;
-	}
+	kvti_cache_slot_pend(c, mv->dst, mv->ds, c->batch);
+	sm->rd[mv->ss]++;
+	dm->wr[mv->ds]++;
 	pthread_mutex_unlock(&c->smu);
 	b->n++;
 	return 0;
@@ -195,7 +198,7 @@ static void run_pair(kvt_cache *c, struct batch *b, uint32_t w, int s, int d)
 	int err;
 
 #define IN_PAIR(m) ((m).wave == w && (m).src == s && (m).dst == d && \
-		    (m).ok && !(m).err)
+		    !(m).err)
 	for (size_t i = 0; i < b->n; i++)
 		cnt += IN_PAIR(b->mv[i]);
 	if (!cnt)
@@ -274,9 +277,12 @@ static void move_end(kvt_cache *c, struct move *mv, uint32_t batch)
 	c->m[mv->src].rd[mv->ss]--;
 	d->wr[mv->ds]--;
 	if (d->state[mv->ds] == ST_PEND && d->pby[mv->ds] == batch) {
-		d->state[mv->ds] = mv->err ? ST_BAD : ST_OK;
-		if (!mv->err)
+		if (mv->err) {
+			kvti_cache_slot_bad(c, mv->dst, mv->ds);
+		} else {
+			d->state[mv->ds] = ST_OK;
 			kvti_cache_persist_ok(c, mv->dst, mv->ds);
+		}
 	}
 }
 
@@ -290,7 +296,7 @@ static uint32_t next_id(uint32_t id)
 static void batch_run(kvt_cache *c, struct batch *b, uint32_t batch)
 {
 	struct slotmap m;
-	int nw;
+	int nw, failed;
 
 	pthread_mutex_lock(&c->smu);
 	while (c->run_next != batch)
@@ -299,11 +305,10 @@ static void batch_run(kvt_cache *c, struct batch *b, uint32_t batch)
 	nw = assign_waves(b, &m);
 	if (nw < 0) { /* no memory to order them: nothing moves */
 		pthread_mutex_lock(&c->smu);
-		for (size_t i = 0; i < b->n; i++)
-			if (b->mv[i].ok) {
-				b->mv[i].err = nw;
-				move_end(c, &b->mv[i], batch);
-			}
+		for (size_t i = 0; i < b->n; i++) {
+			b->mv[i].err = nw;
+			move_end(c, &b->mv[i], batch);
+		}
 		goto out;
 	}
 	for (int w = 0; w < nw; w++) {
@@ -313,7 +318,7 @@ static void batch_run(kvt_cache *c, struct batch *b, uint32_t batch)
 
 			/* an earlier write of its source (an earlier wave, an
 			 * earlier batch) failed: nothing to copy */
-			if (mv->wave == (uint32_t)w && mv->ok &&
+			if (mv->wave == (uint32_t)w &&
 			    c->m[mv->src].state[mv->ss] == ST_BAD)
 				mv->err = KVT_ECORRUPT;
 		}
@@ -326,7 +331,7 @@ static void batch_run(kvt_cache *c, struct batch *b, uint32_t batch)
 		for (size_t i = 0; i < b->n; i++) {
 			struct move *mv = &b->mv[i];
 
-			if (mv->wave == (uint32_t)w && mv->ok)
+			if (mv->wave == (uint32_t)w)
 				move_end(c, mv, batch);
 		}
 		pthread_cond_broadcast(&c->scv);
@@ -337,7 +342,13 @@ static void batch_run(kvt_cache *c, struct batch *b, uint32_t batch)
 out: /* smu held */
 	c->run_next = next_id(batch);
 	pthread_cond_broadcast(&c->scv);
+	failed = c->nbad > 0;
 	pthread_mutex_unlock(&c->smu);
+	if (failed) { /* the copies that failed leave the index at once */
+		pthread_mutex_lock(&c->mu);
+		kvti_cache_reclaim(c); /* (decides no copy) */
+		pthread_mutex_unlock(&c->mu);
+	}
 }
 
 /* c->mu held: take the batch of this hold of the lock, drop the lock, run
@@ -372,6 +383,7 @@ static int bg_decide(kvt_cache *c)
 {
 	int any = 0;
 
+	kvti_cache_reclaim(c); /* failed copies give their room back */
 	for (int t = 0; t < KVT_TIER_COUNT; t++) {
 		kvt_pool *p;
 		uint64_t used, slots, freed = 0;

@@ -12,8 +12,9 @@
  *                             writing it; never served, counted in flight
  *                       OK    committed: bytes in place, sums verified
  *                       BAD   a copy into it failed or did not verify:
- *                             never served; reclaimed by eviction, or
- *                             rewritten by the next store of the page
+ *                             never served, and out of the index at once
+ *                             (kvti_cache_reclaim(): the page loses the
+ *                             copy, the slot goes back to its pool)
  *   rd[slot], wr[slot]  batches still reading / writing the slot (the
  *                       fences). The index frees a demoted page's source
  *                       slot as soon as it decides; anyone who writes a
@@ -25,8 +26,15 @@
  *        store / move decided            copy landed, verified
  *   NONE ---------------------> PEND -----------------------> OK
  *     ^                          |  copy failed, did not verify  |
- *     |   released (evicted)     v                               |
- *     +------------------------ BAD <-------- load found it bad -+
+ *     |  released: reclaimed     v                               |
+ *     +--(at once) or evicted-- BAD <-------- load found it bad -+
+ *
+ * A BAD slot never counts as its page's copy for long: it is queued as it
+ * goes BAD (smu) and the next hold of c->mu that reclaims (a store, a job's
+ * end, a background pass, the end of a batch with failed copies) drops it
+ * from the index (kvt_index_drop_copy). So a disk that fills up costs the
+ * failed copies, not the room: once writes succeed again, pages demote
+ * into the slots as before.
  *
  * PERSISTENCE (persist.c, an ssd tier opened 'persist'): a slot going PEND
  * loses its record before any byte is written, a slot committing OK gets
@@ -111,4 +119,54 @@ int kvti_cache_best_copy(kvt_cache *c, const kvt_page_info *pi, int *pend)
 		*pend |= c->m[t].state[s] == ST_PEND;
 	}
 	return -1;
+}
+
+void kvti_cache_slot_bad(kvt_cache *c, int t, uint32_t s)
+{
+	c->m[t].state[s] = ST_BAD;
+	kvti_cache_persist_gone(c, t, s);
+	if (kvti_grow((void **)&c->bad, &c->badcap, c->nbad + 1,
+		      sizeof(*c->bad), 64)) {
+		/* no memory to queue it: eviction takes it in time */
+		kvti_warn("cache: %s slot %u failed; no memory to reclaim it "
+			  "at once", kvt_tier_kind_name((kvt_tier_kind)t), s);
+		return;
+	}
+	c->bad[c->nbad].slot = s;
+	c->bad[c->nbad].tier = (uint8_t)t;
+	c->nbad++;
+}
+
+void kvti_cache_reclaim(kvt_cache *c)
+{
+	struct badslot *q;
+	size_t n, keep = 0;
+
+	pthread_mutex_lock(&c->smu);
+	q = c->bad;
+	n = c->nbad;
+	c->bad = NULL;
+	c->nbad = c->badcap = 0;
+	pthread_mutex_unlock(&c->smu);
+	for (size_t i = 0; i < n; i++) {
+		int t = q[i].tier, err;
+		uint8_t st;
+
+		/* still BAD (under c->mu nobody else writes it over) */
+		pthread_mutex_lock(&c->smu);
+		st = c->m[t].state[q[i].slot];
+		pthread_mutex_unlock(&c->smu);
+		if (st != ST_BAD)
+			continue;
+		err = kvt_index_drop_copy(c->idx, (kvt_tier_kind)t, q[i].slot);
+		if (err == KVT_EBUSY) /* a leased page's only copy: later */
+			q[keep++] = q[i];
+	}
+	pthread_mutex_lock(&c->smu);
+	for (size_t i = 0; i < keep; i++)
+		if (!kvti_grow((void **)&c->bad, &c->badcap, c->nbad + 1,
+			       sizeof(*c->bad), 64))
+			c->bad[c->nbad++] = q[i];
+	pthread_mutex_unlock(&c->smu);
+	kvt_free(q);
 }

@@ -1,12 +1,25 @@
 /*
- * store.c — kvt_cache_store(): insert the prefix into the top tier under
- * c->mu (a full tier evicts: the index decides, the copies wait), then
- * under c->smu decide which pages get bytes and from where — the engine's
- * blocks, or a parent promoted from a lower tier — and make their slots
- * PEND. Then, without c->mu: the eviction copies run (kvti_cache_unlock(),
- * counted in wait_s), each fresh slot waits until no copy holds a mark on
- * it (counted too), and the transfers are submitted. The pages commit
- * when the job is finished (job_finish.c).
+ * store.c — kvt_cache_store(): place the prefix's new pages by room and
+ * copy them out of the engine's blocks.
+ *
+ *   under c->mu    the index places every page that has no copy
+ *                  (kvt_index_insert, KVT_INSERT_SPILL | PIN | PARTIAL):
+ *                  into the top tier while it has room after eviction, the
+ *                  rest into the next tiers down, leading pages first;
+ *                  pages that have a copy anywhere keep it (nothing is
+ *                  promoted back up); what fits nowhere is cut off. Under
+ *                  c->smu: one sub per destination tier (engine -> tier),
+ *                  each fresh slot PEND.
+ *   then, unlocked the eviction copies that made room run
+ *                  (kvti_cache_unlock(), counted in wait_s), each fresh
+ *                  slot waits until no copy holds a mark on it (counted
+ *                  too), the transfers are submitted.
+ *
+ * A store never fails whole for want of room: the blocks of pages that fit
+ * nowhere (everything else pinned, or over the tenant's quotas) go on the
+ * job's failed list with KVT_EFULL, as a load's absent pages do, and the
+ * pages before them are stored. The pages commit when the job is finished
+ * (job_finish.c).
  */
 #include "cache/cache_impl.h"
 
@@ -21,17 +34,93 @@ int kvt_cache_store(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 				  out);
 }
 
+/* The pages before @first must have a copy somewhere (c->mu held). */
+static int parents_cached(kvt_cache *c, kvt_cache_job *j)
+{
+	kvt_page_info *info = NULL;
+	size_t found = 0, i = 0;
+	int err;
+
+	if (!j->first)
+		return 0;
+	err = kvti_cache_inspect(c, j->tenant, j->keys, j->first, &info,
+				 &found);
+	while (!err && i < found && info[i].resident)
+		i++;
+	kvt_free(info);
+	if (!err && i < j->first)
+		err = kvti_fail(KVT_ENOTFOUND, "cache store: page %zu (before "
+				"first %zu) is not in the cache: store it too",
+				i, j->first);
+	return err;
+}
+
+/* Place the pages (c->mu held): locs[0..nkeys) for the placed ones, the
+ * rest of the request's blocks failed. */
+static int place(kvt_cache *c, kvt_cache_job *j, kvt_page_loc *locs)
+{
+	const unsigned fl = KVT_INSERT_SPILL | KVT_INSERT_PIN;
+	kvt_insert_result res;
+	size_t placed;
+	int err;
+
+	kvti_cache_reclaim(c); /* failed copies give their room back first */
+	if (j->pin_each) {
+		/* each page its own prefix; one that finds no room fails
+		 * alone (the call fails only for the tenant) */
+		for (size_t i = 0; i < j->nkeys; i++) {
+			kvt_prefix px = kvti_cache_page_prefix(j->tenant,
+							       j->keys + i);
+
+			err = kvt_index_insert(c->idx, &px,
+					       (kvt_tier_kind)c->top, fl,
+					       kvt_now_ns(), &res, locs + i, 1);
+			if (err == KVT_ENOTFOUND && !i)
+				return err; /* no such tenant */
+			if (err)
+				kvti_cache_job_fail_page(j, i, err);
+			else
+				j->pin_each[i] = j->pinned = 1;
+		}
+		return 0;
+	}
+	if ((err = parents_cached(c, j)))
+		return err;
+	{
+		kvt_prefix px = kvti_cache_prefix(j, j->nkeys);
+
+		err = kvt_index_insert(c->idx, &px, (kvt_tier_kind)c->top,
+				       fl | KVT_INSERT_PARTIAL, kvt_now_ns(),
+				       &res, locs, j->nkeys);
+	}
+	if (err && err != KVT_EFULL)
+		return err;
+	/* KVT_EFULL: not even the first page fits (first is 0) */
+	placed = err ? 0 : (size_t)res.pages;
+	if (placed < j->nkeys) {
+		/* pages [placed, nkeys) fit in no tier: their blocks fail */
+		size_t from = KVT_MAX(placed, j->first);
+		int e = kvti_fail(KVT_EFULL, "cache store: %zu of %zu pages "
+				  "found no room in any tier (the rest pinned, "
+				  "or over tenant %u's quotas)", j->nkeys - from,
+				  j->nkeys, j->tenant);
+
+		for (size_t p = from; p < j->nkeys; p++)
+			kvti_cache_job_fail_page(j, p - j->first, e);
+	}
+	j->pinned = placed > 0;
+	j->nkeys = placed; /* the lease (and what a commit makes visible) */
+	return 0;
+}
+
 int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 		       const kvt_page_key *keys, size_t nkeys, size_t first,
 		       const uint32_t *blocks, const kvt_cache_io *io,
 		       kvt_cache_job **out)
 {
 	kvt_page_loc *locs = NULL;
-	kvt_page_info *info = NULL;
-	kvt_insert_result res;
 	kvt_cache_job *j;
-	struct sub *eng;
-	size_t found = 0;
+	size_t nplaced, copied = 0;
 	uint64_t t0;
 	int err;
 
@@ -41,16 +130,17 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 	if ((err = kvti_cache_job_new(c, JOB_STORE, tenant, keys, nkeys, first,
 				      blocks, io, &j)))
 		return err;
-	/* sub 0: engine -> top tier; sub 1 + t: a parent promoted from t */
-	for (int k = 0; k < MAX_SUBS; k++) {
-		j->sub[k].cj = j;
-		j->sub[k].src = k ? k - 1 : ENGINE;
-		j->sub[k].dst = c->top;
+	/* sub t: engine -> owned tier t */
+	for (int t = 0; t < KVT_TIER_COUNT; t++) {
+		j->sub[t].cj = j;
+		j->sub[t].src = ENGINE;
+		j->sub[t].dst = t;
+		if (c->tiers[t] && (err = kvti_cache_sub_alloc(c, &j->sub[t],
+							       j->n)))
+			goto fail;
 	}
-	j->nsub = 1 + KVT_TIER_COUNT;
-	eng = &j->sub[0];
-	if ((err = kvti_cache_sub_alloc(c, eng, j->n)))
-		goto fail;
+	j->sub[HOLD].cj = j;
+	j->nsub = KVT_TIER_COUNT;
 	locs = kvt_malloc((nkeys ? nkeys : 1) * sizeof(*locs));
 	if (!locs) {
 		err = -ENOMEM;
@@ -60,92 +150,46 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 		goto start;
 
 	pthread_mutex_lock(&c->mu);
-	if (j->pin_each) {
-		/* each page its own prefix; one that finds no room fails
-		 * alone (the call fails only for the tenant) */
-		for (size_t i = 0; !err && i < nkeys; i++) {
-			kvt_prefix px = kvti_cache_page_prefix(tenant,
-							       keys + i);
-			int e = kvt_index_insert(c->idx, &px,
-						 (kvt_tier_kind)c->top,
-						 KVT_INSERT_PIN, kvt_now_ns(),
-						 &res, locs + i, 1);
-
-			if (e == KVT_ENOTFOUND && !i)
-				err = e; /* no such tenant */
-			else if (e)
-				kvti_cache_job_fail_page(j, i, e);
-			else
-				j->pin_each[i] = j->pinned = 1;
-		}
-	} else {
-		err = kvti_cache_inspect(c, tenant, keys, nkeys, &info, &found);
-	}
-	if (!err && !j->pin_each) {
-		size_t i = 0;
-		while (i < first && i < found && info[i].resident)
-			i++;
-		if (i < first)
-			err = kvti_fail(KVT_ENOTFOUND, "cache store: page %zu "
-					"(before first %zu) is not in the cache: "
-					"store it too", i, first);
-	}
-	for (int t = 0; !err && first && t < KVT_TIER_COUNT; t++)
-		if (c->tiers[t] && t != c->top)
-			err = kvti_cache_sub_alloc(c, &j->sub[1 + t], first);
-	if (!err && !j->pin_each) {
-		kvt_prefix px = kvti_cache_prefix(j, nkeys);
-
-		err = kvt_index_insert(c->idx, &px, (kvt_tier_kind)c->top,
-				       KVT_INSERT_PIN, kvt_now_ns(), &res, locs,
-				       nkeys);
-		j->pinned = !err;
-	}
-	if (err) {
+	if ((err = place(c, j, locs))) {
 		kvti_cache_unlock(c); /* the eviction it did stays */
 		goto fail;
 	}
-	/* which pages get bytes, and from where; their slots go PEND */
+	nplaced = j->pin_each ? nkeys : j->pinned ? j->nkeys : 0;
+	/* which pages get bytes, and where; their slots go PEND */
 	pthread_mutex_lock(&c->smu);
-	for (size_t p = 0; p < nkeys; p++) {
+	for (size_t p = first; p < nplaced; p++) {
+		kvt_page_loc *l = &locs[p];
+		struct sub *sp;
+		uint8_t st;
+
 		if (j->pin_each && !j->pin_each[p])
 			continue; /* failed above: no slot */
-		struct meta *m = &c->m[c->top];
-		uint32_t slot = locs[p].slot;
-		uint8_t st = m->state[slot];
-		struct sub *sp = eng;
-		int t = ENGINE;
-
-		if (!locs[p].fresh && (st == ST_OK || st == ST_PEND))
+		st = c->m[l->tier].state[l->slot];
+		if (!l->fresh && (st == ST_OK || st == ST_PEND))
 			continue; /* cached, or being stored or moved */
-		if (p < first) {
-			/* a parent promoted into the top tier, from its
-			 * fastest committed copy below */
-			int pend;
-
-			t = kvti_cache_best_copy(c, &info[p], &pend);
-			if (t < 0 || t == c->top) {
-				m->state[slot] = ST_BAD;
-				continue;
-			}
-			sp = &j->sub[1 + t];
-		}
-		sp->ss[sp->n] = t == ENGINE ? blocks[p - first] :
-					      info[p].slot[t];
-		sp->ds[sp->n] = slot;
-		sp->pg[sp->n] = t == ENGINE ? p - first : SIZE_MAX;
-		if (t != ENGINE)
-			memcpy(sp->sums + sp->n * c->L,
-			       c->m[t].sums + (uint64_t)info[p].slot[t] * c->L,
-			       c->L * sizeof(uint64_t));
+		/* fresh, or a copy that failed (BAD): written again */
+		sp = &j->sub[l->tier];
+		sp->ss[sp->n] = blocks[p - first];
+		sp->ds[sp->n] = l->slot;
+		sp->pg[sp->n] = p - first;
 		sp->n++;
-		kvti_cache_slot_pend(c, c->top, slot, 0);
+		copied++;
+		kvti_cache_slot_pend(c, l->tier, l->slot, 0);
 		if (c->persist)
-			kvtp_ident_set(c->persist, c->top, slot, tenant,
+			kvtp_ident_set(c->persist, l->tier, l->slot, tenant,
 				       j->pin_each ? keys + p : keys,
 				       j->pin_each ? 0 : p);
 	}
-	j->st.skipped = j->n - eng->n - j->st.failed;
+	j->st.skipped = j->n - copied - j->st.failed;
+	/* device memory into ssd: through the page-locked bounce (a worker
+	 * runs it), summed on the device */
+	{
+		kvt_tier_desc ed;
+
+		kvt_tier_info(j->mem->t, &ed);
+		j->sub[KVT_TIER_SSD].staged = !ed.hostdev &&
+					      j->sub[KVT_TIER_SSD].n > 0;
+	}
 	pthread_mutex_unlock(&c->smu);
 	/* the evictions that made room copy now, without c->mu; then each
 	 * fresh slot waits until no copy still reads or writes it */
@@ -160,13 +204,11 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 	j->st.wait_s += kvti_cache_secs(t0);
 start:
 	kvt_free(locs);
-	kvt_free(info);
 	kvti_cache_job_start(c, j);
 	*out = j;
 	return 0;
 fail:
 	kvt_free(locs);
-	kvt_free(info);
 	kvti_cache_job_abort(c, j);
 	return err;
 }

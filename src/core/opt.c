@@ -22,6 +22,7 @@ enum opt_type { OPT_STR, OPT_INT, OPT_BOOL };
 	X(tiers, OPT_STR, "", "tier specs, e.g. 'dram:8G,ssd:/var/lib/kvtier,100G'") \
 	X(model, OPT_STR, "llama-3.1-8b", "model preset or path to a config.json") \
 	X(page_tokens, OPT_INT, "16", "tokens per KV page")                   \
+	X(kv_dtype, OPT_STR, "auto", "KV cache element type: auto (the model's), bf16, fp16, fp32, fp8") \
 	X(tp, OPT_INT, "1", "tensor-parallel degree")                          \
 	X(tp_rank, OPT_INT, "0", "tensor-parallel rank of this process")       \
 	X(log, OPT_STR, "warn", "log level: error, warn, info, debug")         \
@@ -33,7 +34,9 @@ enum opt_type { OPT_STR, OPT_INT, OPT_BOOL };
 	X(max_clients, OPT_INT, "64", "daemon: clients served at once")       \
 	X(metrics, OPT_STR, "", "daemon: HOST:PORT for GET /metrics ('' off)") \
 	X(remote, OPT_STR, "", "a remote tier below the owned ones, e.g. 'remote:redis://127.0.0.1:6379' ('' none)") \
-	X(devices, OPT_STR, "", "daemon: devices engines register memory on, e.g. 'cuda:0,cuda:1' or 'emu': the host tiers are page-locked for them at start ('' at first use)")
+	X(devices, OPT_STR, "", "daemon: devices engines register memory on, e.g. 'cuda:0,cuda:1' or 'emu': the host tiers are page-locked for them at start ('' at first use)") \
+	X(load_method, OPT_STR, "cuda-kernel", "daemon: how loads move pages into device memory: cuda-kernel (the SM-capped gather kernel), cuda-batch (batched copy-engine DMA), cuda-chunk") \
+	X(store_method, OPT_STR, "cuda-batch", "daemon: how stores move pages out of device memory: cuda-batch, cuda-kernel, cuda-chunk")
 
 static const struct opt_def {
 	const char *name;

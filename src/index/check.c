@@ -182,6 +182,14 @@ static int check_pages(struct chk *c, struct knode *n, uint64_t *tot)
 					   kvt_tier_kind_name(
 					   (kvt_tier_kind)x->kind[t]), s);
 			c->seen[t][s / 8] |= (uint8_t)(1u << (s % 8));
+			if (x->rev && (x->rev->n[t][s] != n ||
+				       x->rev->j[t][s] != j))
+				return BAD("%s slot %u: the slot -> page map "
+					   "names another page than node %llu "
+					   "page %u",
+					   kvt_tier_kind_name(
+					   (kvt_tier_kind)x->kind[t]), s,
+					   (unsigned long long)n->id, j);
 		}
 	}
 	for (int t = 0; t < x->nt; t++) {

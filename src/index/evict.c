@@ -76,20 +76,19 @@ static int copy_page(kvt_index *x, struct knode *n, uint32_t j, int t,
 		}
 	}
 	s[u] = d;
+	kvti_rev_set(x, u, d, n, j);
 	kvti_set_mask(x, n, j, nmask(x, n)[j] | (uint8_t)(1u << u));
 	kvti_res_delta(x, n, u, 1);
 	return 1;
 }
 
-/* Evict page j of n from tier t, as the comment on top says. */
-static void evict_page(kvt_index *x, struct knode *n, uint32_t j, int t)
+/* Page j of n gives up its copy in tier t (slot freed); a page left with
+ * no copy is gone. */
+static void leave_tier(kvt_index *x, struct knode *n, uint32_t j, int t)
 {
-	uint8_t m = nmask(x, n)[j], bit = (uint8_t)(1u << t);
+	uint8_t m = nmask(x, n)[j] & (uint8_t)~(1u << t);
 	uint32_t *s = nslot(x, n, j, t);
 
-	if (m == bit && copy_page(x, n, j, t, KVT_MOVE_DEMOTE))
-		x->demoted[t + 1]++;
-	m = nmask(x, n)[j] & (uint8_t)~bit;
 	kvti_set_mask(x, n, j, m);
 	kvti_release(x, t, *s);
 	*s = KVT_SLOT_NONE;
@@ -100,6 +99,16 @@ static void evict_page(kvt_index *x, struct knode *n, uint32_t j, int t)
 		x->dropped++;
 		kvti_prune(x, n);
 	}
+}
+
+/* Evict page j of n from tier t, as the comment on top says. */
+static void evict_page(kvt_index *x, struct knode *n, uint32_t j, int t)
+{
+	uint8_t bit = (uint8_t)(1u << t);
+
+	if (nmask(x, n)[j] == bit && copy_page(x, n, j, t, KVT_MOVE_DEMOTE))
+		x->demoted[t + 1]++;
+	leave_tier(x, n, j, t);
 }
 
 /* The node to evict from next in tier t: the top of @only's heap, or
@@ -287,4 +296,36 @@ int kvt_index_evict(kvt_index *x, kvt_tier_kind tier, uint64_t bytes,
 	if (freed)
 		*freed = done * x->slot_bytes[t];
 	return err;
+}
+
+int kvt_index_drop_copy(kvt_index *x, kvt_tier_kind tier, uint32_t slot)
+{
+	int t = (unsigned)tier < KVT_TIER_COUNT ? x->ti[tier] : -1;
+	struct knode *n;
+	uint32_t j;
+	uint8_t m, bit;
+
+	kvti_errclear();
+	if (t < 0)
+		return kvti_fail(KVT_ENOTFOUND, "drop copy: tier %d (%s) is "
+				 "not managed by this index", (int)tier,
+				 (unsigned)tier < KVT_TIER_COUNT ?
+				 kvt_tier_kind_name(tier) : "?");
+	if (!x->rev)
+		return kvti_fail(-EINVAL, "drop copy: an index without a mover "
+				 "keeps no slot -> page map");
+	if (slot >= kvt_pool_slots(x->pool[t]) || !(n = x->rev->n[t][slot]))
+		return kvti_fail(KVT_ENOTFOUND, "drop copy: %s slot %u holds no "
+				 "page", kvt_tier_kind_name(tier), slot);
+	j = x->rev->j[t][slot];
+	bit = (uint8_t)(1u << t);
+	m = nmask(x, n)[j] & (uint8_t)~bit;
+	if (!m && n->pins)
+		return kvti_fail(KVT_EBUSY, "drop copy: %s slot %u is the only "
+				 "copy of a leased page", kvt_tier_kind_name(tier),
+				 slot);
+	kvti_enter(x);
+	leave_tier(x, n, j, t);
+	kvti_leave(x);
+	return 0;
 }

@@ -112,6 +112,8 @@ struct tenant *kvti_tenant(kvt_index *x, uint32_t id)
 
 void kvti_release(kvt_index *x, int t, uint32_t slot)
 {
+	if (x->rev)
+		x->rev->n[t][slot] = NULL;
 	kvt_pool_free(x->pool[t], slot);
 	if (x->mover.release)
 		x->mover.release(x->mover.arg, (kvt_tier_kind)x->kind[t], slot);
@@ -627,14 +629,22 @@ static void count_pages(kvt_index *x, struct knode *n)
 	}
 }
 
-/* Copy pages [from, from + cnt) of @src into empty node @dst. */
+/* Copy pages [from, from + cnt) of @src into empty node @dst (their
+ * slots now point at @dst in the reverse map). */
 static void copy_pages(kvt_index *x, struct knode *dst, struct knode *src,
 		       uint32_t from, uint32_t cnt)
 {
+	const uint8_t *mk;
+
 	memcpy(nkeys(x, dst), nkey(x, src, from), (size_t)cnt * x->ksize);
 	memcpy(nslots(x, dst), nslot(x, src, from, 0), (size_t)cnt * x->nt * 4);
 	memcpy(nmask(x, dst), nmask(x, src) + from, cnt);
 	dst->npages = cnt;
+	mk = nmask(x, dst);
+	for (uint32_t j = 0; x->rev && j < cnt; j++)
+		for (int t = 0; t < x->nt; t++)
+			if (mk[j] & (1u << t))
+				kvti_rev_set(x, t, *nslot(x, dst, j, t), dst, j);
 }
 
 /*
@@ -860,6 +870,24 @@ int kvt_index_tenant_remove(kvt_index *x, uint32_t tenant)
 	return 0;
 }
 
+/* The slot -> page map (struct kvti_rev) for every managed tier. */
+static int rev_alloc(kvt_index *x)
+{
+	if (!(x->rev = kvt_calloc(1, sizeof(*x->rev))))
+		return -ENOMEM;
+	x->mem += sizeof(*x->rev);
+	for (int t = 0; t < x->nt; t++) {
+		uint64_t n = kvt_pool_slots(x->pool[t]);
+
+		x->rev->n[t] = kvt_calloc(n, sizeof(*x->rev->n[t]));
+		x->rev->j[t] = kvt_malloc(n * sizeof(*x->rev->j[t]));
+		if (!x->rev->n[t] || !x->rev->j[t])
+			return -ENOMEM;
+		x->mem += n * (sizeof(*x->rev->n[t]) + sizeof(*x->rev->j[t]));
+	}
+	return 0;
+}
+
 int kvt_index_create(kvt_index **out, const kvt_index_config *cfg)
 {
 	kvt_index *x;
@@ -921,6 +949,12 @@ int kvt_index_create(kvt_index **out, const kvt_index_config *cfg)
 		kvt_free(x);
 		return kvti_fail(-EINVAL, "index with no tier pool");
 	}
+	/* an index that moves bytes can be told a copy went bad */
+	if ((x->mover.copy || x->mover.release) &&
+	    (err = rev_alloc(x))) {
+		kvt_index_destroy(x);
+		return err;
+	}
 	if ((err = kvti_reserve(x, 1)) || (err = tenant_insert(x, 0, 0))) {
 		kvt_index_destroy(x);
 		return err;
@@ -951,6 +985,11 @@ void kvt_index_destroy(kvt_index *x)
 		kvti_tacct_free(x, x->ten[i].root->ta);
 		kvti_node_free(x, x->ten[i].root);
 	}
+	for (int t = 0; x->rev && t < KVT_TIER_COUNT; t++) {
+		kvt_free(x->rev->n[t]);
+		kvt_free(x->rev->j[t]);
+	}
+	kvt_free(x->rev);
 	kvt_free(x->tab);
 	kvt_free(x->ten);
 	kvt_free(x);

@@ -84,10 +84,11 @@ struct kvt_index {
 	int nt;                  /* managed tiers */
 	int kind[KVT_TIER_COUNT];/* compact index -> kvt_tier_kind */
 	int ti[KVT_TIER_COUNT];  /* kvt_tier_kind -> compact index, -1 absent */
+	int hooked;              /* watermarks hooked */
 	kvt_pool *pool[KVT_TIER_COUNT];
 	uint64_t slot_bytes[KVT_TIER_COUNT];
 	kvt_index_mover mover;
-	int hooked;              /* watermarks hooked */
+	struct kvti_rev *rev;    /* with a mover: slot -> page; else NULL */
 
 	struct tab_ent *tab;     /* child table: (parent id, fp) -> node */
 	size_t tabcap, tabcount;
@@ -153,6 +154,25 @@ static inline uint32_t *nslot(const kvt_index *x, struct knode *n,
 static inline int mask_needs_copy(const kvt_index *x, uint8_t m)
 {
 	return m && !(m & (m - 1)) && m < (1u << (x->nt - 1));
+}
+
+/* The reverse map of an index with a mover (kvt_index_drop_copy()): per
+ * managed tier, slot -> the page holding it (its node, its place there),
+ * n[t][slot] NULL for a free slot. Kept where slots are taken, freed, and
+ * where pages move between nodes (splits). */
+struct kvti_rev {
+	struct knode **n[KVT_TIER_COUNT];
+	uint32_t *j[KVT_TIER_COUNT];
+};
+
+/* Page j of @n now holds slot @s of tier t (the reverse map, if kept). */
+static inline void kvti_rev_set(kvt_index *x, int t, uint32_t s,
+				struct knode *n, uint32_t j)
+{
+	if (x->rev) {
+		x->rev->n[t][s] = n;
+		x->rev->j[t][s] = j;
+	}
 }
 
 /* A page is transient if its node is marked and it is not in the fastest

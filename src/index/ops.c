@@ -21,6 +21,8 @@
 #include <errno.h>
 #include <string.h>
 
+#define TBIT(t) ((uint8_t)(1u << (t)))
+
 /* Split so that the first @np pages of the prefix end on an edge boundary.
  * The pages must be in the tree. */
 static int split_at(kvt_index *x, struct pk *k, size_t np)
@@ -329,6 +331,7 @@ static uint64_t take_slots(kvt_index *x, struct pk *k, size_t np, int t,
 						nb = 0;
 				}
 				s[t] = buf[used++];
+				kvti_rev_set(x, t, s[t], n, j);
 				kvti_set_mask(x, n, j, b | (uint8_t)(1u << t));
 				add++;
 				if (l) {
@@ -352,9 +355,11 @@ static uint64_t take_slots(kvt_index *x, struct pk *k, size_t np, int t,
 	return fresh;
 }
 
-/* Pages among the first np of the prefix without a copy in tier t. */
-static uint64_t count_missing(kvt_index *x, struct pk *k, size_t np, int t,
-			      size_t *cut, uint64_t avail)
+/* Pages among the first np of the prefix without a copy in any tier of
+ * @want (a residency mask); *@cut: the place of the (avail+1)-th of them,
+ * np when there are no more. */
+static uint64_t count_missing(kvt_index *x, struct pk *k, size_t np,
+			      uint8_t want, size_t *cut, uint64_t avail)
 {
 	struct walker w;
 	uint32_t got;
@@ -365,7 +370,7 @@ static uint64_t count_missing(kvt_index *x, struct pk *k, size_t np, int t,
 	while ((got = kvti_walk_next(x, k, &w, np))) {
 		const uint8_t *mk = nmask(x, w.n);
 		for (uint32_t j = 0; j < got; j++) {
-			if (mk[j] & (1u << t))
+			if (mk[j] & want)
 				continue;
 			if (miss == avail && *cut == np)
 				*cut = w.i - got + j;
@@ -400,10 +405,11 @@ static int shape_prefix(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 	return 0;
 }
 
+/* End @n's transient mark if its pages are in the fastest tier (@arg
+ * non-NULL: if they have a copy anywhere, KVT_INSERT_SPILL). */
 static void clear_mark_fn(kvt_index *x, struct knode *n, void *arg)
 {
-	(void)arg;
-	if (n->tstate && n->cnt[0] == n->npages) {
+	if (n->tstate && (arg || n->cnt[0] == n->npages)) {
 		x->transient -= n->npages;
 		n->tstate = 0;
 		n->ticket = 0;
@@ -411,36 +417,220 @@ static void clear_mark_fn(kvt_index *x, struct knode *n, void *arg)
 	}
 }
 
+/* Steps 1 to 3 of every insert: shape the prefix, enter the call, hang
+ * the new node (if any) in the tree and pin the whole path, so making room
+ * never takes a page of it. */
+static int insert_begin(kvt_index *x, const kvt_prefix *px,
+			kvt_tier_kind tier, uint64_t now, struct pk *k, int *t,
+			size_t *have, struct knode **nn)
+{
+	struct walker w;
+	int err, one = 1;
+
+	if ((err = shape_prefix(x, px, tier, now, k, t, have, nn)))
+		return err;
+	kvti_enter(x);
+	if (*nn) {
+		walk_all(x, k, &w);
+		kvti_attach(x, w.n, *nn);
+	}
+	for_path(x, k, k->n, pin_fn, &one);
+	return 0;
+}
+
+/* An insert that found no room: unpin, take the new node out, prune, end
+ * the call (the eviction it did stays). */
+static void insert_undo(kvt_index *x, struct pk *k, struct knode *nn)
+{
+	int minus = -1;
+
+	for_path(x, k, k->n, pin_fn, &minus);
+	if (nn)
+		kvti_detach(x, nn);
+	prune_path(x, k);
+	kvti_leave(x);
+}
+
+/* Step 4 of an insert that kept the first @cut pages: the marks of pages
+ * now in the fastest tier end; the write policy and the end of the pin
+ * over the first @np pages (or, KVT_INSERT_PIN, the pin stays: the
+ * caller's lease); prune; end the call. */
+static void insert_end(kvt_index *x, struct pk *k, int t, unsigned flags,
+		       size_t cut, size_t np, uint64_t fresh,
+		       kvt_insert_result *res)
+{
+	int minus = -1;
+
+	if (t == 0)
+		for_path(x, k, cut, clear_mark_fn,
+			 flags & KVT_INSERT_SPILL ? k : NULL);
+	if (!(flags & KVT_INSERT_PIN)) {
+		policy(x, k, np);
+		for_path(x, k, np, pin_fn, &minus);
+	}
+	prune_path(x, k);
+	x->inserts++;
+	kvti_leave(x);
+	if (res) {
+		res->pages = cut;
+		res->fresh = fresh;
+	}
+}
+
+/* ---- insert by room (KVT_INSERT_SPILL) ---------------------------------- */
+
+/* Give each page among the prefix's first np that has no copy a slot: the
+ * first got[t0] of them in tier t0, the next got[t0 + 1] in t0 + 1, ...
+ * (room made by the caller); locs: every page's fastest copy. Returns the
+ * pages that got a fresh slot. */
+static uint64_t spill_slots(kvt_index *x, struct pk *k, size_t np, int t0,
+			    const uint64_t *got, kvt_page_loc *locs,
+			    size_t nlocs)
+{
+	uint64_t fresh = 0, left[KVT_TIER_COUNT];
+	uint32_t run, buf[256], nb = 0, used = 0;
+	struct walker w;
+	int t = t0;
+
+	memcpy(left, got, sizeof(left));
+	kvti_walk_init(k, &w);
+	while ((run = kvti_walk_next(x, k, &w, np))) {
+		struct knode *n = w.n;
+		size_t base = w.i - run;
+		int add[KVT_TIER_COUNT] = { 0 };
+
+		for (uint32_t j = 0; j < run; j++) {
+			uint8_t b = nmask(x, n)[j];
+			uint32_t *s = nslot(x, n, j, 0);
+			kvt_page_loc *l = base + j < nlocs ? &locs[base + j] :
+				NULL;
+			int f = b ? __builtin_ctz(b) : -1;
+
+			if (!b) {
+				while (t < x->nt && !left[t])
+					t++;
+				if (KVT_UNLIKELY(t == x->nt))
+					break; /* counted by the caller */
+				if (used == nb) {
+					nb = (uint32_t)KVT_MIN(
+						(uint64_t)KVT_ARRAY_SIZE(buf),
+						left[t]);
+					used = 0;
+					/* room was made; cannot fail here */
+					if (kvt_pool_alloc_n(x->pool[t], buf,
+							     nb))
+						break;
+				}
+				s[t] = buf[used++];
+				kvti_rev_set(x, t, s[t], n, j);
+				left[t]--;
+				kvti_set_mask(x, n, j, TBIT(t));
+				add[t]++;
+				fresh++;
+				f = t;
+			}
+			if (l) {
+				loc_none(l);
+				l->state = KVT_PAGE_RESIDENT;
+				l->tier = (uint8_t)x->kind[f];
+				l->slot = s[f];
+				l->fresh = !b;
+			}
+		}
+		for (int u = 0; u < x->nt; u++)
+			if (add[u])
+				kvti_res_delta(x, n, u, add[u]);
+	}
+	return fresh;
+}
+
+/* kvt_index_insert() with KVT_INSERT_SPILL: the same steps, each missing
+ * page placed in the fastest tier from @tier down that has room. */
+static int insert_spill(kvt_index *x, const kvt_prefix *px,
+			kvt_tier_kind tier, unsigned flags, uint64_t now,
+			kvt_insert_result *res, kvt_page_loc *locs,
+			size_t nlocs)
+{
+	uint64_t miss, placed = 0, fresh, got[KVT_TIER_COUNT] = { 0 };
+	uint8_t all;
+	struct knode *nn = NULL;
+	struct tacct *ta;
+	struct pk k;
+	size_t have, cut;
+	int t, err, one = 1, minus = -1;
+
+	/* 1, 2. read and shape; 3. change: the prefix in the tree, pinned */
+	if ((err = insert_begin(x, px, tier, now, &k, &t, &have, &nn)))
+		return err;
+	all = (uint8_t)((1u << x->nt) - 1);
+	miss = count_missing(x, &k, k.n, all, &cut, UINT64_MAX);
+	/* tier by tier: the tenant's quota (its own pages), then the tier's
+	 * room, for what is still to place */
+	ta = k.ten->root->ta;
+	for (int u = t; u < x->nt && placed < miss; u++) {
+		uint64_t want = miss - placed, avail;
+
+		kvti_quota_room(x, ta, u, want); /* (no quota: a no-op) */
+		avail = KVT_MIN(want, kvti_quota_free(ta, u));
+		if (avail)
+			kvti_make_room(x, u, avail);
+		got[u] = KVT_MIN(avail, kvti_pool_free(x, u));
+		placed += got[u];
+	}
+	cut = k.n;
+	if (placed < miss)
+		count_missing(x, &k, k.n, all, &cut, placed);
+	err = placed < miss && (!(flags & KVT_INSERT_PARTIAL) || !cut) ?
+	      KVT_EFULL : 0;
+	/* the pages past the cut keep no lease: an edge ends there */
+	if (!err && cut < k.n && !(err = split_at(x, &k, cut))) {
+		for_path(x, &k, k.n, pin_fn, &minus);
+		for_path(x, &k, cut, pin_fn, &one);
+		nn = NULL; /* it may be split; what is past the cut is pruned */
+	}
+	if (err) {
+		insert_undo(x, &k, nn);
+		if (err != KVT_EFULL)
+			return err;
+		return kvti_fail(KVT_EFULL, "tiers %s and below: %llu pages to "
+				 "place, %llu fit after eviction (the rest "
+				 "pinned, in use by this prefix or over tenant "
+				 "%u's quotas)", kvt_tier_kind_name(tier),
+				 (unsigned long long)miss,
+				 (unsigned long long)placed, px->tenant);
+	}
+	fresh = spill_slots(x, &k, cut, t, got, locs, nlocs);
+	for_path(x, &k, cut, touch_fn, NULL);
+	insert_end(x, &k, t, flags, cut, cut, fresh, res);
+	return 0;
+}
+
 int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 		     unsigned flags, uint64_t now, kvt_insert_result *res,
 		     kvt_page_loc *locs, size_t nlocs)
 {
 	struct knode *nn = NULL;
-	struct walker w;
 	struct tacct *ta;
 	struct pk k;
 	size_t have, cut, have_cut;
 	uint64_t miss, fresh, avail;
-	int t, err, one = 1, minus = -1, quota_short;
+	int t, err, quota_short;
 
 	kvti_errclear();
 	if (!locs)
 		nlocs = 0;
+	if (flags & ~(KVT_INSERT_PARTIAL | KVT_INSERT_PIN | KVT_INSERT_SPILL))
+		return kvti_fail(-EINVAL, "insert: unknown flags 0x%x", flags);
+	if (flags & KVT_INSERT_SPILL)
+		return insert_spill(x, px, tier, flags, now, res, locs, nlocs);
 	if ((flags & KVT_INSERT_PIN) && (flags & KVT_INSERT_PARTIAL))
 		return kvti_fail(-EINVAL, "insert: KVT_INSERT_PIN and "
-				 "KVT_INSERT_PARTIAL do not go together");
-	/* 1, 2. read and shape */
-	if ((err = shape_prefix(x, px, tier, now, &k, &t, &have, &nn)))
+				 "KVT_INSERT_PARTIAL do not go together "
+				 "(but with KVT_INSERT_SPILL)");
+	/* 1, 2. read and shape; 3. change: the prefix in the tree, pinned */
+	if ((err = insert_begin(x, px, tier, now, &k, &t, &have, &nn)))
 		return err;
-
-	/* 3. change */
-	kvti_enter(x);
-	if (nn) {
-		walk_all(x, &k, &w);
-		kvti_attach(x, w.n, nn);
-	}
-	for_path(x, &k, k.n, pin_fn, &one);
-	miss = count_missing(x, &k, k.n, t, &cut, UINT64_MAX);
+	miss = count_missing(x, &k, k.n, TBIT(t), &cut, UINT64_MAX);
 	/* the tenant's quota first (its own pages), then the tier's room */
 	ta = k.ten->root->ta;
 	if ((flags & KVT_INSERT_PARTIAL) || miss <= ta->quota[t])
@@ -453,13 +643,9 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 		kvti_make_room(x, t, avail);
 	avail = KVT_MIN(avail, kvti_pool_free(x, t));
 	if (avail < miss) {
-		count_missing(x, &k, k.n, t, &cut, avail);
+		count_missing(x, &k, k.n, TBIT(t), &cut, avail);
 		if (!(flags & KVT_INSERT_PARTIAL) || !cut) {
-			for_path(x, &k, k.n, pin_fn, &minus);
-			if (nn)
-				kvti_detach(x, nn);
-			prune_path(x, &k);
-			kvti_leave(x);
+			insert_undo(x, &k, nn);
 			if (quota_short)
 				return kvti_fail(KVT_EFULL, "tier %s: %llu "
 						 "pages to place, tenant %u may "
@@ -481,7 +667,8 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 		}
 	}
 	if (cut < k.n)
-		miss = count_missing(x, &k, cut, t, &have_cut, UINT64_MAX);
+		miss = count_missing(x, &k, cut, TBIT(t), &have_cut,
+				     UINT64_MAX);
 	fresh = take_slots(x, &k, cut, t, miss, locs, nlocs);
 	if (nn && cut < k.n) {
 		/* the new node keeps only the pages that got a slot */
@@ -495,19 +682,7 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 		}
 	}
 	for_path(x, &k, k.n, touch_fn, NULL);
-	if (t == 0)
-		for_path(x, &k, cut, clear_mark_fn, NULL);
-	if (!(flags & KVT_INSERT_PIN)) {
-		policy(x, &k, k.n);
-		for_path(x, &k, k.n, pin_fn, &minus);
-	} /* else the insert's own pin stays: it is the caller's lease */
-	prune_path(x, &k);
-	x->inserts++;
-	kvti_leave(x);
-	if (res) {
-		res->pages = cut;
-		res->fresh = fresh;
-	}
+	insert_end(x, &k, t, flags, cut, k.n, fresh, res);
 	return 0;
 }
 
@@ -630,6 +805,7 @@ int kvt_index_restore(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 			if (b & (1u << t))
 				continue;
 			*nslot(x, n, j, t) = slots[w.i - got + j];
+			kvti_rev_set(x, t, slots[w.i - got + j], n, j);
 			kvti_set_mask(x, n, j, b | (uint8_t)(1u << t));
 			add++;
 		}

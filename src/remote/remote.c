@@ -26,6 +26,8 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <sodium.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,13 +200,18 @@ static int spec_option(const char *text, struct kvti_rspec *s, char *tok)
 			s->tag_ns = 0;
 		else
 			return spec_fail(text, "tag must be none or ns, got", v);
+	} else if (!strcmp(k, "key")) {
+		if (!*v || strlen(v) >= sizeof(s->keyfile))
+			return spec_fail(text, "key must be the path of a key "
+					 "file (1..255 bytes), got", v);
+		kvti_strlcpy(s->keyfile, v, sizeof(s->keyfile));
 	} else if (!strcmp(k, "tls")) {
 		return kvti_fail(KVT_ENOTBUILT, "remote spec: TLS is not built "
 				 "(Debian's hiredis 0.14 has no TLS)");
 	} else {
 		*eq = '=';
 		return spec_fail(text, "unknown option (prefix, ns, ttl, auth, "
-				 "timeout, db, tag, window):", tok);
+				 "timeout, db, tag, window, key):", tok);
 	}
 	return 0;
 }
@@ -311,6 +318,65 @@ void kvti_remote_fmt(struct kvti_rfmt *f, const kvt_geom *g, const char *ns)
 	f->page_bytes = kvt_geom_page_bytes(g);
 	f->nsums = g->layers;
 	f->layer_bytes = f->page_bytes / g->layers;
+	f->mac = 0;
+}
+
+void kvti_remote_fmt_key(struct kvti_rfmt *f, const void *secret, size_t len,
+			 const char *ns)
+{
+	static const char dom[] = "kvtier remote value mac v2";
+	uint8_t master[32];
+	crypto_generichash_state st;
+
+	/* the secret (any length) to 32 bytes, then one key per namespace */
+	crypto_generichash(master, sizeof(master), secret, len, NULL, 0);
+	crypto_generichash_init(&st, master, sizeof(master), sizeof(f->key));
+	crypto_generichash_update(&st, (const uint8_t *)dom, sizeof(dom));
+	crypto_generichash_update(&st, (const uint8_t *)ns, strlen(ns) + 1);
+	crypto_generichash_final(&st, f->key, sizeof(f->key));
+	sodium_memzero(master, sizeof(master));
+	f->mac = 1;
+}
+
+/* The value's one-time Poly1305 key: keyed BLAKE2b of its header and its
+ * nonce (a nonce is never reused, so neither is a one-time key). */
+static void mac_otk(const struct kvti_rfmt *f, const uint8_t *v,
+		    const uint8_t *nonce, uint8_t *otk)
+{
+	crypto_generichash_state st;
+
+	crypto_generichash_init(&st, f->key, sizeof(f->key),
+				crypto_onetimeauth_KEYBYTES);
+	crypto_generichash_update(&st, v, KVT_REMOTE_HDR);
+	crypto_generichash_update(&st, nonce, KVTI_RMAC_NONCE);
+	crypto_generichash_final(&st, otk, crypto_onetimeauth_KEYBYTES);
+}
+
+void kvti_remote_mac_write(const struct kvti_rfmt *f, uint8_t *v)
+{
+	uint64_t body = kvti_remote_head_bytes(f) + f->page_bytes;
+	uint8_t otk[crypto_onetimeauth_KEYBYTES];
+
+	randombytes_buf(v + body, KVTI_RMAC_NONCE);
+	mac_otk(f, v, v + body, otk);
+	/* everything before the tag: header, sums, page, nonce */
+	crypto_onetimeauth(v + body + KVTI_RMAC_NONCE, v,
+			   body + KVTI_RMAC_NONCE, otk);
+	sodium_memzero(otk, sizeof(otk));
+}
+
+int kvti_remote_mac_check(const struct kvti_rfmt *f, const void *value)
+{
+	const uint8_t *v = value;
+	uint64_t body = kvti_remote_head_bytes(f) + f->page_bytes;
+	uint8_t otk[crypto_onetimeauth_KEYBYTES];
+	int bad;
+
+	mac_otk(f, v, v + body, otk);
+	bad = crypto_onetimeauth_verify(v + body + KVTI_RMAC_NONCE, v,
+					body + KVTI_RMAC_NONCE, otk);
+	sodium_memzero(otk, sizeof(otk));
+	return bad ? KVT_ECORRUPT : 0;
 }
 
 /* XXH3-64 of the header's first 56 bytes and the sums. */
@@ -338,7 +404,7 @@ void kvti_remote_head_write(const struct kvti_rfmt *f, const kvt_page_key *key,
 	put64(out + 32, key->hi);
 	put64(out + 40, f->page_bytes);
 	put32(out + 48, f->nsums);
-	put32(out + 52, 0);
+	put32(out + 52, f->mac ? KVT_REMOTE_F_MAC : 0);
 	for (uint32_t l = 0; l < f->nsums; l++)
 		put64(out + KVT_REMOTE_HDR + 8 * l, sums[l]);
 	put64(out + 56, head_sum(f, out));
@@ -364,10 +430,12 @@ int kvti_remote_head_check(const struct kvti_rfmt *f, const kvt_page_key *key,
 		w = "namespace";
 	else if (get64(h + 24) != key->lo || get64(h + 32) != key->hi)
 		w = "page key";
-	else if (get64(h + 40) != f->page_bytes || get32(h + 48) != f->nsums ||
-		 get32(h + 52))
+	else if (get64(h + 40) != f->page_bytes || get32(h + 48) != f->nsums)
 		w = "page size";
-	else if (len != kvti_remote_head_bytes(f) + f->page_bytes)
+	else if (get32(h + 52) != (f->mac ? KVT_REMOTE_F_MAC : 0))
+		w = f->mac ? "not authenticated (this node has a key)" :
+			     "authenticated (this node has no key)";
+	else if (len != kvti_remote_value_len(f))
 		w = "value length";
 	else if (get64(h + 56) != head_sum(f, h))
 		w = "header checksum";
@@ -397,6 +465,49 @@ int kvti_remote_value_take(const struct kvti_rfmt *f, const void *v,
 
 /* ---- open and close ----------------------------------------------------- */
 
+/* key=PATH: at least 32 bytes no one but the owner may read; the
+ * namespace's MAC key from it. No key: a loud warning, once per handle. */
+static int load_key(kvt_remote *r)
+{
+	char *buf = NULL;
+	struct stat st;
+	size_t len = 0;
+	int err;
+
+	if (sodium_init() < 0)
+		return kvti_fail(-ENOSYS, "remote: libsodium would not start");
+	if (!r->spec.keyfile[0]) {
+		kvti_warn("remote: %s:%d: no key= in the remote spec: values "
+			  "are not authenticated, so anyone who can write to "
+			  "this Redis can make this node serve forged KV pages "
+			  "(docs/REMOTE.md, \"Trust\")", r->spec.seeds[0].host,
+			  r->spec.seeds[0].port);
+		return 0;
+	}
+	if (stat(r->spec.keyfile, &st))
+		return kvti_fail(KVT_ECONFIG, "remote: key file %s: %s",
+				 r->spec.keyfile, strerror(errno));
+	if (st.st_mode & 077)
+		return kvti_fail(KVT_ECONFIG, "remote: key file %s is readable "
+				 "or writable by others (mode %03o): chmod 600 "
+				 "it", r->spec.keyfile,
+				 (unsigned)(st.st_mode & 0777));
+	if ((err = kvti_read_file(r->spec.keyfile, 4096, &buf, &len)))
+		return kvti_fail(KVT_ECONFIG, "remote: key file %s: %s",
+				 r->spec.keyfile, kvti_file_strerror(err));
+	if (len < 32) {
+		sodium_memzero(buf, len);
+		kvt_free(buf);
+		return kvti_fail(KVT_ECONFIG, "remote: key file %s has %zu "
+				 "bytes, at least 32 are needed (e.g. head -c 32 "
+				 "/dev/urandom)", r->spec.keyfile, len);
+	}
+	kvti_remote_fmt_key(&r->fmt, buf, len, r->spec.ns);
+	sodium_memzero(buf, len);
+	kvt_free(buf);
+	return 0;
+}
+
 int kvt_remote_open(kvt_remote **out, const char *spec, const kvt_geom *g)
 {
 	kvt_remote *r;
@@ -416,7 +527,9 @@ int kvt_remote_open(kvt_remote **out, const char *spec, const kvt_geom *g)
 		kvti_strlcpy(r->spec.ns, r->g.name[0] ? r->g.name : "default",
 			     sizeof(r->spec.ns));
 	kvti_remote_fmt(&r->fmt, &r->g, r->spec.ns);
-	r->value_bytes = kvti_remote_head_bytes(&r->fmt) + r->fmt.page_bytes;
+	if ((err = load_key(r)))
+		goto err_free;
+	r->value_bytes = kvti_remote_value_len(&r->fmt);
 	r->window_bytes = r->spec.window;
 	if ((err = pthread_mutex_init(&r->mu, NULL))) {
 		err = -err;
@@ -562,6 +675,8 @@ static int append(kvt_remote *r, struct batch *b, size_t i, int nd)
 		kvti_remote_head_write(&r->fmt, &b->keys[i], sums, r->scratch);
 		memcpy(r->scratch + kvti_remote_head_bytes(&r->fmt), page,
 		       r->fmt.page_bytes);
+		if (r->fmt.mac)
+			kvti_remote_mac_write(&r->fmt, r->scratch);
 		av[0] = "SET", al[0] = 3;
 		av[2] = (const char *)r->scratch, al[2] = r->value_bytes;
 		ac = 3;
@@ -646,6 +761,8 @@ static void take_reply(kvt_remote *r, struct batch *b, size_t i, int nd,
 		r->st.bytes_read += rep->len;
 		if (kvti_remote_head_check(&r->fmt, &b->keys[i], rep->str,
 					   rep->len, &why) ||
+		    (why = "MAC", r->fmt.mac &&
+		     kvti_remote_mac_check(&r->fmt, rep->str)) ||
 		    (why = "page checksum",
 		     kvti_remote_value_take(&r->fmt, rep->str, b->dst[i],
 					    b->out_sums ? b->out_sums + i *

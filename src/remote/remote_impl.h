@@ -48,6 +48,7 @@ struct kvti_rspec {
 	int db;
 	int tag_ns;
 	uint64_t window;       /* window= bytes, 0: a whole batch */
+	char keyfile[256];     /* key=PATH, "" for none */
 };
 
 /* Parse @text (grammar in remote.h) into @s: 0, KVT_ESPEC or KVT_ENOTBUILT
@@ -60,18 +61,40 @@ struct kvti_rfmt {
 	uint64_t geom_hash, ns_hash;
 	uint64_t page_bytes, layer_bytes;
 	uint32_t nsums;        /* L */
+	int mac;               /* values carry the MAC trailer (key=) */
+	uint8_t key[32];       /* the namespace's MAC key, when @mac */
 };
 
-/* Fill @f for geometry @g and namespace @ns. */
+#define KVTI_RMAC_NONCE 16
+#define KVTI_RMAC_TAG 16
+#define KVTI_RMAC_BYTES (KVTI_RMAC_NONCE + KVTI_RMAC_TAG)
+
+/* Fill @f for geometry @g and namespace @ns (no MAC: kvti_remote_fmt_key()
+ * adds one). */
 void kvti_remote_fmt(struct kvti_rfmt *f, const kvt_geom *g, const char *ns);
+/* The namespace's MAC key from a secret of @len bytes (a key file's):
+ * keyed BLAKE2b of the namespace, so each namespace has its own. */
+void kvti_remote_fmt_key(struct kvti_rfmt *f, const void *secret, size_t len,
+			 const char *ns);
 /* Bytes before the page: the header and L sums. */
 static inline uint64_t kvti_remote_head_bytes(const struct kvti_rfmt *f)
 {
 	return KVT_REMOTE_HDR + 8ull * f->nsums;
 }
+/* Bytes of a whole value: head, page, and the MAC trailer when keyed. */
+static inline uint64_t kvti_remote_value_len(const struct kvti_rfmt *f)
+{
+	return kvti_remote_head_bytes(f) + f->page_bytes +
+	       (f->mac ? KVTI_RMAC_BYTES : 0);
+}
 /* Write the header and @sums (L values) of page @key into @out. */
 void kvti_remote_head_write(const struct kvti_rfmt *f, const kvt_page_key *key,
 			    const uint64_t *sums, uint8_t *out);
+/* With a key: the trailer of a value whose head and page are written at
+ * @v (a fresh random nonce, then the tag). */
+void kvti_remote_mac_write(const struct kvti_rfmt *f, uint8_t *v);
+/* With a key: 0 if the value's tag is right, else KVT_ECORRUPT. */
+int kvti_remote_mac_check(const struct kvti_rfmt *f, const void *v);
 /* Check the header of a value @v of @len bytes for page @key: 0, or
  * KVT_ECORRUPT with *why naming the first field that does not match. The
  * page's layer sums are checked by kvti_remote_value_take(). */

@@ -3,12 +3,40 @@
  * client.h is the contract, proto.h the wire format).
  *
  * One blocking socket per client; requests are serialized by cl->mu (send,
- * then read the one reply). Job progress needs no request: the daemon
- * writes each job's slot in a shared page (mapped read-only here) and
- * wakes futex waiters; a waiter also wakes every 100 ms to see whether the
- * daemon's end of the socket has gone (POLLRDHUP), so no wait outlives a
- * dead daemon. A job's failed list and statistics come with RELEASE, sent
- * once by the first call that needs them after the job is done.
+ * then read the one reply, by a deadline of timeout_ms). Job progress
+ * needs no request: the daemon writes each job's slot in a shared page
+ * (mapped read-only here) and wakes futex waiters; a waiter also wakes
+ * every 100 ms to see whether the daemon's end of the socket has gone
+ * (POLLRDHUP), so no wait outlives a dead daemon. A job's failed list and
+ * statistics come with RELEASE, sent once by the first call that needs
+ * them after the job is done.
+ *
+ * TWO WAYS A CONNECTION ENDS
+ *
+ *   broken  we can send no more requests: one timed out (its reply may
+ *           still come: the stream would be out of step for good), a
+ *           reply was not the one asked for, or we are closing. We shut
+ *           our sending side (SHUT_WR); the daemon reads the end of the
+ *           stream and tears the connection down. Requests fail with
+ *           -ECONNRESET from then on; waits go on.
+ *   gone    the daemon's end has closed. It closes a connection only
+ *           after cancelling its jobs, waiting for their copies and
+ *           unmapping its memory (conn.c), or it died: either way nothing
+ *           of ours is read or written by it any more. Only now do waits
+ *           end with -ECONNRESET.
+ *
+ * So a LOAD or STORE whose reply did not come (the daemon may have
+ * started it) returns only once the daemon has let go (gone), at most
+ * lease_ms + timeout_ms later; then no block of the request is written
+ * after the call returns. A daemon hung longer than that is reported
+ * (the detail says the memory may still be written) and the connection
+ * stays broken.
+ *
+ * THREADS AND LIFETIMES: every call may run in any thread; a thread in a
+ * wait is counted (cl->users) so kvt_client_shutdown() can wake it and
+ * kvt_client_close() can wait for it to leave before freeing. Calls that
+ * start after kvt_client_close() began are the caller's bug (the handles
+ * are being freed); kvt_client_shutdown() is the call that may race them.
  */
 #include <kvtier/client.h>
 #include "dev/dev.h"
@@ -77,7 +105,12 @@ struct kvt_client {
 					  registered with (stream waits) */
 	int slot_reg[SLOT_DEVS];       /* ...by us (unregistered at close) */
 	kvtd_buf out, in;
-	_Atomic int dead;     /* the daemon went away */
+	uint32_t timeout_ms;  /* per request */
+	int broken;           /* cl->mu: no more requests (see above) */
+	_Atomic int gone;     /* the daemon's end closed: it let go */
+	_Atomic int closing;  /* kvt_client_shutdown() ran */
+	int users;            /* cl->mu: threads inside a wait */
+	pthread_cond_t cv;    /* users dropped */
 };
 
 struct kvt_client_event {
@@ -90,12 +123,61 @@ struct kvt_client_event {
 
 /* ---- requests ------------------------------------------------------------- */
 
+static int is_job_start(uint16_t op)
+{
+	return op == KVTD_MSG_LOAD || op == KVTD_MSG_STORE ||
+	       op == KVTD_MSG_LOAD_EACH || op == KVTD_MSG_STORE_EACH;
+}
+
+/* Read and drop what the daemon still sends until its end closes, by
+ * @deadline: 1 once it has (cl->gone), else 0. */
+static int drain_to_eof(kvt_client *cl, uint64_t deadline)
+{
+	char buf[4096];
+
+	while (!atomic_load(&cl->gone)) {
+		struct pollfd p = { .fd = cl->fd, .events = POLLIN | POLLRDHUP };
+		uint64_t now = kvt_now_ns();
+		ssize_t n;
+
+		if (now >= deadline)
+			return 0;
+		if (poll(&p, 1, (int)KVT_MIN((deadline - now) / 1000000 + 1,
+					      1000u)) <= 0)
+			continue;
+		n = recv(cl->fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			atomic_store(&cl->gone, 1);
+	}
+	return 1;
+}
+
+/* cl->mu held: no more requests on this connection; tell the daemon (the
+ * end of our stream makes it tear the connection down). */
+static void conn_break(kvt_client *cl)
+{
+	if (!cl->broken) {
+		cl->broken = 1;
+		shutdown(cl->fd, SHUT_WR);
+	}
+}
+
+/* The daemon's lease plus one request's time: the longest a live daemon
+ * takes to let go of a connection it was told to drop. */
+static uint64_t letgo_ns(const kvt_client *cl)
+{
+	return ((uint64_t)cl->lease_ms + cl->timeout_ms) * 1000000ull;
+}
+
 /* cl->mu held; cl->out built (kvtd_begin .. puts). Send it, read the one
- * reply into cl->in; on status 0, *@rd reads the reply body. */
+ * reply into cl->in by the request's deadline; on status 0, *@rd reads the
+ * reply body. A timeout or a reply out of step breaks the connection: it
+ * is never left out of step. */
 static int rpc(kvt_client *cl, const int *fds, int nfds, kvtd_rd *rd)
 {
 	uint16_t op = (uint16_t)(cl->out.p ? cl->out.p[6] | cl->out.p[7] << 8
 					   : 0);
+	uint64_t deadline = kvt_now_ns() + (uint64_t)cl->timeout_ms * 1000000;
 	char detail[256];
 	const uint8_t *body;
 	size_t blen;
@@ -103,27 +185,60 @@ static int rpc(kvt_client *cl, const int *fds, int nfds, kvtd_rd *rd)
 	kvtd_hdr h;
 	int err;
 
-	if (atomic_load(&cl->dead))
+	if (atomic_load(&cl->gone))
 		return kvti_fail(-ECONNRESET, "client: the daemon has gone");
+	if (cl->broken)
+		return kvti_fail(-ECONNRESET, "client: the connection was "
+				 "dropped (a request timed out or the client "
+				 "is closing); connect again");
 	if ((err = kvtd_end(&cl->out)))
 		return err;
 	err = kvtd_send(cl->fd, cl->out.p, cl->out.len, fds, nfds);
 	if (!err) {
-		err = kvtd_recv(cl->fd, &cl->in, &h, NULL, NULL, 1, 0);
+		err = kvtd_recv(cl->fd, &cl->in, &h, NULL, NULL, 1, deadline);
 		if (err == 1)
 			err = kvti_fail(-ECONNRESET, "client: the daemon closed "
 					"the connection");
 	}
-	if (err == -EPIPE || err == -ECONNRESET)
-		atomic_store(&cl->dead, 1);
+	if (err == -EPIPE || err == -ECONNRESET) {
+		atomic_store(&cl->gone, 1);
+		conn_break(cl);
+	}
+	if (err == -ETIMEDOUT) {
+		conn_break(cl);
+		if (!is_job_start(op))
+			return kvti_fail(err, "client: %s #%u: no reply in %u ms:"
+					 " the connection is dropped (connect "
+					 "again)", kvtd_msg_name(op), cl->seq,
+					 cl->timeout_ms);
+		/* the daemon may have started the job: return once it let go */
+		if (drain_to_eof(cl, kvt_now_ns() + letgo_ns(cl)))
+			return kvti_fail(err, "client: %s #%u: no reply in %u ms:"
+					 " the connection is dropped; the daemon"
+					 " has stopped its jobs and let go of "
+					 "this client's memory",
+					 kvtd_msg_name(op), cl->seq,
+					 cl->timeout_ms);
+		kvti_warn("client: %s #%u: no reply in %u ms, and the daemon "
+			  "has not let go of the connection %llu ms later: it "
+			  "may still write this client's memory",
+			  kvtd_msg_name(op), cl->seq, cl->timeout_ms,
+			  (unsigned long long)(letgo_ns(cl) / 1000000));
+		return kvti_fail(err, "client: %s #%u: no reply, and the daemon "
+				 "has not let go: its blocks may still be "
+				 "written", kvtd_msg_name(op), cl->seq);
+	}
 	if (err)
 		return err;
-	if ((h.op & ~KVTD_REPLY) == 0) /* our header was refused */
-		atomic_store(&cl->dead, 1);
-	else if ((h.op & ~KVTD_REPLY) != op || h.seq != cl->seq)
-		return kvti_fail(KVT_EPROTO, "client: reply %s #%u to %s #%u",
+	if ((h.op & ~KVTD_REPLY) == 0) { /* our header was refused */
+		conn_break(cl);
+	} else if ((h.op & ~KVTD_REPLY) != op || h.seq != cl->seq) {
+		conn_break(cl);
+		return kvti_fail(KVT_EPROTO, "client: reply %s #%u to %s #%u: "
+				 "the connection is dropped",
 				 kvtd_msg_name(h.op), h.seq,
 				 kvtd_msg_name(op), cl->seq);
+	}
 	if ((err = kvtd_reply_decode(cl->in.p + KVTD_HDR, h.len, &status,
 				     detail, sizeof(detail), &body, &blen)))
 		return err;
@@ -244,13 +359,14 @@ int kvt_client_connect(kvt_client **out, const kvt_client_config *in)
 	if (!(cl = kvt_calloc(1, sizeof(*cl))))
 		return -ENOMEM;
 	cl->fd = cl->efd = -1;
+	cl->timeout_ms = cfg.timeout_ms ? cfg.timeout_ms : 10000;
 	pthread_mutex_init(&cl->mu, NULL);
+	kvti_cond_init_mono(&cl->cv);
 	if ((err = geom_of(&cl->g, &cfg)))
 		goto fail;
 	if ((err = dial(path, &cl->fd)))
 		goto fail;
-	if ((err = kvtd_set_timeout(cl->fd, cfg.timeout_ms ? cfg.timeout_ms :
-				    10000)))
+	if ((err = kvtd_set_timeout(cl->fd, cl->timeout_ms)))
 		goto fail;
 	begin(cl, KVTD_MSG_HELLO);
 	kvtd_put_u32(&cl->out, cfg.tenant);
@@ -349,6 +465,16 @@ const kvt_geom *kvt_client_geom(const kvt_client *cl)
 	return &cl->g;
 }
 
+uint32_t kvt_client_lease_ms(const kvt_client *cl)
+{
+	return cl->lease_ms;
+}
+
+uint32_t kvt_client_timeout_ms(const kvt_client *cl)
+{
+	return cl->timeout_ms;
+}
+
 int kvt_client_fd(kvt_client *cl)
 {
 	return cl->efd;
@@ -357,14 +483,18 @@ int kvt_client_fd(kvt_client *cl)
 /* ---- memory ------------------------------------------------------------------ */
 
 /* REGISTER: segments, then per layer (segment, offset); the fds of the
- * segments that carry one go with it. */
+ * segments that carry one go with it. REGISTER_ROWS when @hs is not the
+ * packed head stride D*s (a daemon older than it still takes every packed
+ * layout). */
 static int reg_segs(kvt_client *cl, int device, const uint8_t *uuid,
 		    const kvt_client_seg *segs, uint32_t nseg,
 		    const uint32_t *layer_seg, const uint64_t *layer_off,
 		    uint32_t nlayers, uint64_t nblocks, uint64_t bs,
-		    uint64_t ks, uint64_t ts, uint32_t *id)
+		    uint64_t ks, uint64_t ts, uint64_t hs, uint32_t *id)
 {
 	static const uint8_t zero[KVTD_UUID_BYTES];
+	uint64_t row = (uint64_t)cl->g.head_dim * cl->g.dtype_bytes;
+	int rows = hs != row && cl->g.kv_heads > 1;
 	int fds[KVTD_MAX_SEGS], nfds = 0;
 	kvtd_rd rd;
 	int err;
@@ -393,13 +523,15 @@ static int reg_segs(kvt_client *cl, int device, const uint8_t *uuid,
 					 "allocation %u of %u", l, layer_seg[l],
 					 nseg);
 	pthread_mutex_lock(&cl->mu);
-	begin(cl, KVTD_MSG_REGISTER);
+	begin(cl, rows ? KVTD_MSG_REGISTER_ROWS : KVTD_MSG_REGISTER);
 	kvtd_put_u32(&cl->out, (uint32_t)device);
 	kvtd_put_u32(&cl->out, nlayers);
 	kvtd_put_u64(&cl->out, nblocks);
 	kvtd_put_u64(&cl->out, bs);
 	kvtd_put_u64(&cl->out, ks);
 	kvtd_put_u64(&cl->out, ts);
+	if (rows)
+		kvtd_put_u64(&cl->out, hs);
 	kvtd_put_bytes(&cl->out, uuid ? uuid : zero, KVTD_UUID_BYTES);
 	kvtd_put_u32(&cl->out, nseg);
 	for (uint32_t i = 0; i < nseg; i++) {
@@ -422,7 +554,7 @@ static int reg_segs(kvt_client *cl, int device, const uint8_t *uuid,
 
 static int reg_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
 		  uint32_t nlayers, uint64_t nblocks, uint64_t bs, uint64_t ks,
-		  uint64_t ts, int device, uint32_t *id)
+		  uint64_t ts, uint64_t hs, int device, uint32_t *id)
 {
 	kvt_client_seg seg = { .kind = KVT_CLIENT_SEG_MEMFD, .fd = fd };
 
@@ -431,7 +563,7 @@ static int reg_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
 				 "memory (device %d: use "
 				 "kvt_client_register_dev())", device);
 	return reg_segs(cl, KVT_DEVICE_HOST, NULL, &seg, 1, NULL, layer_off,
-			nlayers, nblocks, bs, ks, ts, id);
+			nlayers, nblocks, bs, ks, ts, hs, id);
 }
 
 static void mem_link(kvt_client *cl, kvt_client_mem *m)
@@ -448,6 +580,22 @@ int kvt_client_register_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
 			   uint64_t token_stride, int device,
 			   kvt_client_mem **out)
 {
+	if (!cl)
+		return kvti_fail(-EINVAL, "client register: bad arguments");
+	return kvt_client_register_fd_rows(cl, fd, layer_off, nlayers, nblocks,
+					   block_stride, kv_stride,
+					   token_stride,
+					   (uint64_t)cl->g.head_dim *
+					   cl->g.dtype_bytes, device, out);
+}
+
+int kvt_client_register_fd_rows(kvt_client *cl, int fd,
+				const uint64_t *layer_off, uint32_t nlayers,
+				uint64_t nblocks, uint64_t block_stride,
+				uint64_t kv_stride, uint64_t token_stride,
+				uint64_t head_stride, int device,
+				kvt_client_mem **out)
+{
 	kvt_client_mem *m;
 	int err;
 
@@ -460,7 +608,7 @@ int kvt_client_register_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
 	m->fd = -1;
 	m->device = KVT_DEVICE_HOST;
 	err = reg_fd(cl, fd, layer_off, nlayers, nblocks, block_stride,
-		     kv_stride, token_stride, device, &m->id);
+		     kv_stride, token_stride, head_stride, device, &m->id);
 	if (err) {
 		kvt_free(m);
 		return err;
@@ -490,7 +638,7 @@ int kvt_client_register_dev(kvt_client *cl, int device, const uint8_t *uuid,
 	m->device = device;
 	err = reg_segs(cl, device, uuid, segs, nseg, layer_seg, layer_off,
 		       nlayers, nblocks, block_stride, kv_stride, token_stride,
-		       &m->id);
+		       (uint64_t)cl->g.head_dim * cl->g.dtype_bytes, &m->id);
 	if (err) {
 		kvt_free(m);
 		return err;
@@ -604,8 +752,8 @@ int kvt_client_mem_alloc(kvt_client *cl, uint64_t nblocks, void **base,
 	for (uint32_t l = 0; l < g->layers; l++)
 		off[l] = l * layer;
 	err = reg_fd(cl, m->fd, off, g->layers, nblocks, chunk, nblocks * chunk,
-		     (uint64_t)g->kv_heads * g->head_dim * g->dtype_bytes, -1,
-		     &m->id);
+		     (uint64_t)g->kv_heads * g->head_dim * g->dtype_bytes,
+		     (uint64_t)g->head_dim * g->dtype_bytes, -1, &m->id);
 	if (err)
 		goto fail;
 	if (base)
@@ -1036,14 +1184,31 @@ static int daemon_gone(kvt_client *cl)
 {
 	struct pollfd p = { .fd = cl->fd, .events = POLLRDHUP };
 
-	if (atomic_load(&cl->dead))
+	if (atomic_load(&cl->gone))
 		return 1;
 	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP |
 						 POLLERR))) {
-		atomic_store(&cl->dead, 1);
+		atomic_store(&cl->gone, 1);
 		return 1;
 	}
 	return 0;
+}
+
+/* A thread enters / leaves a wait on @cl (kvt_client_close() waits for
+ * every one to leave before it frees). */
+static void user_enter(kvt_client *cl)
+{
+	pthread_mutex_lock(&cl->mu);
+	cl->users++;
+	pthread_mutex_unlock(&cl->mu);
+}
+
+static void user_leave(kvt_client *cl)
+{
+	pthread_mutex_lock(&cl->mu);
+	if (!--cl->users)
+		pthread_cond_broadcast(&cl->cv);
+	pthread_mutex_unlock(&cl->mu);
 }
 
 /* Wait until @ready(word) or the deadline; 0, -ETIMEDOUT, -ECONNRESET. */
@@ -1052,6 +1217,8 @@ static int wait_word(kvt_client_job *j, int (*ready)(uint32_t, uint32_t),
 {
 	uint64_t end = timeout_ns < 0 ? UINT64_MAX :
 		       kvt_now_ns() + (uint64_t)timeout_ns;
+	kvt_client *cl = j->cl;
+	int err;
 
 	for (;;) {
 		uint32_t w = atomic_load_explicit(word_of(j),
@@ -1059,18 +1226,25 @@ static int wait_word(kvt_client_job *j, int (*ready)(uint32_t, uint32_t),
 		uint64_t now, slice = 100 * 1000 * 1000ull;
 		struct timespec ts;
 
-		if (ready(w, arg))
-			return 0;
-		if (daemon_gone(j->cl))
-			return -ECONNRESET;
+		if (ready(w, arg)) {
+			err = 0;
+			break;
+		}
+		if (daemon_gone(cl)) {
+			err = -ECONNRESET;
+			break;
+		}
 		now = kvt_now_ns();
-		if (now >= end)
-			return -ETIMEDOUT;
+		if (now >= end) {
+			err = -ETIMEDOUT;
+			break;
+		}
 		slice = KVT_MIN(slice, end - now);
 		ts.tv_sec = (time_t)(slice / 1000000000ull);
 		ts.tv_nsec = (long)(slice % 1000000000ull);
 		syscall(SYS_futex, word_of(j), FUTEX_WAIT, w, &ts, NULL, 0);
 	}
+	return err;
 }
 
 static int is_done(uint32_t w, uint32_t arg)
@@ -1085,8 +1259,8 @@ static int layer_ready(uint32_t w, uint32_t layer)
 	       (w & KVTD_SLOT_LAYERS) > layer;
 }
 
-int kvt_client_job_wait_layer(kvt_client_job *j, uint32_t layer,
-			      int64_t timeout_ns)
+static int wait_layer_in(kvt_client_job *j, uint32_t layer,
+			 int64_t timeout_ns)
 {
 	uint32_t w;
 	int err;
@@ -1152,7 +1326,7 @@ int kvt_client_job_stream_wait(kvt_client_job *j, uint32_t layer,
 					  KVTD_STREAM_WORD(j->gen, layer + 1));
 }
 
-int kvt_client_job_wait(kvt_client_job *j, int64_t timeout_ns)
+static int wait_in(kvt_client_job *j, int64_t timeout_ns)
 {
 	int err;
 
@@ -1161,6 +1335,31 @@ int kvt_client_job_wait(kvt_client_job *j, int64_t timeout_ns)
 	if ((err = wait_word(j, is_done, 0, timeout_ns)))
 		return err;
 	return slot_i32(j, 4);
+}
+
+/* The waits run counted (user_enter/leave) from start to end: the job is
+ * not freed under them by kvt_client_close() in another thread. */
+int kvt_client_job_wait_layer(kvt_client_job *j, uint32_t layer,
+			      int64_t timeout_ns)
+{
+	kvt_client *cl = j->cl;
+	int err;
+
+	user_enter(cl);
+	err = wait_layer_in(j, layer, timeout_ns);
+	user_leave(cl);
+	return err;
+}
+
+int kvt_client_job_wait(kvt_client_job *j, int64_t timeout_ns)
+{
+	kvt_client *cl = j->cl;
+	int err;
+
+	user_enter(cl);
+	err = wait_in(j, timeout_ns);
+	user_leave(cl);
+	return err;
 }
 
 int kvt_client_job_poll(kvt_client_job *j)
@@ -1201,7 +1400,9 @@ static int job_release(kvt_client_job *j)
 
 	if (j->released)
 		return 0;
-	if (atomic_load(&cl->dead)) {
+	/* no RELEASE to send: the job ended with the connection (its slot
+	 * result, if any, says nothing of which blocks failed) */
+	if (atomic_load(&cl->gone) || cl->broken) {
 		j->released = 1;
 		j->result = -ECONNRESET;
 		return 0;
@@ -1209,7 +1410,7 @@ static int job_release(kvt_client_job *j)
 	begin(cl, KVTD_MSG_RELEASE);
 	kvtd_put_u32(&cl->out, j->slot);
 	if ((err = rpc(cl, NULL, 0, &rd))) {
-		if (atomic_load(&cl->dead)) {
+		if (atomic_load(&cl->gone) || cl->broken) {
 			j->released = 1;
 			j->result = -ECONNRESET;
 			return 0;
@@ -1302,8 +1503,23 @@ void kvt_client_job_free(kvt_client_job *j)
 		return;
 	cl = j->cl;
 	if (kvt_client_job_poll(j) == -EINPROGRESS) {
+		/* a live daemon ends a cancelled job within its lease */
 		kvt_client_job_cancel(j);
-		kvt_client_job_wait(j, -1);
+		if (kvt_client_job_wait(j, (int64_t)letgo_ns(cl)) ==
+		    -ETIMEDOUT) {
+			/* hung: drop the connection, the daemon's teardown is
+			 * the only way left to end the job */
+			pthread_mutex_lock(&cl->mu);
+			conn_break(cl);
+			pthread_mutex_unlock(&cl->mu);
+			if (!drain_to_eof(cl, kvt_now_ns() + letgo_ns(cl)))
+				kvti_warn("client: job slot %u did not stop in "
+					  "%llu ms of a cancel, nor the daemon "
+					  "let go of the connection: freed while "
+					  "it may still run", j->slot,
+					  (unsigned long long)
+					  (2 * letgo_ns(cl) / 1000000));
+		}
 	}
 	pthread_mutex_lock(&cl->mu);
 	if (job_release(j) && !j->released) {
@@ -1358,23 +1574,43 @@ int kvt_client_quiesce(kvt_client *cl)
 	return err;
 }
 
+/* Wake every thread waiting on a job of @cl (the slot words are shared:
+ * a wake from here reaches them). cl->mu held. */
+static void wake_waiters(kvt_client *cl)
+{
+	for (kvt_client_job *j = cl->jobs; j; j = j->next)
+		syscall(SYS_futex, word_of(j), FUTEX_WAKE, INT_MAX, NULL, NULL,
+			0);
+}
+
+void kvt_client_shutdown(kvt_client *cl)
+{
+	if (!cl || cl->fd < 0 || atomic_exchange(&cl->closing, 1))
+		return;
+	/* the end of our stream: the daemon cancels our jobs, waits for
+	 * their copies, unmaps our memory, then closes its end */
+	pthread_mutex_lock(&cl->mu);
+	conn_break(cl);
+	pthread_mutex_unlock(&cl->mu);
+	if (!drain_to_eof(cl, kvt_now_ns() + letgo_ns(cl)))
+		kvti_warn("client: the daemon has not let go of the connection "
+			  "%llu ms after it was dropped (hung?): its jobs may "
+			  "still write this client's memory",
+			  (unsigned long long)(letgo_ns(cl) / 1000000));
+	atomic_store(&cl->gone, 1);
+	pthread_mutex_lock(&cl->mu);
+	wake_waiters(cl);
+	pthread_mutex_unlock(&cl->mu);
+}
+
 void kvt_client_close(kvt_client *cl)
 {
 	if (!cl)
 		return;
-	/* the daemon cancels our jobs and unmaps our memory when the socket
-	 * closes: close it first, then free the handles */
-	/* jobs in flight write into our memory: end them first (a copy
-	 * in flight finishes; a lease at most) */
-	for (kvt_client_job *j = cl->jobs; j; j = j->next)
-		if (kvt_client_job_poll(j) == -EINPROGRESS &&
-		    !kvt_client_job_cancel(j))
-			kvt_client_job_wait(j, (int64_t)cl->lease_ms * 1000000);
-	if (cl->fd >= 0) {
-		shutdown(cl->fd, SHUT_RDWR);
-		atomic_store(&cl->dead, 1);
-	}
+	kvt_client_shutdown(cl);
 	pthread_mutex_lock(&cl->mu);
+	while (cl->users) /* waits of other threads: they end now */
+		pthread_cond_wait(&cl->cv, &cl->mu);
 	while (cl->jobs)
 		job_unlink_free(cl->jobs);
 	while (cl->mems) {
@@ -1405,6 +1641,7 @@ void kvt_client_close(kvt_client *cl)
 	kvtd_buf_free(&cl->out);
 	kvtd_buf_free(&cl->in);
 	kvt_free(cl->used);
+	pthread_cond_destroy(&cl->cv);
 	pthread_mutex_destroy(&cl->mu);
 	kvt_free(cl);
 }

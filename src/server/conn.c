@@ -86,7 +86,7 @@ static int do_hello(struct conn *c, const kvtd_req *q)
 		return kvti_perr(c, KVTD_PERR_GEOMETRY, kvti_fail(KVT_ENOTFOUND,
 			    "namespace '%s' is not served here (this daemon "
 			    "serves '%s')", q->u.hello.ns, d->ns));
-	if ((err = kvti_tenant_resolve(d, &c->cred, monitor, q->u.hello.tenant,
+	if ((err = kvti_tenant_resolve(d, c, monitor, q->u.hello.tenant,
 				       &ti)))
 		return kvti_perr(c, KVTD_PERR_AUTH, err);
 	if (!monitor &&
@@ -237,7 +237,8 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, const int *fds,
 			  (int)c->cred.pid, (unsigned)c->cred.uid, c->t->name,
 			  c->rank);
 		return 0;
-	case KVTD_MSG_REGISTER: {
+	case KVTD_MSG_REGISTER:
+	case KVTD_MSG_REGISTER_ROWS: {
 		uint32_t id = 0;
 
 		err = kvti_mem_register(c, &q, fds, nfds, &id);
@@ -386,7 +387,10 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, const int *fds,
 		char *json = NULL;
 		size_t len = 0;
 
-		err = kvtd_metrics_render_json(d->m, &json, &len);
+		/* a tenant sees its own figures; root and admin tenants all */
+		err = kvtd_metrics_render_json_for(d->m, c->cred.uid == 0 ||
+						   c->t->admin ? NULL :
+						   c->t->mt, &json, &len);
 		kvti_reply_begin(c, h, err);
 		if (!err) {
 			kvtd_put_u32(&c->out, (uint32_t)len);

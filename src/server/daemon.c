@@ -14,8 +14,9 @@
  *             reply. A connection owns its jobs (job.c), memories (mem.c)
  *             and job-slot page; it is the only thread that frees them
  *             (RELEASE, disconnect).
- *   reaper    here, every 50 ms: cancels jobs past their lease (d->mu,
- *             then each conn->mu).
+ *   reaper    here: cancels jobs past their lease (d->mu, then each
+ *             conn->mu), waking at the earliest lease's end (and at
+ *             least every 50 ms), so no lease overruns by a tick.
  *   cache     the cache's own threads run the copies and call on_progress()
  *             (job.c) which writes the job's slot, wakes futex waiters, and
  *             signals the client's eventfd when a job is done.
@@ -59,6 +60,8 @@ kvt_cache *kvtd_cache(kvtd *d)
 	return d->c;
 }
 
+#define REAPER_TICK_NS (50ull * 1000 * 1000)
+
 static void *reaper_main(void *arg)
 {
 	kvtd *d = arg;
@@ -66,7 +69,7 @@ static void *reaper_main(void *arg)
 	pthread_mutex_lock(&d->mu);
 	while (!d->stopping) {
 		struct timespec ts;
-		uint64_t now = kvt_now_ns(), jobs = 0, pinned = 0;
+		uint64_t now = kvt_now_ns(), next = now + REAPER_TICK_NS;
 
 		for (struct conn *c = d->conns; c; c = c->next) {
 			pthread_mutex_lock(&c->mu);
@@ -77,8 +80,8 @@ static void *reaper_main(void *arg)
 					continue;
 				if (kvt_cache_job_poll(j->cj) != -EINPROGRESS)
 					continue;
-				jobs++;
-				pinned += j->pages;
+				if (!j->expired && now < j->deadline)
+					next = KVT_MIN(next, j->deadline);
 				if (j->expired || now < j->deadline)
 					continue;
 				j->expired = 1;
@@ -95,11 +98,10 @@ static void *reaper_main(void *arg)
 			}
 			pthread_mutex_unlock(&c->mu);
 		}
-		/* every job in flight holds one lease over its prefix */
-		kvtd_metrics_gauge_set(d->m, KVTD_G_JOBS, jobs);
-		kvtd_metrics_gauge_set(d->m, KVTD_G_LEASES, jobs);
-		kvtd_metrics_gauge_set(d->m, KVTD_G_PINNED_PAGES, pinned);
-		kvti_deadline(&ts, 50 * 1000 * 1000);
+		/* up at the next lease's end (a job started since wakes it:
+		 * job.c), at least every tick */
+		kvti_deadline(&ts, (int64_t)(KVT_MAX(next, now + 1000000) -
+					     now));
 		pthread_cond_timedwait(&d->cv, &d->mu, &ts);
 	}
 	pthread_mutex_unlock(&d->mu);
@@ -108,11 +110,20 @@ static void *reaper_main(void *arg)
 
 /* ---- open, run, close ------------------------------------------------- */
 
-/* Before each metrics render: what each tenant holds per tier (all its
- * ranks), and its quota there. */
+/* Before each metrics render: the jobs in flight (counted as they start
+ * and end: job.c), and what each tenant holds per tier (all its ranks),
+ * and its quota there. */
 static void collect(kvtd_metrics *m, void *arg)
 {
 	kvtd *d = arg;
+	int64_t jobs = atomic_load(&d->running_jobs);
+	int64_t pinned = atomic_load(&d->running_pages);
+
+	/* every job in flight holds one lease over its prefix */
+	kvtd_metrics_gauge_set(m, KVTD_G_JOBS, (uint64_t)KVT_MAX(jobs, 0));
+	kvtd_metrics_gauge_set(m, KVTD_G_LEASES, (uint64_t)KVT_MAX(jobs, 0));
+	kvtd_metrics_gauge_set(m, KVTD_G_PINNED_PAGES,
+			       (uint64_t)KVT_MAX(pinned, 0));
 
 	for (int i = 0; i < d->nten; i++) {
 		uint64_t used[KVT_TIER_COUNT] = { 0 }, quota[KVT_TIER_COUNT] = { 0 };
@@ -181,6 +192,7 @@ static int listen_on(kvtd *d, const char *path)
 int kvtd_open(kvtd **out, const kvtd_config *cfg)
 {
 	kvt_cache_config cc = KVT_CACHE_CONFIG_INIT;
+	kvt_geom kvg;
 	kvtd *d;
 	int err;
 
@@ -216,12 +228,33 @@ int kvtd_open(kvtd **out, const kvtd_config *cfg)
 	cc.model = cfg->model;
 	cc.page_tokens = cfg->page_tokens;
 	cc.tp_size = cfg->tp;
+	if (cfg->kv_dtype && *cfg->kv_dtype &&
+	    !kvti_streq_ci(cfg->kv_dtype, "auto")) {
+		/* the model's geometry with the KV cache's element size */
+		uint32_t P = cfg->page_tokens ? cfg->page_tokens : 16;
+		uint32_t tp = cfg->tp ? cfg->tp : 1;
+		const char *m = cfg->model && *cfg->model ? cfg->model :
+				"llama-3.1-8b";
+
+		if (strchr(m, '/') && access(m, R_OK) == 0)
+			err = kvt_geom_from_config(&kvg, m, P, tp, 0);
+		else
+			err = kvt_geom_preset(&kvg, m, P, tp, 0);
+		if (!err)
+			err = kvt_geom_dtype_bytes(cfg->kv_dtype,
+						   &kvg.dtype_bytes);
+		if (err)
+			goto fail;
+		cc.geom = &kvg;
+	}
 	cc.flags = cfg->cache_flags;
 	cc.write = cfg->write;
 	cc.remote = cfg->remote && *cfg->remote ? cfg->remote : NULL;
 	cc.evict = cfg->evict;
 	cc.xfer_threads = cfg->xfer_threads;
 	cc.devices = cfg->devices && *cfg->devices ? cfg->devices : NULL;
+	cc.dev_load = cfg->dev_load;
+	cc.dev_store = cfg->dev_store;
 	if ((err = kvt_cache_open(&d->c, &cc)))
 		goto fail;
 	d->g = kvt_cache_geom(d->c);
@@ -325,6 +358,7 @@ int kvtd_run(kvtd *d)
 			close(fd);
 			continue;
 		}
+		kvti_peer_groups(c);
 		pthread_mutex_lock(&d->mu);
 		err = kvti_admit_accept(d, c);
 		pthread_mutex_unlock(&d->mu);
@@ -358,6 +392,24 @@ int kvtd_run(kvtd *d)
 	}
 }
 
+/* Jobs of every connection not done yet (d->mu, then each c->mu, held
+ * only for the count). */
+static uint64_t jobs_in_flight(kvtd *d)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&d->mu);
+	for (struct conn *c = d->conns; c; c = c->next) {
+		pthread_mutex_lock(&c->mu);
+		for (int s = 0; s < MAX_JOBS; s++)
+			n += c->jobs[s] &&
+			     kvt_cache_job_poll(c->jobs[s]->cj) == -EINPROGRESS;
+		pthread_mutex_unlock(&c->mu);
+	}
+	pthread_mutex_unlock(&d->mu);
+	return n;
+}
+
 void kvtd_close(kvtd *d)
 {
 	if (!d)
@@ -367,19 +419,22 @@ void kvtd_close(kvtd *d)
 		unlink(d->path);
 		d->lfd = -1;
 	}
-	/* drain: jobs in flight finish (a lease at most), then every client
-	 * is disconnected; its thread frees what it holds */
-	pthread_mutex_lock(&d->mu);
-	for (struct conn *c = d->conns; c; c = c->next) {
-		pthread_mutex_lock(&c->mu);
-		for (int s = 0; s < MAX_JOBS; s++)
-			if (c->jobs[s])
-				kvt_cache_job_wait(c->jobs[s]->cj,
-						   (int64_t)d->cfg.lease_ms *
-						   1000000);
-		pthread_mutex_unlock(&c->mu);
-		shutdown(c->fd, SHUT_RDWR);
+	/* drain: no new job starts; the jobs in flight get one lease in all
+	 * to finish (the reaper, which needs d->mu, cancels any that runs
+	 * past its own), watched without holding a lock; then every client
+	 * is disconnected and its thread frees what it holds (cancelling
+	 * what is left) */
+	atomic_store(&d->draining, 1);
+	{
+		uint64_t end = kvt_now_ns() +
+			       (uint64_t)d->cfg.lease_ms * 1000000ull;
+
+		while (jobs_in_flight(d) && kvt_now_ns() < end)
+			usleep(2000);
 	}
+	pthread_mutex_lock(&d->mu);
+	for (struct conn *c = d->conns; c; c = c->next)
+		shutdown(c->fd, SHUT_RDWR);
 	while (d->nconns)
 		pthread_cond_wait(&d->cv, &d->mu);
 	d->stopping = 1;

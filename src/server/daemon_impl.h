@@ -61,6 +61,7 @@
 #include "core/core.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -70,6 +71,7 @@
 #define MAX_EVENTS 16
 #define MAX_TENANTS 64
 #define MAX_IDS 16
+#define MAX_GROUPS 64 /* a peer's supplementary groups looked at */
 
 /* Admission (tenant.c): connections not past HELLO per uid; monitors in
  * all and per uid; a uid other than root holds at most UID_SHARE_NUM /
@@ -88,6 +90,10 @@ struct tenant {
 	gid_t gid[MAX_IDS];
 	int nuid, ngid;
 	uint32_t max_clients;           /* clients=N; 0: no cap of its own */
+	int admin;                      /* admin: STATS shows every tenant */
+	uint64_t mem_max;               /* mem=SIZE: bytes its connections
+					   may register in all */
+	_Atomic uint64_t mem_used;      /* registered now (mem.c) */
 	uint64_t quota[KVT_TIER_COUNT]; /* bytes per owned tier; 0: none */
 	uint64_t evicted[KVT_TIER_COUNT]; /* collect(): evictions seen */
 	kvtd_mtenant *mt;
@@ -98,6 +104,8 @@ struct conn;
 struct job {
 	struct conn *c;
 	kvt_cache_job *cj;
+	_Atomic int counted;  /* in d->running_*: set at start, cleared at
+				 done (whichever thread gets there) */
 	uint64_t pages;      /* the prefix it pins */
 	uint32_t slot;
 	uint32_t gen;        /* the slot's generation for this job */
@@ -122,6 +130,7 @@ struct cmem {
 	uint32_t nseg;
 	struct cseg seg[KVTD_MAX_SEGS];
 	size_t len;           /* all segments' bytes */
+	uint64_t reserved;    /* of its tenant's mem= (mem.c) */
 };
 
 /* An engine's IPC event, opened on its device. */
@@ -135,6 +144,8 @@ struct conn {
 	kvtd *d;
 	int fd;
 	struct ucred cred;
+	gid_t groups[MAX_GROUPS];    /* SO_PEERGROUPS at accept */
+	int ngroups;
 	int hello;                   /* written under d->mu */
 	int monitor;                 /* HELLO without geometry: STATS only;
 					written under d->mu */
@@ -176,6 +187,9 @@ struct kvtd {
 	int have_reaper;
 	uint64_t registered; /* bytes */
 	uint32_t next_id;
+	_Atomic int draining; /* kvtd_close(): no new job starts */
+	_Atomic int64_t running_jobs;  /* jobs started, not done (job.c) */
+	_Atomic int64_t running_pages; /* the pages they pin */
 	uint64_t refused_ns; /* last refusal logged (one a second) */
 	uint64_t refused;    /* refusals since then, not logged */
 };
@@ -191,9 +205,14 @@ int kvti_tenants_parse(kvtd *d, const char *spec);
 int kvti_tenants_open(kvtd *d);
 
 /* The tenant a HELLO may act as: the one with id @id, or for a @monitor
- * the first that allows the peer; -EACCES / KVT_ENOTFOUND, detail set. */
-int kvti_tenant_resolve(kvtd *d, const struct ucred *cr, int monitor,
+ * the first that allows the peer; -EACCES (an unknown id and one the
+ * peer may not act as are refused alike: no one learns which ids exist),
+ * detail set. */
+int kvti_tenant_resolve(kvtd *d, const struct conn *c, int monitor,
 			uint32_t id, int *ti);
+
+/* The peer's supplementary groups into c->groups (SO_PEERGROUPS). */
+void kvti_peer_groups(struct conn *c);
 
 /* At accept, d->mu held: may this peer hold a connection now? 0, or
  * -EACCES (no tenant allows it) / KVT_EBUSY (a limit), detail set. */

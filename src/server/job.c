@@ -49,6 +49,17 @@ static void futex_wake(_Atomic uint32_t *w)
 }
 
 /* The cache's threads, under the cache job's lock: publish progress. */
+/* A job leaves the running gauges (once: at done, or at free). */
+static void job_uncount(struct job *j)
+{
+	kvtd *d = j->c->d;
+
+	if (atomic_exchange(&j->counted, 0)) {
+		atomic_fetch_sub(&d->running_jobs, 1);
+		atomic_fetch_sub(&d->running_pages, (int64_t)j->pages);
+	}
+}
+
 static void on_progress(void *arg, const kvt_cache_progress *p)
 {
 	struct job *j = arg;
@@ -62,6 +73,7 @@ static void on_progress(void *arg, const kvt_cache_progress *p)
 	if (p->done) {
 		slot_put(c, j->slot, 4, p->result);
 		w |= KVTD_SLOT_DONE;
+		job_uncount(j);
 		kvtd_metrics_observe(c->d->m, c->t->mt, j->store ?
 				     KVTD_OP_STORE : KVTD_OP_LOAD,
 				     kvt_now_ns() - j->t0);
@@ -99,6 +111,7 @@ void kvti_job_free(struct conn *c, uint32_t s)
 		kvtd_metrics_lease_expiry(c->d->m, c->t->mt,
 					  KVTD_LEASE_DISCONNECT, 1);
 	kvt_cache_job_free(j->cj); /* cancels and waits if still running */
+	job_uncount(j);
 	kvt_free(j);
 }
 
@@ -180,6 +193,9 @@ int kvti_job_start(struct conn *c, const kvtd_req *q, int store, int each)
 		return kvti_perr(c, KVTD_PERR_ORDER, kvti_fail(KVT_EBUSY,
 			    "%s: job slot %u is in use (RELEASE it first)",
 			    store ? "STORE" : "LOAD", s));
+	if (atomic_load(&d->draining))
+		return kvti_fail(KVT_EBUSY, "%s: the daemon is stopping",
+				 store ? "STORE" : "LOAD");
 	/* the request is scheduled: whatever the prefetch brought is used */
 	kvti_fetch_end(c, 1);
 	keys = kvti_keys_copy(q->u.job.keys, q->u.job.nkeys);
@@ -210,6 +226,11 @@ int kvti_job_start(struct conn *c, const kvtd_req *q, int store, int each)
 	io.arg = j;
 	io.flags = each ? KVT_CACHE_IO_EACH : 0;
 	io.wait = ev;
+	/* counted before it can end (its done may come before the call
+	 * returns) */
+	atomic_store(&j->counted, 1);
+	atomic_fetch_add(&d->running_jobs, 1);
+	atomic_fetch_add(&d->running_pages, (int64_t)j->pages);
 	err = store ? kvt_cache_store_ex(d->c, c->itenant, keys,
 					 q->u.job.nkeys, q->u.job.first,
 					 blocks, &io, &j->cj)
@@ -220,7 +241,14 @@ int kvti_job_start(struct conn *c, const kvtd_req *q, int store, int each)
 		c->jobs[s] = j;
 		c->njobs++;
 		pthread_mutex_unlock(&c->mu);
+		/* the reaper sleeps until the earliest lease's end: this one
+		 * may be the earliest now */
+		pthread_mutex_lock(&d->mu);
+		pthread_cond_broadcast(&d->cv);
+		pthread_mutex_unlock(&d->mu);
 		j = NULL;
+	} else {
+		job_uncount(j);
 	}
 out:
 	kvt_free(keys);

@@ -12,7 +12,8 @@
  *                    is found by its UUID (ordinals differ between
  *                    processes), else by the ordinal given.
  *     every chunk the strides name lies inside its segment --> kvt_cache_
- *     attach() (per-layer bases, strides, the device) --> c->mems[i]
+ *     attach_rows() (per-layer bases, strides, the device; REGISTER_ROWS
+ *     adds a head stride: host chunks kept in rows) --> c->mems[i]
  *   UNREGISTER / disconnect (kill -9 included): kvt_cache_detach() cancels
  *     the memory's jobs and waits for them — a device job ends only once
  *     the device's work for it has finished — and only then are the
@@ -118,7 +119,9 @@ static int seg_open(struct conn *c, const kvtd_req *q, struct cmem *cm,
 					 "bytes in a memfd of %lld", i,
 					 (unsigned long long)bytes,
 					 (long long)st.st_size);
-		s->len = (size_t)st.st_size;
+		/* what the segment says it is (0: the whole file); REGISTER
+		 * then counts it against the tenant's mem= */
+		s->len = (size_t)(bytes ? bytes : (uint64_t)st.st_size);
 		s->base = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_SHARED,
 			       fd, 0);
 		if (s->base == MAP_FAILED) {
@@ -146,10 +149,11 @@ int kvti_mem_register(struct conn *c, const kvtd_req *q, const int *fds,
 		      int nfds, uint32_t *id)
 {
 	const kvt_geom *g = c->d->g;
-	uint64_t chunk = kvt_geom_chunk_bytes(g), kv = kvt_geom_kv(g);
+	uint64_t hs = q->u.reg.head_stride;
 	uint32_t L = q->u.reg.nlayers;
 	void *base[KVTD_MAX_LAYERS];
 	struct cmem *cm = NULL;
+	kvt_layout lay;
 	size_t total = 0;
 	int err = 0, f = 0, dev = KVT_DEVICE_HOST;
 
@@ -173,6 +177,15 @@ int kvti_mem_register(struct conn *c, const kvtd_req *q, const int *fds,
 				 (unsigned long long)q->u.reg.nblocks);
 	if (q->u.reg.device < -1)
 		return kvti_fail(-EINVAL, "REGISTER: device %d", q->u.reg.device);
+	if (!hs) /* REGISTER: packed rows */
+		hs = (uint64_t)g->head_dim * g->dtype_bytes;
+	/* the layout's own checks (rows, overlaps, overflow), and its span:
+	 * from a layer's base to the end of its last row */
+	if ((err = kvt_layout_init_rows(&lay, g, q->u.reg.nblocks,
+					q->u.reg.block_stride,
+					q->u.reg.kv_stride,
+					q->u.reg.token_stride, hs)))
+		return err;
 	memset(cm, 0, sizeof(*cm));
 	cm->device = -1;
 	if (q->u.reg.device >= 0) {
@@ -192,20 +205,32 @@ int kvti_mem_register(struct conn *c, const kvtd_req *q, const int *fds,
 	}
 	if (err)
 		goto fail;
+	{
+		/* the tenant's share taken (mapped, not yet used: a sparse
+		 * file costs nothing until touched), given back on failure:
+		 * two registrations at once cannot both pass the cap */
+		uint64_t used = atomic_fetch_add(&c->t->mem_used, total);
+
+		cm->reserved = total;
+		if (total > c->t->mem_max || used > c->t->mem_max - total) {
+			err = kvti_fail(KVT_EFULL, "REGISTER: %llu bytes: tenant "
+					"%s has %llu registered, its most is %llu "
+					"(mem=)", (unsigned long long)total,
+					c->t->name, (unsigned long long)used,
+					(unsigned long long)c->t->mem_max);
+			goto fail;
+		}
+	}
 	for (uint32_t l = 0; l < L; l++) {
 		uint32_t si = kvtd_layer_seg(q, l);
 		uint64_t off = kvtd_layer_off(q, l), end;
-		/* the last chunk's end, overflow-checked */
-		uint64_t a = q->u.reg.nblocks - 1, bs = q->u.reg.block_stride;
-		uint64_t ks = kv > 1 ? q->u.reg.kv_stride : 0;
 
-		if ((bs && a > (UINT64_MAX / 4) / bs) || ks > UINT64_MAX / 4 ||
-		    off > UINT64_MAX / 4) {
+		if (off > UINT64_MAX / 4 || lay.buf_bytes > UINT64_MAX / 4) {
 			err = kvti_fail(-EINVAL, "REGISTER: layer %u: strides "
 					"out of range", l);
 			goto fail;
 		}
-		end = off + a * bs + (kv - 1) * ks + chunk;
+		end = off + lay.buf_bytes;
 		if (end > cm->seg[si].len) {
 			err = kvti_fail(-EINVAL, "REGISTER: layer %u ends at "
 					"byte %llu, its segment %u has %zu", l,
@@ -215,9 +240,10 @@ int kvti_mem_register(struct conn *c, const kvtd_req *q, const int *fds,
 		}
 		base[l] = (uint8_t *)cm->seg[si].base + off;
 	}
-	err = kvt_cache_attach(c->d->c, base, L, q->u.reg.nblocks,
-			       q->u.reg.block_stride, q->u.reg.kv_stride,
-			       q->u.reg.token_stride, cm->device, &cm->m);
+	err = kvt_cache_attach_rows(c->d->c, base, L, q->u.reg.nblocks,
+				    q->u.reg.block_stride, q->u.reg.kv_stride,
+				    q->u.reg.token_stride, hs, cm->device,
+				    &cm->m);
 	if (err)
 		goto fail;
 	cm->len = total;
@@ -227,6 +253,7 @@ int kvti_mem_register(struct conn *c, const kvtd_req *q, const int *fds,
 	return 0;
 fail:
 	segs_release(cm);
+	atomic_fetch_sub(&c->t->mem_used, cm->reserved);
 	memset(cm, 0, sizeof(*cm));
 	return err;
 }
@@ -237,6 +264,7 @@ void kvti_mem_drop(struct conn *c, struct cmem *cm)
 	kvt_cache_detach(cm->m);
 	segs_release(cm);
 	gauge(c, -(int64_t)cm->len);
+	atomic_fetch_sub(&c->t->mem_used, cm->reserved);
 	memset(cm, 0, sizeof(*cm));
 }
 

@@ -1034,7 +1034,7 @@ static void json_tenant(struct jb *j, cJSON *arr, const struct snap *s,
 	}
 }
 
-static cJSON *json_build(const struct snap *s)
+static cJSON *json_build(const struct snap *s, const kvtd_mtenant *only)
 {
 	struct jb j = { 1 };
 	cJSON *root = cJSON_CreateObject(), *x, *y;
@@ -1082,7 +1082,8 @@ static cJSON *json_build(const struct snap *s)
 		jitem(&j, x, cJSON_CreateNumber(kvtd_hist_bound(k)));
 	x = jarr(&j, root, "tenants");
 	for (int i = 0; x && i < s->nt; i++)
-		if (shown(&s->t[i], s->t[i].any))
+		if (only ? !s->t[i].node && s->t[i].id == only->id :
+			   shown(&s->t[i], s->t[i].any))
 			json_tenant(&j, x, s, &s->t[i]);
 	if (!j.ok) {
 		cJSON_Delete(root);
@@ -1092,6 +1093,12 @@ static cJSON *json_build(const struct snap *s)
 }
 
 int kvtd_metrics_render_json(kvtd_metrics *m, char **out, size_t *len)
+{
+	return kvtd_metrics_render_json_for(m, NULL, out, len);
+}
+
+int kvtd_metrics_render_json_for(kvtd_metrics *m, const kvtd_mtenant *only,
+				 char **out, size_t *len)
 {
 	struct snap s;
 	cJSON *root = NULL;
@@ -1106,7 +1113,7 @@ int kvtd_metrics_render_json(kvtd_metrics *m, char **out, size_t *len)
 	if (err)
 		goto out;
 	err = -ENOMEM;
-	root = json_build(&s);
+	root = json_build(&s, only);
 	if (!root)
 		goto out;
 	txt = cJSON_PrintUnformatted(root);

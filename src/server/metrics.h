@@ -246,6 +246,10 @@ int kvtd_metrics_render_text(kvtd_metrics *m, char **out, size_t *len);
  * with kvt_free(). 0 or -ENOMEM.
  */
 int kvtd_metrics_render_json(kvtd_metrics *m, char **out, size_t *len);
+/** The same with the "tenants" array scoped to tenant block @only (its
+ *  own figures, nothing of any other tenant's), NULL for every tenant. */
+int kvtd_metrics_render_json_for(kvtd_metrics *m, const kvtd_mtenant *only,
+				 char **out, size_t *len);
 
 /** Upper bound of histogram bucket @i (0..KVTD_HIST_BOUNDS-1), seconds. */
 double kvtd_hist_bound(int i);

@@ -20,6 +20,9 @@ typedef struct kvtd kvtd;
  * @socket_mode: permission bits of the socket (0660).
  * @tiers, @model, @page_tokens, @tp: the cache (kvt_cache_config), one
  *               namespace @ns ("default") whose clients must match it.
+ * @kv_dtype:    the KV cache's element type when it is not the model's
+ *               (an fp8 KV cache of a bf16 model); NULL or "auto": the
+ *               model's.
  * @tenants:     "NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE]
  *               [,clients=N]" entries joined by ';'. A client acting as
  *               tenant ID must
@@ -48,12 +51,15 @@ typedef struct kvtd kvtd;
  * @devices:     kvt_cache_config.devices: the devices engines will
  *               register memory on, the host tiers registered with them
  *               at open (NULL or "": at each device's first REGISTER).
- * @cache_flags, @write, @evict, @xfer_threads: kvt_cache_config's.
+ * @cache_flags, @write, @evict, @xfer_threads, @dev_load, @dev_store:
+ *               kvt_cache_config's.
  */
 typedef struct kvtd_config {
 	const char *socket;
 	uint32_t socket_mode;
 	const char *tiers, *model, *ns;
+	const char *kv_dtype;      /* the KV element type, NULL/"auto": the
+				      model's (kvt_geom_dtype_bytes()) */
 	uint32_t page_tokens, tp;
 	const char *tenants;
 	uint32_t lease_ms, hello_ms, max_clients;
@@ -63,6 +69,7 @@ typedef struct kvtd_config {
 	unsigned cache_flags;      /* KVT_CACHE_* */
 	int write, evict;          /* kvt_cache_config's (write-back, LRU) */
 	uint32_t xfer_threads;
+	int dev_load, dev_store;   /* KVT_XFER_CUDA_*; 0: kernel, batch */
 } kvtd_config;
 
 /** Open the cache, the tenants, the socket (and the metrics endpoint).

@@ -62,8 +62,9 @@ static int parse_quota(struct tenant *t, const char *v)
 	return 0;
 }
 
-/* "NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE][,clients=N]"
- * entries joined by ';'. */
+/* "NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE][,clients=N]
+ * [,mem=SIZE]" entries joined by ';'. A tenant without mem= may register
+ * as much as the machine's memory. */
 int kvti_tenants_parse(kvtd *d, const char *spec)
 {
 	char buf[4096], *save = NULL;
@@ -118,6 +119,15 @@ int kvti_tenants_parse(kvtd *d, const char *spec)
 			} else if (!strncmp(f, "gid=", 4) && t->ngid < MAX_IDS) {
 				err = parse_id(f + 4, "gid", UINT32_MAX - 1, &v);
 				t->gid[t->ngid++] = (gid_t)v;
+			} else if (!strcmp(f, "admin")) {
+				t->admin = 1;
+			} else if (!strncmp(f, "mem=", 4)) {
+				if (kvt_size_parse(f + 4, &t->mem_max) ||
+				    !t->mem_max)
+					err = kvti_fail(KVT_ECONFIG, "daemon: "
+							"tenant %s: mem= takes a "
+							"size (e.g. 64G)",
+							t->name);
 			} else if (!strncmp(f, "clients=", 8)) {
 				err = parse_id(f + 8, "clients", 65535, &v);
 				t->max_clients = (uint32_t)v;
@@ -131,7 +141,7 @@ int kvti_tenants_parse(kvtd *d, const char *spec)
 				err = kvti_fail(KVT_ECONFIG, "daemon: tenant %s: "
 						"unknown or repeated field '%s' "
 						"(uid=, gid=, salt=, quota=, "
-						"clients=; at "
+						"clients=, mem=, admin; at "
 						"most %d ids)", t->name, f,
 						MAX_IDS);
 			}
@@ -153,47 +163,68 @@ int kvti_tenants_parse(kvtd *d, const char *spec)
 	return 0;
 }
 
-static int tenant_allows(const struct tenant *t, const struct ucred *cr)
+/* The peer's uid is on the list, or its primary gid or one of its
+ * supplementary groups (as the kernel gave them at connect). */
+static int tenant_allows(const struct tenant *t, const struct conn *c)
 {
-	if (cr->uid == 0)
+	if (c->cred.uid == 0)
 		return 1;
 	for (int i = 0; i < t->nuid; i++)
-		if (t->uid[i] == cr->uid)
+		if (t->uid[i] == c->cred.uid)
 			return 1;
-	for (int i = 0; i < t->ngid; i++)
-		if (t->gid[i] == cr->gid)
+	for (int i = 0; i < t->ngid; i++) {
+		if (t->gid[i] == c->cred.gid)
 			return 1;
+		for (int k = 0; k < c->ngroups; k++)
+			if (t->gid[i] == c->groups[k])
+				return 1;
+	}
 	return 0;
 }
 
-int kvti_tenant_resolve(kvtd *d, const struct ucred *cr, int monitor,
+void kvti_peer_groups(struct conn *c)
+{
+	socklen_t len = sizeof(c->groups);
+
+	c->ngroups = 0;
+	/* more groups than MAX_GROUPS: ERANGE, and only the primary counts */
+	if (!getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, c->groups, &len))
+		c->ngroups = (int)(len / sizeof(gid_t));
+}
+
+int kvti_tenant_resolve(kvtd *d, const struct conn *c, int monitor,
 			uint32_t id, int *out)
 {
+	const struct ucred *cr = &c->cred;
 	int ti = -1;
 
 	for (int i = 0; i < d->nten && ti < 0; i++)
-		if (monitor ? tenant_allows(&d->ten[i], cr) :
+		if (monitor ? tenant_allows(&d->ten[i], c) :
 			      d->ten[i].id == id)
 			ti = i;
 	if (ti < 0 && monitor)
 		return kvti_fail(-EACCES, "no tenant allows uid %u gid %u",
 				 (unsigned)cr->uid, (unsigned)cr->gid);
-	if (ti < 0)
-		return kvti_fail(KVT_ENOTFOUND, "no tenant %u here", id);
-	if (!tenant_allows(&d->ten[ti], cr))
-		return kvti_fail(-EACCES, "tenant %s does not allow uid %u gid "
-				 "%u", d->ten[ti].name, (unsigned)cr->uid,
-				 (unsigned)cr->gid);
+	/* an unknown id and one not open to the peer look the same */
+	if (ti < 0 || !tenant_allows(&d->ten[ti], c))
+		return kvti_fail(-EACCES, "tenant %u is not open to uid %u gid "
+				 "%u (or does not exist)", id,
+				 (unsigned)cr->uid, (unsigned)cr->gid);
 	*out = ti;
 	return 0;
 }
 
 int kvti_tenants_open(kvtd *d)
 {
+	uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) *
+			(uint64_t)sysconf(_SC_PAGESIZE);
 	int err = 0;
 
 	for (int i = 0; i < d->nten; i++) {
 		struct tenant *t = &d->ten[i];
+
+		if (!t->mem_max) /* no engine shares more than the machine has */
+			t->mem_max = phys;
 
 		for (uint32_t r = 0; r < d->g->tp_size && !err; r++)
 			err = kvt_cache_tenant_add(d->c, kvti_itenant(d, i, r),
@@ -231,10 +262,10 @@ int kvti_tenants_open(kvtd *d)
 
 /* ---- admission -------------------------------------------------------- */
 
-static int allowed_anywhere(const kvtd *d, const struct ucred *cr)
+static int allowed_anywhere(const kvtd *d, const struct conn *c)
 {
 	for (int i = 0; i < d->nten; i++)
-		if (tenant_allows(&d->ten[i], cr))
+		if (tenant_allows(&d->ten[i], c))
 			return 1;
 	return 0;
 }
@@ -255,7 +286,7 @@ int kvti_admit_accept(kvtd *d, const struct conn *c)
 		return kvti_fail(KVT_EBUSY, "%u clients already (max_clients)",
 				 d->cfg.max_clients);
 	/* a peer no tenant allows holds nothing, not even for hello_ms */
-	if (!allowed_anywhere(d, &c->cred))
+	if (!allowed_anywhere(d, c))
 		return kvti_fail(-EACCES, "no tenant allows uid %u gid %u",
 				 (unsigned)c->cred.uid, (unsigned)c->cred.gid);
 	for (const struct conn *o = d->conns; o; o = o->next)

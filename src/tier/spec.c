@@ -139,7 +139,10 @@ static int spec_option(kvt_tier_spec *s, const char *tok)
 		s->bytes = b;
 		return 0;
 	}
-	if (*tok == '/' || *tok == '.') {
+	/* a path: absolute, ./ or ../, or for ssd any token with a '/' and
+	 * no '=' (a relative directory such as run/t1/ssd) */
+	if (*tok == '/' || *tok == '.' ||
+	    (s->kind == KVT_TIER_SSD && !eq && strchr(tok, '/'))) {
 		if (s->kind == KVT_TIER_SSD) {
 			if (s->path[0])
 				return SPEC_FAIL(s, "two directories "

@@ -305,6 +305,12 @@ static void dev_run(struct dev_thread *t, struct kvt_xfer_job *j)
 	r.progress = j->dl->kind != KVT_LAYOUT_PAGE_FIRST &&
 		     !(j->d.flags & KVT_XFER_VERIFY);
 	segs = r.m * r.L;
+	/* the device copies chunks whole: memory registered in rows
+	 * (geom.h "ROWS") is host memory, moved by the cpu lane */
+	if (!err && (kvt_layout_rows(j->sl) > 1 || kvt_layout_rows(j->dl) > 1))
+		err = kvti_fail(KVT_ENOTBUILT, "device lane: a chunk kept in "
+				"rows (token/head strides) is not copied by "
+				"the device path");
 	if (!err)
 		err = stage(t, r.m * r.L, segs, r.n * (r.lsums ? r.L : 1),
 			    r.L + 1);
@@ -420,6 +426,32 @@ static void xdev_free(struct kvt_xfer *x, struct xfer_dev *xd)
 }
 
 /* x->mu held. */
+/* The copy method of each direction on @d, said once when its lanes
+ * start: loads (latency-critical) by the SM-capped gather kernel, stores
+ * (background) by batched copy-engine DMA, unless configured otherwise;
+ * where batched copies are not built, stores go one copy per chunk. */
+static void report_methods(struct kvt_xfer *x, kvti_dev *d)
+{
+	int ld = x->cfg.cuda_load, st = x->cfg.cuda_store;
+	int nobatch = !(d->caps & KVTI_DEV_CAP_BATCH);
+	char lb[32] = "";
+
+	if (ld == KVT_XFER_CUDA_KERNEL)
+		snprintf(lb, sizeof(lb), " (%u blocks)", x->cfg.cuda_blocks);
+	if (nobatch && (ld == KVT_XFER_CUDA_BATCH || st == KVT_XFER_CUDA_BATCH))
+		kvti_warn("xfer: %s has no batched copies "
+			  "(cudaMemcpyBatchAsync: CUDA 12.8 or later); %s by "
+			  "one copy per chunk instead", d->name,
+			  st == KVT_XFER_CUDA_BATCH ? "stores" : "loads");
+	if (nobatch && ld == KVT_XFER_CUDA_BATCH)
+		ld = KVT_XFER_CUDA_CHUNK;
+	if (nobatch && st == KVT_XFER_CUDA_BATCH)
+		st = KVT_XFER_CUDA_CHUNK;
+	kvti_info("xfer: %s: loads by %s%s, stores by %s, both verified by "
+		  "the device's checksum kernel", d->name,
+		  kvt_xfer_method_name(ld), lb, kvt_xfer_method_name(st));
+}
+
 int kvti_dev_lane_start(struct kvt_xfer *x, int id, int *slot)
 {
 	struct xfer_dev *xd;
@@ -469,6 +501,7 @@ int kvti_dev_lane_start(struct kvt_xfer *x, int id, int *slot)
 		}
 		xd->t[i].running = 1;
 	}
+	report_methods(x, xd->dev);
 	*slot = free_slot;
 	return 0;
 fail:
@@ -488,10 +521,16 @@ int kvti_dev_check(struct kvt_xfer *x, struct kvt_xfer_job *j, int slot)
 	if (j->d.wait && kvti_dev_event_dev(j->d.wait) != d)
 		return kvti_fail(-EINVAL, "the job waits on an event of another "
 				 "device than %s", d->name);
-	if (j->method == KVT_XFER_CUDA_BATCH && !(d->caps & KVTI_DEV_CAP_BATCH))
-		return kvti_fail(KVT_ENOTBUILT, "cuda-batch needs "
-				 "cudaMemcpyBatchAsync (CUDA 12.8 or later); %s "
-				 "has no batched copies", d->name);
+	if (j->method == KVT_XFER_CUDA_BATCH && !(d->caps & KVTI_DEV_CAP_BATCH)) {
+		if (!j->method_auto)
+			return kvti_fail(KVT_ENOTBUILT, "cuda-batch needs "
+					 "cudaMemcpyBatchAsync (CUDA 12.8 or "
+					 "later); %s has no batched copies",
+					 d->name);
+		/* the engine's choice where batches are not built: said
+		 * when the device's lanes started */
+		j->method = KVT_XFER_CUDA_CHUNK;
+	}
 	if ((j->d.flags & XFER_PAGE_SUMS) &&
 	    (uint64_t)j->layers * j->sl->kv > d->sum_maxseg)
 		return kvti_fail(-EOPNOTSUPP, "whole-page checksums of %u "

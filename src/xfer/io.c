@@ -98,6 +98,11 @@ void kvti_xfer_io_fault(kvt_xfer *x, uint64_t nth, int err)
 	atomic_store(&x->io_fault_at, nth ? atomic_load(&x->io_count) + nth : 0);
 }
 
+void kvti_xfer_io_fail_writes(kvt_xfer *x, int err)
+{
+	atomic_store(&x->io_fail_writes, err);
+}
+
 /* ---- planning (submit) ---------------------------------------------- */
 
 static kvt_tier *ssd_side(struct kvt_xfer_job *j)
@@ -204,6 +209,8 @@ static void req_complete(struct kvt_xfer *x, struct io_req *r, int64_t res)
 	if (at && n == at)
 		res = atomic_load(&x->io_fault_err) ?
 			      atomic_load(&x->io_fault_err) : (int64_t)r->len / 2;
+	if (j->io_write && atomic_load(&x->io_fail_writes))
+		res = atomic_load(&x->io_fail_writes);
 	if (res < 0) {
 		kvti_job_fail(j, (int)res, "ssd %s of page %zu (slot %u, offset "
 			      "%llu): %s", op, r->page, slot,

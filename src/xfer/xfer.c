@@ -371,8 +371,7 @@ uint64_t kvti_layer_sum(const kvt_layout *l, void *const *bufs, uint32_t slot,
 	XXH3_64bits_reset(&h);
 	for (uint32_t k = 0; k < l->kv; k++) {
 		kvt_chunk_loc c = kvt_layout_chunk(l, slot, layer, k);
-		XXH3_64bits_update(&h, (const char *)bufs[c.buf] + c.off,
-				   l->chunk_bytes);
+		kvti_chunk_hash(&h, l, (const char *)bufs[c.buf] + c.off);
 	}
 	return XXH3_64bits_digest(&h);
 }
@@ -768,9 +767,11 @@ static int pick_path(struct kvt_xfer *x, struct kvt_xfer_job *j)
 		/* the slot is known once the device's lanes run (lane_ready) */
 		j->lane = LANE_DEV0 + !(tg && !sg);
 		j->dev_id = tg ? t->spec.device : s->spec.device;
-		if (m == KVT_XFER_AUTO)
+		if (m == KVT_XFER_AUTO) {
 			m = sg && tg ? KVT_XFER_CUDA_CHUNK :
 			    tg ? x->cfg.cuda_load : x->cfg.cuda_store;
+			j->method_auto = 1;
+		}
 		if (m < KVT_XFER_CUDA_CHUNK)
 			return kvti_fail(-EOPNOTSUPP, "%s cannot move pages "
 					 "between %s and %s (the cuda methods "

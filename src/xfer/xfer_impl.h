@@ -77,6 +77,7 @@ struct kvt_xfer_job {
 	void *const *sbufs;          /* source buffers (NULL for ssd) */
 	void *const *dbufs;
 	int method;                  /* kvt_xfer_method, never AUTO */
+	int method_auto;             /* chosen by the engine, not the caller */
 	int lane;                    /* enum xfer_lane (+ device slot) */
 	int dev_id;                  /* device lanes: the device's id */
 	int mover;                   /* enum kvt_xfer_mover */
@@ -174,6 +175,7 @@ struct kvt_xfer {
 	atomic_uint_fast64_t io_fault_at;  /* I/O completion count that fails */
 	atomic_uint_fast64_t io_count;
 	atomic_int io_fault_err;
+	atomic_int io_fail_writes;         /* every write fails with this */
 };
 
 /* ---- engine core (xfer.c) --------------------------------------------- */
@@ -288,6 +290,9 @@ int kvti_io_plan(struct kvt_xfer *x, struct kvt_xfer_job *j);
  * (negative errno), or comes back short (half its bytes) if @err is 0.
  * nth = 0 disarms. */
 void kvti_xfer_io_fault(kvt_xfer *x, uint64_t nth, int err);
+/* Test hook: every ssd write completing from now fails with @err (a full
+ * disk: -ENOSPC) until called again with 0. */
+void kvti_xfer_io_fail_writes(kvt_xfer *x, int err);
 
 /* ---- device lanes (dev_lane.c) ---------------------------------------- */
 

@@ -5,13 +5,15 @@
  *   1  the rest as a value read from Redis: the header check and the
  *      layer-by-layer take never read past it and never crash
  *   2  a valid value with bytes flipped as the rest says (pairs: position,
- *      xor): whatever passes both checks is the original, byte for byte */
+ *      xor): whatever passes both checks is the original, byte for byte
+ *   3  the same with a MAC (key=): whatever passes the header check, the
+ *      MAC and the sums is the original */
 #include "fuzz.h"
 #include "remote/remote_impl.h"
 #include "xfer/xxh.h"
 
 static kvt_geom g;
-static struct kvti_rfmt f;
+static struct kvti_rfmt f, fk;
 
 static void setup(void)
 {
@@ -29,6 +31,9 @@ static void setup(void)
 	g.params = g.active_params = 1;
 	FUZZ_ASSERT(kvt_geom_finish(&g) == 0);
 	kvti_remote_fmt(&f, &g, "fuzz");
+	fk = f;
+	kvti_remote_fmt_key(&fk, "0123456789abcdef0123456789abcdef", 32,
+			    "fuzz");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -36,14 +41,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	kvt_page_key key = { 0x1234, 0x5678 };
 	uint8_t v[512], orig[512], page[128];
 	uint64_t sums[2];
-	size_t len;
 
 	if (size < 1 || size > 4096)
 		return 0;
 	setup();
-	len = kvti_remote_head_bytes(&f) + f.page_bytes;
-	FUZZ_ASSERT(len <= sizeof(v));
-	switch (data[0] % 3) {
+	switch (data[0] % 4) {
 	case 0: {
 		struct kvti_rspec s;
 		char *text = fuzz_str(data + 1, size - 1);
@@ -71,20 +73,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	}
 	case 2:
-		for (size_t i = 0; i < f.page_bytes; i++)
+	case 3: {
+		/* a valid value (with a MAC for 3), bytes flipped: whatever
+		 * passes every check is the original */
+		const struct kvti_rfmt *vf = data[0] % 4 == 3 ? &fk : &f;
+		size_t n = kvti_remote_value_len(vf);
+
+		FUZZ_ASSERT(n <= sizeof(v));
+		for (size_t i = 0; i < vf->page_bytes; i++)
 			page[i] = (uint8_t)(i * 37 + 11);
-		for (uint32_t l = 0; l < f.nsums; l++)
-			sums[l] = XXH3_64bits(page + l * f.layer_bytes,
-					      f.layer_bytes);
-		kvti_remote_head_write(&f, &key, sums, v);
-		memcpy(v + kvti_remote_head_bytes(&f), page, f.page_bytes);
-		memcpy(orig, v, len);
+		for (uint32_t l = 0; l < vf->nsums; l++)
+			sums[l] = XXH3_64bits(page + l * vf->layer_bytes,
+					      vf->layer_bytes);
+		kvti_remote_head_write(vf, &key, sums, v);
+		memcpy(v + kvti_remote_head_bytes(vf), page, vf->page_bytes);
+		if (vf->mac) {
+			kvti_remote_mac_write(vf, v);
+			FUZZ_ASSERT(kvti_remote_mac_check(vf, v) == 0);
+		}
+		memcpy(orig, v, n);
 		for (size_t i = 1; i + 1 < size; i += 2)
-			v[data[i] * 7u % len] ^= data[i + 1];
-		if (kvti_remote_head_check(&f, &key, v, len, NULL) == 0 &&
-		    kvti_remote_value_take(&f, v, page, sums) == 0)
-			FUZZ_ASSERT(!memcmp(v, orig, len));
+			v[data[i] * 7u % n] ^= data[i + 1];
+		if (kvti_remote_head_check(vf, &key, v, n, NULL) == 0 &&
+		    (!vf->mac || kvti_remote_mac_check(vf, v) == 0) &&
+		    kvti_remote_value_take(vf, v, page, sums) == 0)
+			FUZZ_ASSERT(!memcmp(v, orig, n));
 		break;
+	}
 	}
 	return 0;
 }

@@ -256,6 +256,8 @@ def test_daemon_gone_is_connection_lost(workdir):
             cl.lookup(keys)
         assert e.value.code in (-errno.ECONNRESET, -errno.EPIPE)
         cl.close()  # after the daemon died: no hang, no crash
+        assert job.wait() == failed  # what it had: the client is closed
+        job.close()
         with pytest.raises(ValueError):
             job.wait()
 
@@ -332,3 +334,125 @@ def test_each_jobs(tiny_daemon):
         assert same(kv, [3, 0], kv, [10, 12], 4)
         with pytest.raises(ValueError, match="must be 0"):
             cl.load(m, keys, [1], first=4, each=True)
+
+
+def _stopped(proc):
+    """SIGSTOP @proc until the block ends (then SIGCONT)."""
+    import contextlib
+    import signal
+
+    @contextlib.contextmanager
+    def cm():
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+    return cm()
+
+
+def test_request_timeout_drops_the_connection(tiny_daemon):
+    """A request the daemon does not answer in timeout_ms raises
+    RequestTimeout — a ConnectionLost and a TimeoutError — once; then
+    ConnectionLost, never a protocol error from a reply out of step (issue
+    21: TimeoutError once, then KVT_EPROTO forever). A load whose reply
+    did not come returns once the daemon let go (released)."""
+    import time
+    g = geo()
+    cl = kvtier.Client(g, socket=tiny_daemon, timeout_ms=300)
+    m = cl.alloc(2)
+    keys = cl.hash_tokens(list(range(2 * P)))
+    assert cl.store(m, keys, [0, 1]).wait() == []
+    with _stopped(tiny_daemon.proc):
+        time.sleep(0.05)
+        with pytest.raises(kvtier.RequestTimeout) as e:
+            cl.lookup(keys)
+    assert isinstance(e.value, kvtier.ConnectionLost)
+    assert isinstance(e.value, TimeoutError)
+    time.sleep(0.2)  # the late reply is there: it must not be read
+    for _ in range(3):
+        with pytest.raises(kvtier.ConnectionLost) as e2:
+            cl.lookup(keys)
+        assert e2.value.code == -errno.ECONNRESET, e2.value
+    cl.close()
+    cl = kvtier.Client(g, socket=tiny_daemon, timeout_ms=300)
+    m = cl.alloc(2)
+    import threading
+    t = threading.Timer(0.6, lambda: os.kill(tiny_daemon.proc.pid, 18))
+    os.kill(tiny_daemon.proc.pid, 19)  # SIGSTOP; SIGCONT from the timer
+    time.sleep(0.05)
+    t.start()
+    with pytest.raises(kvtier.RequestTimeout) as e3:
+        cl.load(m, keys, [0, 1])
+    t.join()
+    assert e3.value.released, e3.value
+    cl.close()
+    with kvtier.Client(g, socket=tiny_daemon) as c2:
+        assert c2.lookup(keys).pages == 2
+
+
+_RACE = r"""
+import sys, threading, kvtier
+sys.path.insert(0, {here!r})
+import tinymodel
+g = kvtier.Geometry.from_config(tinymodel.CONFIG, page_tokens=4)
+for i in range(30):
+    cl = kvtier.Client(g, socket={sock!r})
+    m = cl.alloc(256)
+    keys = cl.hash_tokens(list(range(256 * 4)))
+    cl.store(m, keys, list(range(256))).wait()
+    jobs = [cl.load(m, keys, list(range(256))) for _ in range(4)]
+    out = []
+    ts = [threading.Thread(target=lambda j=j: out.append(j.wait()))
+          for j in jobs]
+    for t in ts:
+        t.start()
+    cl.close()  # while the waits run
+    for t in ts:
+        t.join(30)
+        assert not t.is_alive(), "a wait outlived close()"
+    assert len(out) == 4 and all(isinstance(f, list) for f in out)
+    for j in jobs:
+        j.close()
+print("ok")
+"""
+
+
+def test_close_races_wait(tiny_daemon):
+    """Client.close() in one thread while Job.wait() runs in others, 30
+    times (issue 21: a use-after-free in the C client, segfaults and a
+    hang): every wait returns, nothing crashes."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-c",
+                        _RACE.format(here=here, sock=str(tiny_daemon))],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", \
+        (r.returncode, r.stderr[-2000:])
+
+
+_GC = r"""
+import sys, kvtier
+sys.path.insert(0, {here!r})
+import tinymodel
+g = kvtier.Geometry.from_config(tinymodel.CONFIG, page_tokens=4)
+cl = kvtier.Client(g, socket={sock!r})
+m = cl.alloc(2)
+keys = cl.hash_tokens(list(range(8)))
+job = cl.store(m, keys, [0, 1])
+job.wait()
+# a cycle holding the client, collected with the job in one pass
+cycle = [cl, job]
+cycle.append(cycle)
+"""
+
+
+def test_client_and_job_collected_together(tiny_daemon):
+    """A plain script with a module-level client and finished job exits
+    cleanly (issue 21: Client.__del__ freed every C job, then Job.__del__
+    freed its own again: exit 139 at interpreter exit)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = _GC.format(here=here, sock=str(tiny_daemon))
+    for tail in ("", "del cl, job, m, cycle\nimport gc; gc.collect()\n"):
+        r = subprocess.run([sys.executable, "-c", script + tail],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (r.returncode, r.stderr[-2000:])

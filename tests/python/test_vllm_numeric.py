@@ -101,6 +101,13 @@ def test_restored_prefix_gives_exact_logits(workdir):
         if HAVE_TORCH:   # torch KV caches, re-homed by register_kv_caches
             assert run_b(sock, longer, workdir, ref, "warm-torch",
                          "--no-save", "--torch") == (12 * P, [])
+        # KV caches in device memory (the emulated device: the GPU path,
+        # registered by handle, loaded by the daemon's device copies and
+        # verified on the device), async and layerwise
+        for mode in ("async", "layerwise"):
+            assert run_b(sock, longer, workdir, ref, "device-" + mode,
+                         "--no-save", "--device", "emu", "--load-mode",
+                         mode) == (12 * P, [])
         # KV caches the daemon cannot map (the GPU path), moved through the
         # connector's staging pool: loads (async, layerwise, torch) ...
         for mode in ("async", "layerwise"):
@@ -116,6 +123,15 @@ def test_restored_prefix_gives_exact_logits(workdir):
         cached, invalid = run_b(sock, longer, workdir, ref, "staged-small",
                                 "--no-save", "--staging", "8")
         assert cached == 8 * P and len(invalid) == 4, (cached, invalid)
+        # stores out of device memory: A'' stores a third prompt from the
+        # emulated device's memory, B restores it into host memory exact
+        third = [int(t) for t in rng.integers(0, 256, 5 * P)]
+        third_longer = third + [int(t) for t in rng.integers(0, 256, 3)]
+        z = engine(sock, third, os.path.join(workdir, "a-dev.npz"),
+                   "--device", "emu")
+        assert int(z["store_pages"]) == 5
+        assert run_b(sock, third_longer, workdir, model.logits(third_longer),
+                     "from-device", "--no-save") == (5 * P, [])
         # ... and stores: A' stages another prompt out, B restores it
         # from registered memory
         other = [int(t) for t in rng.integers(0, 256, 6 * P)]
@@ -148,3 +164,36 @@ def test_restored_prefix_gives_exact_logits(workdir):
             with kvtier.Client(geo, socket=sock) as cl:
                 assert cl.stats()["cache"]["checksum_failures"] > before
     assert time.monotonic() - t0 < 60
+
+
+def test_layouts_exact_logits(workdir):
+    """The proof across attention backends' layouts: A stores a prompt
+    from a FlashInfer HND cache (block outer, heads before tokens); B
+    restores it into the CPU backend's (2, blocks, H, P, D) cache: logits
+    bitwise the full recompute's (the other layouts round-trip element for
+    element in test_vllm_shim). MLA: tinymodel's latent-attention variant
+    stores and restores its one latent per token (vLLM's MLA cache),
+    bitwise too."""
+    rng = np.random.default_rng(23)
+    prompt = [int(t) for t in rng.integers(0, 256, 8 * P)]
+    longer = prompt + [int(t) for t in rng.integers(0, 256, P + 2)]
+    model = tinymodel.TinyModel(seed=SEED)
+    ref = model.logits(longer)
+    with kvt_testutil.daemon(workdir, tinymodel.CONFIG, page_tokens=P,
+                             tiers="dram:8M") as sock:
+        z = engine(sock, prompt, os.path.join(workdir, "fi.npz"),
+                   "--backend", "FLASHINFER", "--kv-layout", "HND")
+        assert int(z["store_pages"]) == 8
+        for backend, layout in (("CPU_ATTN", "NHD"),):
+            assert run_b(sock, longer, workdir, ref,
+                         f"from-flashinfer-{backend}-{layout}", "--no-save",
+                         "--backend", backend, "--kv-layout", layout) == \
+                (8 * P, [])
+    mla = tinymodel.TinyMLAModel(seed=SEED)
+    ref = mla.logits(longer)
+    with kvt_testutil.daemon(workdir, tinymodel.MLA_CONFIG, page_tokens=P,
+                             tiers="dram:8M") as sock:
+        z = engine(sock, prompt, os.path.join(workdir, "mla.npz"), "--mla")
+        assert int(z["store_pages"]) == 8
+        assert run_b(sock, longer, workdir, ref, "mla", "--no-save",
+                     "--mla") == (8 * P, [])
