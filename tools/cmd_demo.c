@@ -628,6 +628,8 @@ static cJSON *stat_json(const kvt_demo_pass *p)
 	cJSON_AddNumberToObject(o, "gpu_busy_modeled", s->gpu_busy);
 	cJSON_AddNumberToObject(o, "gpu_overrun_s", s->gpu_overrun_s);
 	cJSON_AddNumberToObject(o, "load_wait_s", s->load_wait_s);
+	cJSON_AddNumberToObject(o, "engine_ms_per_step", s->plan_ms_mean);
+	cJSON_AddNumberToObject(o, "host_us_per_step", s->host_us_per_step);
 	cJSON_AddNumberToObject(o, "store_skipped_pages",
 				(double)s->store_skipped_pages);
 	x = cJSON_AddObjectToObject(o, "load_gbps_measured");

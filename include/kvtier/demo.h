@@ -245,6 +245,14 @@ typedef struct kvt_demo_stat {
 	double gpu_overrun_s;      /* steps longer than modeled: the CPU's
 				      emulation of the GPU's writes */
 	double load_wait_s;        /* steps waiting for loads, in all */
+	double plan_ms_mean;       /* the engine's own time between two steps
+				      (finishing one, planning the next:
+				      views, lookups, submissions), mean */
+	double host_us_per_step;   /* the engine's own host time per step
+				      beyond the modeled GPU time and the
+				      loads it waited for: its work between
+				      steps, the clock's late wake-ups (the
+				      profile's engine.host_us) */
 	uint64_t store_skipped_pages; /* pages a store found no room for (or
 				      whose parent had gone): not cached */
 	double load_gbps[KVT_TIER_COUNT]; /* measured rate into engine memory

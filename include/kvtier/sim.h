@@ -87,6 +87,11 @@ typedef struct kvt_hw {
 	double step_mem_frac;  /* [engine.step_mem_frac] share of step_us that
 				* stalls on host DRAM: that part grows with
 				* the socket's loaded DRAM latency (0: none) */
+	double host_us;        /* [engine.host_us] the engine's own host time
+				* per step beyond the GPU's (its scheduler,
+				* cache lookups, job polling, the clock's
+				* wake-ups), measured on the machine (the
+				* demo's); 0: none */
 	double ar_gbps;        /* [tp.ar_gbps] all-reduce bus bandwidth */
 	double ar_us;          /* [tp.ar_us] all-reduce latency */
 

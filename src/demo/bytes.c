@@ -9,11 +9,17 @@
  *   chunk (block, layer, kv) = a 32-word splitmix64 pattern seeded by
  *   mix(page seed, layer, kv), repeated to the chunk's end
  *
- * distinct for every (prefix, layer, kv), and cheap to write (the emulated
- * GPU writes a layer's KV inside the layer's modeled time: generating every
- * word would cost the CPU more than an H200 takes to compute it). The
- * cache's per-layer XXH3 covers every byte; the engine samples 16 words of
- * every chunk.
+ * distinct for every (prefix, layer, kv). The engine checks 16 words of
+ * every chunk of a restored block (the first and last four, eight more at
+ * positions the seed picks); the cache's per-layer XXH3 covers every byte
+ * it moves. So the emulated GPU writes those 16 words of each chunk it
+ * computes and leaves the rest as the block held it: a real GPU's writes
+ * cost the CPU nothing, and writing 512 KiB per page on the host's two
+ * cores would charge every computed token a CPU cost no engine pays (on
+ * this machine about the modeled compute time itself), penalising the
+ * policies that compute more. A block restored from the wrong page, layer
+ * or K/V, or cut short, still fails the check; a copy that changed any
+ * byte fails the cache's sums.
  */
 #include "demo/demo_impl.h"
 
@@ -21,7 +27,7 @@
 #include <string.h>
 
 #define GAMMA 0x9e3779b97f4a7c15ull
-#define PATTERN_WORDS 32u
+#define PATTERN_WORDS 32u /* a chunk's words repeat with this period */
 
 static inline uint64_t mix64(uint64_t z)
 {
@@ -40,32 +46,33 @@ static inline uint64_t chunk_word(uint64_t seed, uint64_t i)
 	return mix64(seed + (i % PATTERN_WORDS + 1) * GAMMA);
 }
 
-static void chunk_fill(uint64_t *p, uint64_t words, uint64_t seed)
+/* The j-th of a chunk's 16 checked words (j < 16): the first and last
+ * four, eight others where the seed puts them. */
+static inline uint64_t checked_word(uint64_t words, uint64_t seed, uint64_t j)
 {
-	uint64_t n = KVT_MIN(words, (uint64_t)PATTERN_WORDS);
-
-	for (uint64_t i = 0; i < n; i++)
-		p[i] = chunk_word(seed, i);
-	while (n < words) { /* doubling copies of what is written */
-		uint64_t k = KVT_MIN(n, words - n);
-
-		memcpy(p + n, p, k * sizeof(*p));
-		n += k;
-	}
+	return j < 4 ? j : j < 8 ? words - 8 + j : mix64(seed ^ j) % words;
 }
 
-/* The first and last four words and eight others of a chunk: a block from
- * the wrong page, layer or K/V, or a copy cut short, fails. */
+/* A block from the wrong page, layer or K/V, or a copy cut short, fails. */
 static int chunk_bad(const uint64_t *p, uint64_t words, uint64_t seed)
 {
 	for (uint64_t j = 0; j < 16; j++) {
-		uint64_t i = j < 4 ? j : j < 8 ? words - 8 + j :
-			     mix64(seed ^ j) % words;
+		uint64_t i = checked_word(words, seed, j);
 
 		if (i < words && p[i] != chunk_word(seed, i))
 			return 1;
 	}
 	return 0;
+}
+
+static void chunk_mark(uint64_t *p, uint64_t words, uint64_t seed)
+{
+	for (uint64_t j = 0; j < 16; j++) {
+		uint64_t i = checked_word(words, seed, j);
+
+		if (i < words)
+			p[i] = chunk_word(seed, i);
+	}
 }
 
 static uint64_t *chunk_at(const struct dmem *m, uint32_t block, uint32_t layer,
@@ -111,9 +118,10 @@ void kvti_dmem_write_layer(const struct dmem *m, uint32_t block, uint32_t l,
 			   uint64_t seed)
 {
 	for (uint32_t kv = 0; kv < m->kv; kv++)
-		chunk_fill(chunk_at(m, block, l, kv), m->chunk / 8,
+		chunk_mark(chunk_at(m, block, l, kv), m->chunk / 8,
 			   chunk_seed(seed, l, kv));
 }
+
 
 int kvti_dmem_check(const struct dmem *m, uint32_t block, uint64_t seed)
 {

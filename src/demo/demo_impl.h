@@ -39,8 +39,9 @@ static inline uint64_t kvti_page_seed(kvt_page_key k)
 {
 	return k.lo ^ (k.hi * 0x9e3779b97f4a7c15ull);
 }
-/* Write layer @l of the page with seed @seed into @block: what the GPU's
- * prefill writes as it computes the layer. */
+/* Write layer @l of the page with seed @seed into @block, as the GPU's
+ * prefill writes it computing the layer: the words the engine checks
+ * (bytes.c says why not all). */
 void kvti_dmem_write_layer(const struct dmem *m, uint32_t block, uint32_t l,
 			   uint64_t seed);
 /* Sample every chunk of @block against @seed: 0 good, 1 wrong bytes. */

@@ -61,6 +61,7 @@
 #define SPIN_NS 50000u  /* spin, not sleep, for the last 50 us of a span */
 #define RATES_EVERY_NS 20000000ull /* measured rates refreshed every 20 ms */
 #define STORE_GUESS_S 0.005 /* a page being stored: expected home soon */
+#define LOOKUP_EVERY_NS 20000000ull /* a waiting request's lookup: 20 ms */
 
 struct dreq;
 
@@ -96,6 +97,8 @@ struct dreq {
 	int touched;
 	kvt_cache_run runs[KVT_CACHE_MAX_RUNS];
 	size_t nruns;
+	kvt_cache_lookup_result lr; /* the last lookup, and when */
+	uint64_t lr_ns;
 	kvt_demo_req *out;
 };
 
@@ -136,6 +139,9 @@ struct serve {
 	uint64_t step_gen;
 	double overrun_s, load_wait_s;
 	uint64_t store_skipped;  /* pages a store could not place */
+	double plan_s;           /* the engine's own work between steps */
+	double late_s;           /* steps longer than modeled + their waits */
+	uint64_t plans;
 	/* measured rates */
 	double gbps[KVT_TIER_COUNT];
 	uint64_t rates_at;
@@ -365,14 +371,23 @@ static int op_view(struct kvti_eng *e, struct kvti_ereq *er)
 	uint32_t P = s->P, full = er->prompt / P, H, U, Lp, E, p;
 	kvt_cache_lookup_result lr;
 	double now = sv_now(s), ready = 0;
+	uint64_t tn = kvt_now_ns();
 	int err;
 
-	err = kvti_dp_lookup(&s->dp, r->keys, full,
-			     r->touched ? 0 : KVT_LOOKUP_TOUCH, &lr, r->runs,
-			     &r->nruns);
-	if (err)
-		return sv_fail(s, err, "lookup");
-	r->touched = 1;
+	/* one lookup per request per LOOKUP_EVERY_NS, as engines cache a
+	 * request's lookup (vLLM's connectors are asked when it is first
+	 * scheduled; LMCache keeps the answer per request id): a page that
+	 * moved since fails alone at the load and is computed */
+	if (!r->lr_ns || tn - r->lr_ns >= LOOKUP_EVERY_NS) {
+		err = kvti_dp_lookup(&s->dp, r->keys, full,
+				     r->touched ? 0 : KVT_LOOKUP_TOUCH, &r->lr,
+				     r->runs, &r->nruns);
+		if (err)
+			return sv_fail(s, err, "lookup");
+		r->touched = 1;
+		r->lr_ns = tn;
+	}
+	lr = r->lr;
 	H = r->landed / P;                 /* pages it holds, checked */
 	U = er->load_upto / P;             /* pages loaded or loading */
 	Lp = (uint32_t)KVT_MIN(lr.pages, (uint64_t)full);
@@ -623,6 +638,7 @@ static int op_release(struct kvti_eng *e, struct kvti_ereq *er, int preempt)
 	if (preempt) {
 		r->out->preempted++;
 		r->touched = 0;
+		r->lr_ns = 0;
 	}
 	return 0;
 }
@@ -860,11 +876,15 @@ static void gpu_step(struct serve *s)
 {
 	struct kvti_eng *e = &s->eng;
 	int overlap = e->overlap;
-	uint64_t t = kvt_now_ns(), per = (uint64_t)(e->compute_s / s->L * 1e9);
+	uint64_t t = kvt_now_ns(), t0 = t;
+	uint64_t per = (uint64_t)(e->compute_s / s->L * 1e9);
+	double wait0 = s->load_wait_s;
 
 	s->step_due = 0;
 	if (!e->step_prefills) { /* decodes only */
 		spend_until(t + (uint64_t)(e->compute_s * 1e9));
+		s->late_s += KVT_MAX(0.0, (double)(kvt_now_ns() - t) / 1e9 -
+					   e->compute_s);
 		return;
 	}
 	for (uint32_t l = 0; l < s->L; l++) {
@@ -899,6 +919,8 @@ static void gpu_step(struct serve *s)
 		spend_until(end);
 		t = end;
 	}
+	s->late_s += KVT_MAX(0.0, (double)(kvt_now_ns() - t0) / 1e9 -
+				   e->compute_s - (s->load_wait_s - wait0));
 }
 
 /* ---- arrivals --------------------------------------------------------------- */
@@ -1036,9 +1058,14 @@ static int serve_loop(struct serve *s)
 			arrive(s, &it);
 		}
 		if (s->step_due) {
+			uint64_t t1;
+
 			gpu_step(s);
+			t1 = kvt_now_ns();
 			reap(s);
-			kvti_eng_step_end(e, s->step_gen);
+			kvti_eng_step_end(e, s->step_gen); /* plans the next */
+			s->plan_s += (double)(kvt_now_ns() - t1) / 1e9;
+			s->plans++;
 		} else if (!e->busy && (e->nwait || e->nrun)) {
 			kvti_eng_kick(e);
 		}
@@ -1238,6 +1265,9 @@ int kvti_demo_pass(const struct kvti_demo_pass_cfg *pc, kvt_demo_pass *out)
 		st->gpu_overrun_s = s->overrun_s;
 		st->load_wait_s = s->load_wait_s;
 		st->store_skipped_pages = s->store_skipped;
+		st->plan_ms_mean = s->plans ? s->plan_s / s->plans * 1e3 : 0;
+		st->host_us_per_step = e->steps ? (s->plan_s + s->late_s) /
+						  e->steps * 1e6 : 0;
 		refresh_rates(s);
 		for (int t = 0; t < KVT_TIER_COUNT; t++)
 			st->load_gbps[t] = s->gbps[t];

@@ -465,17 +465,18 @@ static double op_step_extra_s(struct kvti_eng *k)
 	const struct sim *s = e->sim;
 	const kvt_hw *hw = &s->cfg->hw;
 	const struct net_socket *x;
+	double host = hw->host_us * 1e-6; /* the engine's own host time */
 
 	if (!s->cfg->cpu_mem_latency || !(hw->step_mem_frac > 0))
-		return 0;
+		return host;
 	x = &s->net.sock[s->gpu[e->gpu0].socket];
 	if (!(x->lat > x->lat0))
-		return 0;
+		return host;
 	/* DMA streams that are not latency-bound can ask more of a socket
 	 * than it has; the queue model then has no fixed point and the
 	 * latency runs away. A core's misses see at most what a 99%-busy
 	 * M/D/1 queue gives: lat0 * (1 + 0.99 / 0.02) ~ 50 lat0. */
-	return hw->step_us * 1e-6 * hw->step_mem_frac *
+	return host + hw->step_us * 1e-6 * hw->step_mem_frac *
 	       (KVT_MIN(x->lat / x->lat0, 50.5) - 1);
 }
 
