@@ -234,9 +234,15 @@ static void test_register(void)
 		  KVT_EGEOM);
 	CHECK_ERR(kvt_cache_register(c, e.base, e.L + 1, NB, e.bs, e.ks, ts, -1),
 		  KVT_EGEOM);
-	/* a token's H*D elements not contiguous */
-	CHECK_ERR(kvt_cache_register(c, e.base, e.L, NB, 2 * ch, NB * 2 * ch,
-				     2 * ts, -1), KVT_EGEOM);
+	/* tokens padded apart (heads packed): kept in rows, accepted */
+	{
+		kvt_cache_mem *m = NULL;
+
+		CHECK_OK(kvt_cache_attach(c, e.base, e.L, NB, 2 * ch,
+					  NB * 2 * ch, 2 * ts, -1, &m));
+		kvt_cache_detach(m);
+	}
+	/* tokens closer than a token's H*D elements */
 	CHECK_ERR(kvt_cache_register(c, e.base, e.L, NB, e.bs, e.ks, ts / 2, -1),
 		  KVT_EGEOM);
 	/* blocks overlap (block stride below a chunk) */

@@ -34,6 +34,9 @@ static void serve_usage(FILE *f)
 "  --model NAME|PATH   the namespace's model: preset or config.json\n"
 "                      (llama-3.1-8b)\n"
 "  --page-tokens P     tokens per page (16)\n"
+"  --kv-dtype T        the engines' KV cache element type when it is not\n"
+"                      the model's: bf16, fp16, fp32, fp8 (vLLM\n"
+"                      --kv-cache-dtype fp8) (auto: the model's)\n"
 "  --tp N              tensor-parallel degree of the engines (1)\n"
 "  --namespace NAME    what clients name in HELLO (default)\n"
 "  --tenants SPEC      'NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE]'\n"
@@ -63,7 +66,7 @@ static void serve_usage(FILE *f)
 "  --config FILE       options as 'name = value' lines (below the\n"
 "                      environment and the flags)\n"
 "\n"
-"environment: KVT_SOCKET, KVT_TIERS, KVT_MODEL, KVT_PAGE_TOKENS, KVT_TP,\n"
+"environment: KVT_SOCKET, KVT_TIERS, KVT_MODEL, KVT_PAGE_TOKENS, KVT_KV_DTYPE,\nKVT_TP, "
 "KVT_NAMESPACE, KVT_TENANTS, KVT_LEASE_MS, KVT_MAX_CLIENTS, KVT_METRICS,\n"
 "KVT_REMOTE, KVT_DEVICES, KVT_LOAD_METHOD, KVT_STORE_METHOD,\n"
 "KVT_LOG.\n");
@@ -119,6 +122,7 @@ int cmd_serve(int argc, char **argv)
 		{ "tiers", required_argument, 0, 't' },
 		{ "model", required_argument, 0, 'm' },
 		{ "page-tokens", required_argument, 0, 'p' },
+		{ "kv-dtype", required_argument, 0, 'K' },
 		{ "tp", required_argument, 0, 'T' },
 		{ "namespace", required_argument, 0, 'n' },
 		{ "tenants", required_argument, 0, 'u' },
@@ -153,6 +157,7 @@ int cmd_serve(int argc, char **argv)
 		case 't': name = "tiers"; break;
 		case 'm': name = "model"; break;
 		case 'p': name = "page_tokens"; break;
+		case 'K': name = "kv_dtype"; break;
 		case 'T': name = "tp"; break;
 		case 'n': name = "namespace"; break;
 		case 'u': name = "tenants"; break;
@@ -195,6 +200,7 @@ int cmd_serve(int argc, char **argv)
 	cfg.socket = kvt_opts_get(o, "socket");
 	cfg.tiers = kvt_opts_get(o, "tiers");
 	cfg.model = kvt_opts_get(o, "model");
+	cfg.kv_dtype = kvt_opts_get(o, "kv_dtype");
 	cfg.ns = kvt_opts_get(o, "namespace");
 	cfg.tenants = kvt_opts_get(o, "tenants");
 	cfg.metrics = kvt_opts_get(o, "metrics");

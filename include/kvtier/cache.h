@@ -208,7 +208,8 @@ KVT_API void kvt_cache_close(kvt_cache *c);
  * @block_stride, @kv_stride, @token_stride: byte strides between blocks,
  *                between K and V of a block (ignored for MLA), between
  *                tokens of a block. A token's H*D elements must be
- *                contiguous: @token_stride == H*D*s; the chunks of
+ *                contiguous: @token_stride >= H*D*s (other token and
+ *                head strides: kvt_cache_attach_rows()); the chunks of
  *                different (block, kv) must not overlap: K/V outer
  *                (vLLM flash-attn: kv_stride >= nblocks*block_stride) or
  *                block outer (block_stride >= 2*kv_stride).
@@ -241,6 +242,24 @@ KVT_API int kvt_cache_attach(kvt_cache *c, void *const *base,
 			     uint64_t block_stride, uint64_t kv_stride,
 			     uint64_t token_stride, int device,
 			     kvt_cache_mem **out);
+
+/**
+ * kvt_cache_attach_rows() - kvt_cache_attach() for memory whose chunks
+ * are kept in rows (kvtier/geom.h "ROWS"): the D*s bytes of token t, head
+ * h of a block's chunk at t * @token_stride + h * @head_stride from the
+ * chunk's start (kvt_layout_init_rows() says which strides fit). Heads
+ * before tokens (vLLM's HND and CPU-backend caches) or layers interleaved
+ * between tokens (SGLang's page_first, page_head host pools) are moved
+ * row by row, checksummed in [P][H][D] order: a page stored from such
+ * memory loads into any other layout. Host memory only (@device -1):
+ * KVT_ENOTBUILT for GPU memory with rows. Returns kvt_cache_attach()'s
+ * values.
+ */
+KVT_API int kvt_cache_attach_rows(kvt_cache *c, void *const *base,
+				  uint32_t nlayers, uint64_t nblocks,
+				  uint64_t block_stride, uint64_t kv_stride,
+				  uint64_t token_stride, uint64_t head_stride,
+				  int device, kvt_cache_mem **out);
 
 /**
  * kvt_cache_detach() - forget attached memory: new jobs on it fail

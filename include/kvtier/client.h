@@ -211,6 +211,24 @@ KVT_API int kvt_client_register_fd(kvt_client *cl, int fd,
 				   uint64_t kv_stride, uint64_t token_stride,
 				   int device, kvt_client_mem **out);
 
+/**
+ * kvt_client_register_fd_rows() - kvt_client_register_fd() for host memory
+ * whose chunks are kept in rows: token t, head h of a chunk at
+ * t * @token_stride + h * @head_stride (kvt_cache_attach_rows(); vLLM's
+ * HND and CPU-backend caches, SGLang's page_first and page_head pools).
+ * Sent as REGISTER_ROWS (docs/PROTOCOL.md) unless @head_stride is the
+ * packed D*s, then as REGISTER. Returns kvt_client_register_fd()'s values;
+ * KVT_EGEOM names strides whose rows would overlap.
+ */
+KVT_API int kvt_client_register_fd_rows(kvt_client *cl, int fd,
+					const uint64_t *layer_off,
+					uint32_t nlayers, uint64_t nblocks,
+					uint64_t block_stride,
+					uint64_t kv_stride,
+					uint64_t token_stride,
+					uint64_t head_stride, int device,
+					kvt_client_mem **out);
+
 /** Kinds of kvt_client_seg (the wire's REGISTER segment kinds). */
 enum kvt_client_seg_kind {
 	KVT_CLIENT_SEG_MEMFD = 1,    /* host memory: a memfd sealed

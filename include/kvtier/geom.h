@@ -42,6 +42,17 @@
  * chunks of P*H*D*s bytes on the GPU side. kvt_layout_convert_ref() moves
  * pages between any two layouts byte by byte — slow, obviously right, and
  * the oracle every faster path in the transfer engine is tested against.
+ *
+ * ROWS. An engine's own memory (STRIDED, kvt_layout_init_rows()) need not
+ * keep a chunk in one piece: its (token, head) rows of D*s bytes may sit
+ * @token_stride and @head_stride apart — heads before tokens (vLLM's HND
+ * cache layout, its CPU attention backend's [2][blocks][H][P][D]) or
+ * layers interleaved between a page's tokens (SGLang's page_first host
+ * pool [2][tokens][L][H][D], page_head [2][pages][H][P][L][D]). Such a
+ * chunk is P*H rows; every copy and checksum walks them in [P][H][D]
+ * order, so a page's bytes in a host tier are the same whatever layout
+ * the engine that stored it had. kvt_layout_rows() says which kind a
+ * layout is; kvt_layout_row_off() places row r = t*H + h.
  */
 #ifndef KVTIER_GEOM_H
 #define KVTIER_GEOM_H
@@ -114,6 +125,13 @@ KVT_API int kvt_geom_from_json(kvt_geom *g, const char *json, const char *name,
 		       uint32_t page_tokens, uint32_t tp_size,
 		       uint32_t tp_rank);
 
+/** Bytes of one element of type @name ("bfloat16", "bf16", "float16",
+ *  "fp16", "float32", "fp8", "float8_e4m3fn", "float8_e5m2", ...: the
+ *  config.json torch_dtype names and short ones); 0 or KVT_ECONFIG. An
+ *  engine whose KV cache is fp8 while its model is bf16 (vLLM's
+ *  --kv-cache-dtype fp8) sets the geometry's dtype_bytes from this. */
+KVT_API int kvt_geom_dtype_bytes(const char *name, uint32_t *out);
+
 /** Split kv_heads_total over the TP ranks into kv_heads and check every
  *  field; 0 or KVT_EGEOM. Used by the constructors above. */
 KVT_API int kvt_geom_finish(kvt_geom *g);
@@ -159,17 +177,23 @@ typedef enum kvt_layout_kind {
  */
 typedef struct kvt_layout {
 	kvt_layout_kind kind;
+	uint32_t head_stride; /* rows only: bytes between a chunk's heads */
 	kvt_geom geom;
 	uint64_t slots;       /* page slots the layout spans */
 	uint32_t kv;          /* 2, or 1 for MLA */
+	uint32_t token_stride; /* rows only: bytes between a chunk's tokens */
 	uint64_t chunk_bytes; /* P*H*D*s */
 	uint64_t page_bytes;  /* L*kv*chunk */
 	uint32_t nbufs;       /* 1 (page-first), L (vLLM, strided), L*kv
 				 (SGLang) */
+	uint32_t rows;        /* 1: a chunk is chunk_bytes in one piece; P*H:
+				 rows of D*s bytes (token_stride, head_stride) */
 	uint64_t buf_bytes;   /* size of each buffer (strided: the span from
 				 the base to the end of its last chunk) */
 	uint64_t block_stride, kv_stride; /* strided only */
 } kvt_layout;
+/* head_stride, token_stride and rows sit in what were alignment holes:
+ * the struct keeps its size and every older field its offset (ABI 1). */
 
 /** Where one chunk lives: buffer index and byte offset inside it. */
 typedef struct kvt_chunk_loc {
@@ -189,15 +213,58 @@ KVT_API int kvt_layout_init(kvt_layout *l, kvt_layout_kind kind, const kvt_geom 
  * kvt_layout_init_strided() - @slots blocks of an engine's per-layer KV
  * memory: chunk (slot, layer, kv) at buffer @layer, offset slot *
  * @block_stride + kv * @kv_stride; a chunk's tokens @token_stride apart.
- * A chunk must be contiguous ([P][H][D]: @token_stride == H*D*s) and no two
- * chunks may overlap: K/V outer (kv_stride >= slots * block_stride, block
- * stride >= chunk) or block outer (block_stride >= kv * kv_stride,
- * kv_stride >= chunk); MLA ignores @kv_stride. Returns 0, KVT_EGEOM naming
- * the stride that does not fit, the errors of kvt_layout_init().
+ * A token's heads must be contiguous (head stride D*s, @token_stride >=
+ * H*D*s; kvt_layout_init_rows() takes any) and no two chunks may overlap:
+ * K/V outer (kv_stride >= slots * block_stride, block stride >= chunk) or
+ * block outer (block_stride >= kv * kv_stride, kv_stride >= chunk); MLA
+ * ignores @kv_stride. Returns 0, KVT_EGEOM naming the stride that does not
+ * fit, the errors of kvt_layout_init().
  */
 KVT_API int kvt_layout_init_strided(kvt_layout *l, const kvt_geom *g,
 				    uint64_t slots, uint64_t block_stride,
 				    uint64_t kv_stride, uint64_t token_stride);
+
+/**
+ * kvt_layout_init_rows() - kvt_layout_init_strided() for memory whose
+ * chunks need not be in one piece: row (t, h) of chunk (slot, layer, kv) —
+ * D*s contiguous bytes — at slot*@block_stride + kv*@kv_stride +
+ * t*@token_stride + h*@head_stride from buffer @layer. Rows may not
+ * overlap: token-major (@head_stride >= D*s, @token_stride >= H *
+ * @head_stride) or head-major (@token_stride >= D*s, @head_stride >= P *
+ * @token_stride); neither stride above 4 GiB (H == 1 ignores
+ * @head_stride). Chunks are placed as in kvt_layout_init_strided(), each
+ * taking the span from its first byte to the end of its last row. Packed
+ * strides (H*D*s, D*s) give exactly kvt_layout_init_strided()'s layout,
+ * rows == 1; any other gives rows == P*H. Buffers of different layers may
+ * interleave (SGLang's page-first pools): each buffer is checked alone.
+ * Returns 0, KVT_EGEOM naming the stride that does not fit, -EOVERFLOW,
+ * the errors of kvt_layout_init().
+ */
+KVT_API int kvt_layout_init_rows(kvt_layout *l, const kvt_geom *g,
+				 uint64_t slots, uint64_t block_stride,
+				 uint64_t kv_stride, uint64_t token_stride,
+				 uint64_t head_stride);
+
+/** 1 when a chunk is one piece of chunk_bytes, else P*H rows of D*s. */
+static inline uint32_t kvt_layout_rows(const kvt_layout *l)
+{
+	return l->rows > 1 ? l->rows : 1;
+}
+
+/**
+ * kvt_layout_row_off() - byte offset, from its chunk's location, of row
+ * @r = t*H + h of a chunk (t < P, h < H): the D*s bytes of token t, head
+ * h. For a one-piece chunk that is simply r*D*s.
+ */
+static inline uint64_t kvt_layout_row_off(const kvt_layout *l, uint32_t r)
+{
+	uint32_t H = l->geom.kv_heads;
+
+	if (l->rows <= 1)
+		return (uint64_t)r * l->geom.head_dim * l->geom.dtype_bytes;
+	return (uint64_t)(r / H) * l->token_stride +
+	       (uint64_t)(r % H) * l->head_stride;
+}
 
 /** Short name: "page-first", "vllm", "sglang", "strided". */
 KVT_API const char *kvt_layout_name(kvt_layout_kind kind);

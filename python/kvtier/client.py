@@ -501,7 +501,8 @@ class Client(_Closable):
 
     def alloc_memfd(self, size: int, layer_offsets: Sequence[int],
                     nblocks: int, block_stride: int, kv_stride: int,
-                    token_stride: int) -> "Memory":
+                    token_stride: int, head_stride: Optional[int] = None
+                    ) -> "Memory":
         """@size bytes of zeroed host memory in a layout of the caller's:
         a memfd sealed against shrinking, mapped here and registered with
         the daemon. Layer l's block 0 (K) is at byte layer_offsets[l];
@@ -510,7 +511,8 @@ class Client(_Closable):
         fd, mm = shared_memfd(size)
         try:
             mem = self.register_fd(fd, layer_offsets, nblocks, block_stride,
-                                   kv_stride, token_stride, _map=mm)
+                                   kv_stride, token_stride, _map=mm,
+                                   head_stride=head_stride)
         except BaseException:
             mm.close()
             raise
@@ -520,24 +522,27 @@ class Client(_Closable):
 
     def register_fd(self, fd: int, layer_offsets: Sequence[int], nblocks: int,
                     block_stride: int, kv_stride: int, token_stride: int,
-                    device: int = -1, *, _map: Optional[mmap.mmap] = None
-                    ) -> "Memory":
+                    device: int = -1, *, head_stride: Optional[int] = None,
+                    _map: Optional[mmap.mmap] = None) -> "Memory":
         """Register a memfd @fd (sealed F_SEAL_SHRINK) the caller laid out:
         layer l's block 0 (K) starts at byte layer_offsets[l]; a block's
-        chunk at + block*block_stride + kv*kv_stride, token t at
-        + t*token_stride. token_stride must be kv_heads*head_dim*
-        dtype_bytes (a token's heads contiguous): a padded stride is
-        refused (KvtierError KVT_EGEOM). The fd stays the caller's.
-        @device must be -1 (host memory)."""
+        chunk at + block*block_stride + kv*kv_stride, token t, head h at
+        + t*token_stride + h*head_stride (default D*s: a token's heads
+        packed; other strides keep a chunk in rows, kvt_cache_attach_rows()
+        — heads before tokens, layers between tokens). The fd stays the
+        caller's. @device must be -1 (host memory)."""
         g = self.geometry
         if len(layer_offsets) != g.layers:
             raise ValueError(f"kvtier: {len(layer_offsets)} layer offsets "
                              f"for a model of {g.layers} layers")
         offs = (c_uint64 * g.layers)(*[int(o) for o in layer_offsets])
         m = c_void_p()
-        _check(self._call(lib.kvt_client_register_fd, fd, offs, g.layers,
-                          nblocks, block_stride, kv_stride, token_stride,
-                          device, byref(m)), "register memory")
+        if head_stride is None:
+            head_stride = g.head_dim * g.dtype_bytes
+        _check(self._call(lib.kvt_client_register_fd_rows, fd, offs,
+                          g.layers, nblocks, block_stride, kv_stride,
+                          token_stride, head_stride, device, byref(m)),
+               "register memory")
         view = memoryview(_map) if _map is not None else None
         addrs = [0] * g.layers
         if _map is not None:
@@ -545,6 +550,7 @@ class Client(_Closable):
             addrs = [base + int(o) for o in layer_offsets]
         mem = Memory(self, m.value, nblocks, block_stride, kv_stride,
                      token_stride, addrs, view, _map)
+        mem.head_stride = head_stride
         self._adopt(mem)
         return mem
 
@@ -606,16 +612,18 @@ class Client(_Closable):
         self._adopt(mem)
         return mem
 
-    def register_torch(self, tensors: Sequence[Any]) -> "Memory":
+    def register_torch(self, tensors: Sequence[Any],
+                       layout: Any = None) -> "Memory":
         """Register per-layer CUDA KV tensors (vLLM's FlashAttention shape
-        (2, num_blocks, P, H, D), K and V at [0] and [1]) by CUDA IPC
+        (2, num_blocks, P, H, D), K and V at [0] and [1]; or any packed
+        layout kvtier.layout.derive() gave, as @layout) by CUDA IPC
         handle, as PyTorch's storage sharing gives them (the caching
         allocator's segment and the offset in it): the daemon opens them
         in its own context on the same GPU (found by UUID) and DMAs
         straight between its tiers and them."""
         from . import torch_dev
         dev, uuid, segs, lseg, loff, bs, ks, ts, nb = \
-            torch_dev.ipc_layout(tensors, self.geometry)
+            torch_dev.ipc_layout(tensors, self.geometry, layout)
         return self.register_handles(dev, uuid, segs, lseg, loff, nb, bs, ks,
                                      ts)
 
@@ -741,7 +749,8 @@ class Client(_Closable):
 class Memory(_Closable):
     """Engine KV memory the daemon has mapped.
 
-    nblocks, block_stride, kv_stride, token_stride: the layout;
+    nblocks, block_stride, kv_stride, token_stride, head_stride: the
+    layout (head_stride D*s unless registered in rows);
     layer_addrs: the address of block 0's K chunk of each layer (0 when
     the caller mapped it itself: register_fd);
     buffer: a writable memoryview of the whole mapping, when this package
@@ -760,6 +769,8 @@ class Memory(_Closable):
         self.block_stride = block_stride
         self.kv_stride = kv_stride
         self.token_stride = token_stride
+        self.head_stride = client.geometry.head_dim * \
+            client.geometry.dtype_bytes
         self.layer_addrs = layer_addrs
         self.buffer = buffer
         self._map = mapping

@@ -20,17 +20,25 @@ HOW IT MAPS
     KV pool, so it must map that memory: only a sealed memfd can be
     shared. register_mem_pool_host() (called by the controller right after
     the backend is made, before any KV is in the pool) allocates a memfd of
-    the pool buffer's size, registers it with its layout (per-layer
-    offsets, block / kv / token strides) and RE-HOMES the pool: its
-    kv_buffer becomes an array of the same shape and dtype over the memfd
-    (numpy, or torch.frombuffer for a torch pool; a pinned pool's new
-    buffer is page-locked again with cudaHostRegister and the pool's
-    per-layer pointer tables are rebuilt). It then checks the pool's own
-    get_page_buffer_meta() pointers against the registered layout.
-    Layouts: layer_first and page_first_direct. page_first (token-major
-    across layers) puts a page's tokens of one layer 2*L*H*D*s bytes
-    apart; kvtier needs each page's chunk contiguous per token row, so it
-    is refused with the reason. MLA pools are refused (not implemented).
+    the pool buffer's size, registers it with its layout (kvtier.layout
+    derives per-layer offsets and block / kv / token / head strides from
+    the buffer's own strides) and RE-HOMES the pool: its kv_buffer becomes
+    an array of the same shape, dtype and strides over the memfd (numpy,
+    or a torch tensor over it), its bytes moved over in 64 MiB slices,
+    each slice of the old buffer handed back to the kernel as soon as it
+    is copied (madvise), so the pool is never resident twice, however
+    large --hicache-size is; a pinned pool is unpinned first and its new
+    buffer page-locked again (cudaHostRegister), and the pool's per-layer
+    pointer tables are rebuilt. It then checks the pool's own
+    get_page_buffer_meta() pointers against the registered layout (MHA
+    layer_first, page_first, page_first_direct).
+    Layouts: layer_first, page_first (a page's tokens of one layer L*H*D*s
+    apart: registered in rows), page_first_direct, page_head (heads before
+    tokens, layers between them: rows), and the MLA pool's layer_first,
+    page_first, page_first_direct (one latent per token; every TP rank
+    holds the whole latent, so the ranks share pages as rank 0). Refused
+    with the reason: Ascend's page_first_kv_split (a token's latent and
+    rope parts in two buffers).
   * Keys. SGLang names page i by a chained SHA-256 (hex) over page i's
     tokens and page i-1's key: one key already stands for its whole
     prefix. Each becomes a 16-byte kvtier key with
@@ -56,7 +64,9 @@ HOW IT MAPS
     absent, corrupt (its checksum failed in the daemon) or not done in
     io_timeout_s is False, and SGLang recomputes from the first False on.
     A daemon that went away makes every page False (logged), never an
-    exception on SGLang's I/O threads.
+    exception on SGLang's I/O threads: they catch nothing and are never
+    restarted, so anything a batch call could raise (bad host indices
+    included) is caught, logged and counted instead.
 
 THE GPU PATH (kvtier registering GPU memory by handle) does not apply
   here, read from SGLang's code at the pinned commit: the v1 storage calls
@@ -78,7 +88,8 @@ Not implemented (raise NotImplementedError saying so): the copying
 interface (get / set / batch_get / batch_set: set "interface_v1": 1, which
 SGLang needs anyway to pick the zero-copy calls for a dynamic backend),
 clear() (the daemon's cache is shared by every engine of the node:
-restart the daemon to drop it), MLA host pools, GPU-resident pools.
+restart the daemon to drop it), GPU-resident pools, the v2 calls of
+hybrid models' extra pools (batch_*_v2), should_split_heads.
 """
 from __future__ import annotations
 
@@ -86,13 +97,14 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage,
                                                   HiCacheStorageConfig,
                                                   HiCacheStorageExtraInfo)
 
 from . import client as _client
+from . import layout as _layout
 from .client import Client, Geometry, KvtierError, Memory
 from .keys import keys_from_hashes
 
@@ -117,7 +129,8 @@ _SGLANG_KEYS = {"backend_name", "module_path", "class_name", "interface_v1",
                 "prefetch_threshold", "prefetch_timeout_base",
                 "prefetch_timeout_per_ki_token",
                 "hicache_storage_pass_prefix_keys"}
-_LAYOUTS = ("layer_first", "page_first_direct")
+# re-homing moves this much of the pool at a time (module doc, "Memory")
+_SLICE = 64 << 20
 
 
 class _Indices(list):
@@ -137,29 +150,6 @@ def _is_torch(t: Any) -> bool:
     return type(t).__module__.startswith("torch")
 
 
-def _buffer_info(buf: Any) -> Tuple[int, int, int, str, Tuple[int, ...]]:
-    """(address, bytes, itemsize, dtype name, shape) of a numpy array or a
-    torch CPU tensor, checked contiguous."""
-    if _is_torch(buf):
-        if buf.device.type != "cpu":
-            raise NotImplementedError(
-                "kvtier.sglang: the host pool is on "
-                f"{buf.device}: only host (CPU) pools are supported")
-        if not buf.is_contiguous():
-            raise ValueError("kvtier.sglang: the host pool's kv_buffer is not "
-                             "contiguous")
-        isz = buf.element_size()
-        name = str(buf.dtype).replace("torch.", "")
-        return (buf.data_ptr(), buf.numel() * isz, isz, name,
-                tuple(buf.shape))
-    import numpy as np
-    if not isinstance(buf, np.ndarray) or not buf.flags["C_CONTIGUOUS"]:
-        raise ValueError("kvtier.sglang: the host pool's kv_buffer must be a "
-                         "contiguous torch tensor or numpy array")
-    return (buf.__array_interface__["data"][0], buf.nbytes,
-            buf.dtype.itemsize, buf.dtype.name, tuple(buf.shape))
-
-
 def _dtype_name(name: str, itemsize: int) -> str:
     if name in ("float32", "float16", "bfloat16", "float8_e4m3fn",
                 "float8_e5m2"):
@@ -167,6 +157,32 @@ def _dtype_name(name: str, itemsize: int) -> str:
     raise ValueError(f"kvtier.sglang: host pool dtype {name} ({itemsize} "
                      f"bytes): kvtier takes float32, float16, bfloat16 or "
                      f"float8")
+
+
+_libc = None
+
+
+def _move(src: int, dst: int, n: int) -> None:
+    """Copy @n bytes from @src to @dst in slices of _SLICE, giving each
+    copied slice of @src back to the kernel (MADV_DONTNEED on its whole
+    pages): the resident total stays about one copy plus a slice."""
+    global _libc
+    import ctypes
+    import mmap
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
+                                  ctypes.c_int]
+    pg = mmap.PAGESIZE
+    done = 0
+    while done < n:
+        k = min(_SLICE, n - done)
+        ctypes.memmove(dst + done, src + done, k)
+        lo = (src + done + pg - 1) // pg * pg
+        hi = (src + done + k) // pg * pg
+        if hi > lo:
+            _libc.madvise(lo, hi - lo, 4)   # MADV_DONTNEED
+        done += k
 
 
 class KvtierStorage(HiCacheStorage):
@@ -194,13 +210,13 @@ class KvtierStorage(HiCacheStorage):
                 "straight into the host pool (batch_get_v1 / batch_set_v1); "
                 "without it SGLang calls the copying batch_get / batch_set, "
                 "which this backend does not implement")
-        if storage_config.is_mla_model:
+        if getattr(storage_config, "should_split_heads", False):
             raise NotImplementedError(
-                "kvtier.sglang: MLA models (one latent per token) are not "
-                "supported yet by this backend")
-        if storage_config.is_page_first_layout:
-            raise ValueError(self._page_first_reason())
+                "kvtier.sglang: should_split_heads (engines of different TP "
+                "sizes sharing pages split by heads, tp_lcm_size) is not "
+                "implemented: kvtier keeps each TP rank's pages apart")
         self.config = storage_config
+        self.mla = bool(storage_config.is_mla_model)
         self.socket: Optional[str] = extra.get("socket") or os.environ.get(
             "KVT_SOCKET") or "/run/kvtier/kvtierd.sock"
         self.ns = str(extra.get("ns", "default"))
@@ -226,6 +242,7 @@ class KvtierStorage(HiCacheStorage):
         self._page = 0
         self._nblocks = 0
         self._lock = threading.Lock()
+        self._errors = 0   # batch calls that failed whole (never raised)
         self._metrics: Dict[str, list] = {"prefetch_pgs": [], "backup_pgs": [],
                                           "prefetch_bandwidth": [],
                                           "backup_bandwidth": []}
@@ -254,51 +271,70 @@ class KvtierStorage(HiCacheStorage):
                              f"seconds > 0, not {v!r}")
         return float(v)
 
-    @staticmethod
-    def _page_first_reason() -> str:
-        return ("kvtier.sglang: --hicache-mem-layout page_first is not "
-                "supported: it interleaves layers token by token, and kvtier "
-                "needs a page's tokens of one layer at one stride of H*D*s "
-                "bytes; use --hicache-mem-layout page_first_direct (the same "
-                "zero-copy page I/O) or layer_first")
-
     # -- the host pool ----------------------------------------------------------
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         """Connect to the daemon with the pool's geometry, move the pool's
-        buffer into daemon-mapped memory (it must still be empty of KV), and
-        register that memory with the pool's layout."""
+        buffer into daemon-mapped memory (in slices: the pool's size is
+        never held twice) and register that memory with the pool's layout
+        (kvtier.layout: every layout of the pinned SGLang but Ascend's
+        page_first_kv_split)."""
         pool = mem_pool_host
-        layout = getattr(pool, "layout", None)
-        if layout == "page_first":
-            raise ValueError(self._page_first_reason())
-        if layout not in _LAYOUTS:
-            raise ValueError(f"kvtier.sglang: host pool layout {layout!r}: "
-                             f"supported are {', '.join(_LAYOUTS)}")
-        if not hasattr(pool, "head_num") or not hasattr(pool, "k_buffer"):
-            raise NotImplementedError(
-                f"kvtier.sglang: {type(pool).__name__}: only MHA host pools "
-                f"(K and V per head) are supported")
         if self.mem is not None:
             raise RuntimeError("kvtier.sglang: a host pool is already "
                                "registered with this backend")
-        L, H, D = pool.layer_num, pool.head_num, pool.head_dim
-        P, N, npages = pool.page_size, pool.size, pool.page_num
-        addr, nbytes, isz, dname, shape = _buffer_info(pool.kv_buffer)
-        e = H * D * isz  # one token's row of one layer, K or V
-        if nbytes != 2 * L * N * e or N != npages * P:
-            raise ValueError(f"kvtier.sglang: host pool buffer of {nbytes} "
-                             f"bytes, shape {shape}: expected 2 x {L} layers "
-                             f"x {N} tokens x {H} heads x {D} dims x {isz}")
-        cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-               "num_hidden_layers": L,
-               "num_attention_heads": H * self.config.tp_size,
-               "num_key_value_heads": H * self.config.tp_size,
-               "head_dim": D, "hidden_size": H * self.config.tp_size * D,
-               "torch_dtype": _dtype_name(dname, isz)}
+        layout = getattr(pool, "layout", None)
+        mla = self.mla or hasattr(pool, "kv_lora_rank")
+        try:
+            roles = _layout.sglang_roles(str(layout), mla)
+        except _layout.LayoutError as e:
+            raise ValueError(str(e).replace("kvtier:", "kvtier.sglang:")) \
+                from None
+        if not mla and not hasattr(pool, "head_num"):
+            raise NotImplementedError(
+                f"kvtier.sglang: {type(pool).__name__}: neither an MHA nor "
+                f"an MLA host pool")
+        buf = pool.kv_buffer
+        info = _layout.describe(buf)
+        if not info.on_host:
+            raise NotImplementedError(
+                f"kvtier.sglang: the host pool is on {info.device}: only "
+                f"host (CPU) pools are supported")
+        L, P, N = pool.layer_num, pool.page_size, pool.size
+        if mla:
+            H, D = 1, pool.kv_lora_rank + pool.qk_rope_head_dim
+            kv = 1
+        else:
+            H, D, kv = pool.head_num, pool.head_dim, 2
+        isz = info.itemsize
+        if N != pool.page_num * P:
+            raise ValueError(f"kvtier.sglang: host pool of {N} token slots, "
+                             f"not {pool.page_num} pages of {P}")
+        try:
+            lay = _layout.derive([info], roles, P, H, D, kv, layers=L)
+        except _layout.LayoutError as e:
+            raise ValueError(f"kvtier.sglang: host pool buffer {info.shape}: "
+                             f"{e}") from None
+        if mla:
+            # every TP rank holds the whole latent: the ranks share pages
+            # (SGLang backs them up from rank 0 only)
+            cfg = {"architectures": ["DeepseekV2ForCausalLM"],
+                   "model_type": "deepseek_v2", "num_hidden_layers": L,
+                   "num_attention_heads": 1, "num_key_value_heads": 1,
+                   "hidden_size": D, "kv_lora_rank": pool.kv_lora_rank,
+                   "qk_rope_head_dim": pool.qk_rope_head_dim,
+                   "torch_dtype": _dtype_name(info.dtype, isz)}
+            rank = 0
+        else:
+            cfg = {"architectures": ["LlamaForCausalLM"],
+                   "model_type": "llama", "num_hidden_layers": L,
+                   "num_attention_heads": H * self.config.tp_size,
+                   "num_key_value_heads": H * self.config.tp_size,
+                   "head_dim": D, "hidden_size": H * self.config.tp_size * D,
+                   "torch_dtype": _dtype_name(info.dtype, isz)}
+            rank = self.config.tp_rank
         self.geometry = Geometry.from_config(
-            cfg, page_tokens=P, tp_size=self.config.tp_size,
-            tp_rank=self.config.tp_rank,
+            cfg, page_tokens=P, tp_size=self.config.tp_size, tp_rank=rank,
             name=self.config.model_name or "sglang")
         try:
             self.client = Client(self.geometry, socket=self.socket, ns=self.ns,
@@ -312,47 +348,61 @@ class KvtierStorage(HiCacheStorage):
                              f"refused this engine (SGLang's --page-size, "
                              f"model and TP size must be the daemon's "
                              f"--page-tokens, --model and --tp): {e}") from e
-        if layout == "layer_first":      # (2, L, N, H, D)
-            offs = [l * N * e for l in range(L)]
-            block_stride, kv_stride = P * e, L * N * e
-        else:                            # (2, pages, L, P, H, D)
-            offs = [l * P * e for l in range(L)]
-            block_stride, kv_stride = L * P * e, npages * L * P * e
+        nbytes = buf.nbytes if not _is_torch(buf) else \
+            buf.numel() * buf.element_size()
         try:
-            self.mem = self.client.alloc_memfd(nbytes, offs, npages,
-                                               block_stride, kv_stride, e)
+            self.mem = self.client.alloc_memfd(
+                nbytes, lay.offsets(info.addr), lay.nblocks, lay.block_stride,
+                lay.kv_stride, lay.token_stride, head_stride=lay.head_stride)
         except BaseException:
             self.close()
             raise
-        self._page, self._nblocks = P, npages
-        self._rehome(pool, shape)
-        self._check_meta(pool, offs, block_stride, kv_stride, e)
+        self._page, self._nblocks = P, pool.page_num
+        self._rehome(pool, info, nbytes)
+        if not mla and layout in ("layer_first", "page_first",
+                                  "page_first_direct"):
+            self._check_meta(pool, lay)
         self.mem_pool_host = pool
-        logger.info("kvtier.sglang: host pool (%s, %d pages of %d tokens, "
+        logger.info("kvtier.sglang: host pool (%s%s, %d pages of %d tokens, "
                     "%d bytes) registered with kvtierd at %s", layout,
-                    npages, P, nbytes, self.socket)
+                    " MLA" if mla else "", pool.page_num, P, nbytes,
+                    self.socket)
 
-    def _rehome(self, pool: Any, shape: Tuple[int, ...]) -> None:
-        """Point pool.kv_buffer at the registered memory (same shape, dtype;
-        zeroed, as the pool holds no KV yet)."""
+    def _rehome(self, pool: Any, info: "_layout.Tensor", nbytes: int) -> None:
+        """Point pool.kv_buffer at the registered memory (same shape,
+        dtype, strides), moving its bytes over in slices of _SLICE and
+        handing each slice of the old buffer back to the kernel right after
+        (madvise DONTNEED): at no time are both copies resident. A pinned
+        torch pool is unpinned first and the new buffer pinned again
+        (cudaHostRegister), and the pool's per-layer pointer tables are
+        rebuilt."""
         mem = self.mem
         assert mem is not None and mem.buffer is not None
         old = pool.kv_buffer
+        new_addr = mem.layer_addrs[0] - mem.layer_offset(0)
+        rt = None
+        if _is_torch(old) and getattr(pool, "pin_memory", False):
+            import torch
+            if torch.cuda.is_available():
+                rt = torch.cuda.cudart()
+                rt.cudaHostUnregister(old.data_ptr())
+        _move(info.addr, new_addr, nbytes)
         if _is_torch(old):
             import torch
-            new = torch.frombuffer(mem.buffer, dtype=old.dtype,
-                                   count=old.numel()).view(shape)
-            if getattr(pool, "pin_memory", False) and torch.cuda.is_available():
-                rt = torch.cuda.cudart()
-                rt.cudaHostRegister(new.data_ptr(),
-                                    new.numel() * new.element_size(), 0)
-                rt.cudaHostUnregister(old.data_ptr())
+            flat = torch.frombuffer(mem.buffer, dtype=old.dtype,
+                                    count=old.numel())
+            new = flat.as_strided(tuple(old.shape), tuple(old.stride()))
+            if rt is not None:
+                rt.cudaHostRegister(new.data_ptr(), nbytes, 0)
             pool.kv_buffer = new
             if hasattr(pool, "k_data_ptrs"):  # per-layer pointer tables
-                pool.k_data_refs = [pool.k_buffer[i]
-                                    for i in range(pool.layer_num)]
-                pool.v_data_refs = [pool.v_buffer[i]
-                                    for i in range(pool.layer_num)]
+                if pool.layout == "page_first":
+                    kt, vt = pool.k_buffer.transpose(0, 1), \
+                        pool.v_buffer.transpose(0, 1)
+                else:
+                    kt, vt = pool.k_buffer, pool.v_buffer
+                pool.k_data_refs = [kt[i] for i in range(pool.layer_num)]
+                pool.v_data_refs = [vt[i] for i in range(pool.layer_num)]
                 old_ptrs = pool.k_data_ptrs
                 pool.k_data_ptrs = torch.tensor(
                     [x.data_ptr() for x in pool.k_data_refs],
@@ -362,17 +412,18 @@ class KvtierStorage(HiCacheStorage):
                     dtype=old_ptrs.dtype, device=old_ptrs.device)
         else:
             import numpy as np
-            pool.kv_buffer = np.ndarray(shape, dtype=old.dtype,
-                                        buffer=mem.buffer)
+            pool.kv_buffer = np.ndarray(old.shape, dtype=old.dtype,
+                                        buffer=mem.buffer,
+                                        strides=old.strides)
 
-    def _check_meta(self, pool: Any, offs: Sequence[int], block_stride: int,
-                    kv_stride: int, row: int) -> None:
+    def _check_meta(self, pool: Any, lay: "_layout.Layout") -> None:
         """The pool's own zero-copy pointers must be the registered layout's
         (else this SGLang's pool is not the one this backend was written
         for)."""
         assert self.mem is not None
         base = self.mem.layer_addrs[0]
         P, L = self._page, pool.layer_num
+        row = lay.token_stride if pool.layout == "layer_first" else None
         pages = [0, self._nblocks - 1]
         idx = _Indices(t for b in pages for t in range(b * P, b * P + P))
         ptrs, sizes = pool.get_page_buffer_meta(idx)
@@ -380,13 +431,13 @@ class KvtierStorage(HiCacheStorage):
         for b in pages:
             if pool.layout == "layer_first":
                 for l in range(L):
-                    k = base + offs[l] + b * block_stride
-                    want += [k, k + kv_stride]
+                    k = self.mem.layer_addrs[l] + b * lay.block_stride
+                    want += [k, k + lay.kv_stride]
                 size = P * row
             else:
-                k = base + b * block_stride
-                want += [k, k + kv_stride]
-                size = L * P * row
+                k = base + b * lay.block_stride
+                want += [k, k + lay.kv_stride]
+                size = lay.block_stride
         if list(ptrs) != want or any(s != size for s in sizes):
             raise RuntimeError(
                 f"kvtier.sglang: the host pool's page pointers "
@@ -438,7 +489,8 @@ class KvtierStorage(HiCacheStorage):
         try:
             return self.client.lookup(self.kvtier_keys(keys),
                                       each=True).pages
-        except KvtierError as e:
+        except Exception as e:  # never into SGLang's prefetch thread
+            self._errors += 1
             logger.warning("kvtier.sglang: lookup of %d pages failed: %s",
                            len(keys), e)
             return 0
@@ -447,6 +499,21 @@ class KvtierStorage(HiCacheStorage):
         return self.batch_exists([key]) == 1
 
     def _run(self, what: str, keys: List[str], host_indices: Any) -> List[bool]:
+        """The batch, never raising: SGLang calls batch_get_v1 /
+        batch_set_v1 from its prefetch-I/O and backup threads, which catch
+        nothing and are never restarted — an exception would end L3 for
+        the process. Anything that goes wrong is every page False, logged
+        and counted (errors in daemon_stats()["backend"])."""
+        try:
+            return self._run_batch(what, keys, host_indices)
+        except Exception as e:
+            self._errors += 1
+            logger.error("kvtier.sglang: %s of %d pages failed: %s", what,
+                         len(keys), e)
+            return [False] * len(keys)
+
+    def _run_batch(self, what: str, keys: List[str], host_indices: Any
+                   ) -> List[bool]:
         """One daemon job for the batch: every page a one-page prefix
         (KVT_CACHE_IO_EACH); a page that fails, fails alone."""
         blocks = self._blocks(keys, host_indices)
@@ -552,4 +619,6 @@ class KvtierStorage(HiCacheStorage):
         """The daemon's metrics (docs/METRICS.md)."""
         if self.client is None:
             raise RuntimeError("kvtier.sglang: not connected")
-        return self.client.stats()
+        out = self.client.stats()
+        out["backend"] = {"errors": self._errors}
+        return out

@@ -1,11 +1,11 @@
-"""Staging: engine KV the daemon cannot map (GPU memory), moved through
-host memory it can.
+"""Staging: engine KV moved through host memory the daemon maps, when
+asked for ("staging": true in kvtier.vllm; never a fallback).
 
-The daemon copies pages only between its tiers and memory it has mapped:
-a sealed memfd (host memory). GPU memory registration (CUDA IPC) is not
-implemented yet, so an engine whose KV cache lives on the GPU goes
-through a staging pool: host blocks shared with the daemon, in vLLM's
-layout, page-locked for the copy engines when CUDA is there.
+GPU KV caches are normally registered with the daemon by CUDA IPC handle
+(kvtier.torch_dev) and moved by its device copies. A staging pool is the
+other way, at a cost: host blocks shared with the daemon, in the engine's
+layout, page-locked for the copy engines when CUDA is there; it also takes
+what the device path refuses (layouts in rows, devices that are not CUDA).
 
     load:   daemon tier --(daemon)--> staging blocks --(copy per layer)--> engine blocks
     store:  engine blocks --(copy per layer)--> staging blocks --(daemon)--> tier
@@ -16,8 +16,14 @@ with torch on CUDA, the engine's compute: the copies are asynchronous on
 the current stream). A store copies each layer out when the engine has
 written it (save_kv_layer), then hands the pages to the daemon.
 
-Engine KV is one array per layer shaped (2, num_blocks, P, H, D) — vLLM's
-FlashAttention layout — as torch tensors (any device) or NumPy arrays.
+Engine KV is one array per layer in any layout kvtier.layout knows —
+vLLM's FlashAttention (2, num_blocks, P, H, D), FlashInfer (num_blocks, 2,
+P, H, D), the CPU backend's (2, num_blocks, H, P, D), MLA (num_blocks, P,
+latent), NHD or HND strides — given by the roles of its dimensions, as
+torch tensors (any device) or NumPy arrays. The staging blocks mirror the
+engine's physical layout (same dimension order, fewer blocks), so a copy
+is one index along the block dimension and the daemon registers them with
+the same kind of strides.
 The staging pool has a fixed number of blocks; a job gets as many as are
 free and the pages that do not fit are reported failed (a load: the
 engine recomputes them) or not stored (a store: counted in .dropped).
@@ -29,10 +35,12 @@ engine recomputes every failed block, which overwrites them.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Any, List, Optional, Sequence
 
-from .client import Client, Job, Memory
+from . import layout as _layout
+from .client import Client, Job, Memory, shared_memfd
 
 
 def _is_torch(x: Any) -> bool:
@@ -71,52 +79,86 @@ def unpin_memory(mem: Memory) -> None:
 
 class StagingPool:
     """@nblocks host blocks shared with the daemon, for engine KV arrays
-    @kv_caches (one per layer, (2, num_blocks, P, H, D)) it cannot map."""
+    @kv_caches (one per layer, dimensions with @roles: kvtier.layout;
+    default vLLM FlashAttention's) it cannot map."""
 
     def __init__(self, client: Client, kv_caches: Sequence[Any],
-                 nblocks: int) -> None:
+                 nblocks: int, roles: Optional[Sequence[str]] = None) -> None:
         g = client.geometry
         if len(kv_caches) != g.layers:
             raise ValueError(f"kvtier.staging: {len(kv_caches)} KV arrays "
                              f"for a model of {g.layers} layers")
-        want = (g.kv, g.page_tokens, g.kv_heads, g.head_dim)
-        for l, t in enumerate(kv_caches):
-            shape = tuple(t.shape)
-            if len(shape) != 5 or (shape[0],) + shape[2:] != want:
-                raise ValueError(
-                    f"kvtier.staging: layer {l}'s KV has shape {shape}; "
-                    f"expected ({g.kv}, num_blocks, {g.page_tokens}, "
-                    f"{g.kv_heads}, {g.head_dim})")
+        if roles is None:
+            roles = _layout.VLLM_SHAPES["mla" if g.mla else "flash_attn"]
+        self.roles = tuple(roles)
+        infos = [_layout.describe(t) for t in kv_caches]
+        try:
+            _layout.derive(infos, self.roles, g.page_tokens, g.kv_heads,
+                           g.head_dim, g.kv, layers=g.layers)
+        except _layout.LayoutError as e:
+            raise ValueError(f"kvtier.staging: {e}") from None
         if nblocks <= 0:
             raise ValueError("kvtier.staging: need at least one block")
         self.client = client
         self.nblocks = nblocks
         self.kv = list(kv_caches)
         self.torch = _is_torch(self.kv[0])
-        self.mem = client.alloc(nblocks)
+        self.bdim = self.roles.index("block")
+        self.mem, self.views = self._alloc(infos[0], nblocks)
         self.pinned = pin_memory(self.mem) if self.torch else "numpy"
-        self.views = self._views(nblocks)
         self._free = list(range(nblocks - 1, -1, -1))
         self._lock = threading.Lock()
 
-    def _views(self, nblocks: int) -> List[Any]:
+    def _alloc(self, info: "_layout.Tensor", n: int):
+        """Host memory shared with the daemon for @n blocks per layer, in
+        the engine tensor's own dimension order (outermost = largest
+        stride), and per-layer views of it in the engine's logical
+        order."""
         g = self.client.geometry
-        shape = (g.kv, nblocks, g.page_tokens, g.kv_heads, g.head_dim)
-        out = []
-        for l in range(g.layers):
-            t = self.kv[l]
-            if self.torch:
-                import torch
-                n = g.kv * nblocks * g.page_tokens * g.kv_heads * g.head_dim
-                v = torch.frombuffer(self.mem.buffer, dtype=t.dtype, count=n,
-                                     offset=self.mem.layer_offset(l))
-                out.append(v.view(shape))
-            else:
-                import numpy as np
-                out.append(np.ndarray(shape, dtype=t.dtype,
-                                      buffer=self.mem.buffer,
-                                      offset=self.mem.layer_offset(l)))
-        return out
+        order = sorted(range(len(info.shape)),
+                       key=lambda d: (-info.strides[d], d))
+        shape = list(info.shape)
+        shape[self.bdim] = n
+        phys = [shape[d] for d in order]
+        per = info.itemsize
+        for x in phys:
+            per *= x
+        per = (per + 4095) // 4096 * 4096
+        inv = [order.index(d) for d in range(len(order))]
+        views = []
+        # the memory first (zeroed, shared), then views, then registration
+        fd, mm = shared_memfd(per * g.layers, "kvtier-staging")
+        try:
+            for l in range(g.layers):
+                t = self.kv[l]
+                if self.torch:
+                    import torch
+                    cnt = per // info.itemsize
+                    v = torch.frombuffer(mm, dtype=t.dtype, count=cnt,
+                                         offset=l * per)
+                    nel = 1
+                    for x in phys:
+                        nel *= x
+                    views.append(v[:nel].view(phys).permute(*inv))
+                else:
+                    import numpy as np
+                    views.append(np.ndarray(phys, dtype=t.dtype, buffer=mm,
+                                            offset=l * per).transpose(inv))
+            lay = _layout.derive([_layout.describe(v) for v in views],
+                                 self.roles, g.page_tokens, g.kv_heads,
+                                 g.head_dim, g.kv, layers=g.layers)
+            base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+            mem = self.client.register_fd(
+                fd, lay.offsets(base), lay.nblocks, lay.block_stride,
+                lay.kv_stride, lay.token_stride, head_stride=lay.head_stride,
+                _map=mm)
+        except BaseException:
+            views.clear()
+            mm.close()
+            raise
+        finally:
+            os.close(fd)
+        return mem, views
 
     def _take(self, n: int) -> List[int]:
         with self._lock:
@@ -135,10 +177,11 @@ class StagingPool:
 
     def _copy(self, layer: int, src_blocks: Sequence[int], to_engine: bool,
               eng_blocks: Sequence[int]) -> None:
-        """Layer @layer: staging -> engine (to_engine) or engine -> staging."""
+        """Layer @layer: staging -> engine (to_engine) or engine -> staging,
+        block by block along the block dimension."""
         if not eng_blocks:
             return
-        st, eng = self.views[layer], self.kv[layer]
+        st, eng, bd = self.views[layer], self.kv[layer], self.bdim
         if self.torch:
             import torch
             si = torch.tensor(list(src_blocks), dtype=torch.long)
@@ -146,16 +189,17 @@ class StagingPool:
                               device=eng.device)
             nb = self.pinned == "pinned"
             if to_engine:
-                eng.index_copy_(1, ei, st.index_select(1, si).to(
+                eng.index_copy_(bd, ei, st.index_select(bd, si).to(
                     eng.device, non_blocking=nb))
             else:
-                st.index_copy_(1, si, eng.index_select(1, ei).to(
+                st.index_copy_(bd, si, eng.index_select(bd, ei).to(
                     "cpu", non_blocking=False))
         else:
+            pre = (slice(None),) * bd
             if to_engine:
-                eng[:, list(eng_blocks)] = st[:, list(src_blocks)]
+                eng[pre + (list(eng_blocks),)] = st[pre + (list(src_blocks),)]
             else:
-                st[:, list(src_blocks)] = eng[:, list(eng_blocks)]
+                st[pre + (list(src_blocks),)] = eng[pre + (list(eng_blocks),)]
 
     def load(self, keys: Sequence[bytes], blocks: Sequence[int],
              first: int = 0) -> "StagedLoad":

@@ -34,12 +34,13 @@ def device_uuid(index: int) -> Optional[bytes]:
         return None
 
 
-def ipc_layout(tensors: Sequence[Any], geometry: Any
+def ipc_layout(tensors: Sequence[Any], geometry: Any, layout: Any = None
                ) -> Tuple[int, Optional[bytes], List[Tuple[int, int, int, bytes]],
                           List[int], List[int], int, int, int, int]:
     """(device, uuid, segments, layer_seg, layer_off, block_stride,
     kv_stride, token_stride, nblocks) of per-layer CUDA KV tensors shaped
-    (2, num_blocks, P, H, D)."""
+    (2, num_blocks, P, H, D) — or, given @layout (a packed
+    kvtier.layout.Layout derived from these tensors), in that layout."""
     g = geometry
     if len(tensors) != g.layers:
         raise ValueError(f"kvtier: {len(tensors)} KV tensors for a model of "
@@ -48,6 +49,11 @@ def ipc_layout(tensors: Sequence[Any], geometry: Any
     if t0.device.type != "cuda":
         raise ValueError("kvtier: register_torch takes CUDA tensors")
     want = (2, t0.shape[1], g.page_tokens, g.kv_heads, g.head_dim)
+    if layout is not None:
+        if layout.rows:
+            raise ValueError("kvtier: the device path moves packed chunks; "
+                             "this layout keeps a page's tokens in rows")
+        want = tuple(t0.shape)
     segs: List[Tuple[int, int, int, bytes]] = []
     lseg: List[int] = []
     loff: List[int] = []
@@ -69,6 +75,8 @@ def ipc_layout(tensors: Sequence[Any], geometry: Any
                 "register device pointers (Client.register_device)") from e
         handle, size, offset = bytes(shared[1]), int(shared[2]), int(shared[3])
         off = offset + t.storage_offset() * t.element_size()
+        if layout is not None:   # block 0's first chunk, from the tensor's
+            off += layout.addrs[i] - t.data_ptr()
         for k, s in enumerate(segs):
             if s[3] == handle:
                 segs[k] = (s[0], s[1], max(s[2], offset + size), handle)
@@ -79,6 +87,11 @@ def ipc_layout(tensors: Sequence[Any], geometry: Any
         lseg.append(k)
         loff.append(off)
     e = t0.element_size()
+    if layout is not None:
+        index = t0.device.index if t0.device.index is not None else 0
+        return (index, device_uuid(index), segs, lseg, loff,
+                layout.block_stride, layout.kv_stride, layout.token_stride,
+                layout.nblocks)
     kv_stride, block_stride, token_stride = (t0.stride()[0] * e,
                                              t0.stride()[1] * e,
                                              t0.stride()[2] * e)

@@ -1,10 +1,11 @@
 """kvtier as a vLLM v1 KV connector: KvtierConnector.
 
-Targets the KV connector interface of vLLM v0.12.0 (tag commit
-86e178f7c4d8; vllm/distributed/kv_transfer/kv_connector/v1/base.py,
-vllm/v1/core/sched/scheduler.py, vllm/v1/worker/
-kv_connector_model_runner_mixin.py), also read on main at 003df2961dd8
-(2026), where the calls used here are unchanged. Loaded out of tree:
+Targets vLLM's KV connector interface in two generations (docs/ENGINES.md
+"Pinned versions"): v0.12.0 (tag commit 86e178f7c4d8; base.py read at
+13f4ad0f55b0) and current vLLM (base.py at 003df2961dd8, scheduler.py at
+00024d314514, kv_connector_model_runner_mixin.py at 00f4240ee645). Where
+they differ, kvtier.vllm_compat decides by what vLLM passes; the method
+tables are tests/python/conformance/vllm.json. Loaded out of tree:
 
     PYTHONHASHSEED=0 vllm serve <model> --block-size 16 \\
         --kv-transfer-config '{"kv_connector": "KvtierConnector",
@@ -14,7 +15,7 @@ kv_connector_model_runner_mixin.py), also read on main at 003df2961dd8
 
 with `kvtier serve --model <the model's config.json> --page-tokens 16`
 on the node (its page is one vLLM block: --page-tokens must equal
---block-size).
+--block-size; --kv-dtype fp8 for vLLM's --kv-cache-dtype fp8).
 
 HOW IT MAPS
   * Keys. vLLM names block i by a chained SHA-256 over block i-1's hash,
@@ -40,20 +41,26 @@ HOW IT MAPS
     answers delay_free=True for a request with stores (or a load) the
     workers may still be running, which then return it in finished_sending.
   * Worker side. register_kv_caches() shares vLLM's KV tensors with the
-    daemon. GPU tensors are registered BY HANDLE (CUDA IPC handles of the
-    allocator's segments and offsets, as PyTorch's storage sharing gives
-    them: kvtier.torch_dev): the daemon opens them on the same GPU and
-    moves pages straight between its page-locked tiers and them — loads
-    by its gather kernel, stores by batched copy-engine DMA, both
-    verified by a checksum kernel on the GPU; no CPU copy of a page byte.
-    Host tensors are memory the daemon maps (a sealed memfd): CPU torch
-    tensors are RE-HOMED in place (Tensor.set_ onto a memfd view, contents
-    copied) before any KV is in them; NumPy arrays must already be views
-    of host_kv_buffer() memory — or, with "device": "emu", of
-    emu_kv_buffer() memory: the emulated device (CI), registered by handle
-    like a GPU's. The tensors have FlashAttention's shape (2, num_blocks,
-    block_size, kv_heads, head_dim) per layer; their strides become the
-    registered layout. start_load_kv() starts one load job per request;
+    daemon, in whatever layout vLLM's attention backend gave them
+    (kvtier.layout: FlashAttention NHD / HND, FlashInfer, the CPU
+    backend's heads-before-tokens, MLA latents; fp8 as 1-byte elements):
+    their own strides become the registered layout. GPU tensors are
+    registered BY HANDLE (CUDA IPC handles of the allocator's segments
+    and offsets, as PyTorch's storage sharing gives them:
+    kvtier.torch_dev): the daemon opens them on the same GPU and moves
+    pages straight between its page-locked tiers and them — loads by its
+    gather kernel, stores by batched copy-engine DMA, both verified by a
+    checksum kernel on the GPU; no CPU copy of a page byte. The device
+    path takes layouts whose chunks are packed (a token's heads
+    contiguous: FlashAttention NHD, FlashInfer NHD, MLA); layouts in rows
+    (HND, heads before tokens) are refused there with the reason
+    ("staging": true moves them). Host tensors are memory the daemon maps
+    (a sealed memfd), in any layout: CPU torch tensors are RE-HOMED in
+    place (Tensor.set_ onto a memfd view, contents copied) before any KV
+    is in them; NumPy arrays must already be views of host_kv_buffer()
+    memory — or, with "device": "emu", of emu_kv_buffer() memory: the
+    emulated device (CI), registered by handle like a GPU's.
+    start_load_kv() starts one load job per request;
     async loads are reported by get_finished() when their job is done,
     their failed blocks by get_block_ids_with_load_errors() in the same
     step (vLLM recomputes them). With "load_mode": "layerwise" loads are
@@ -69,27 +76,26 @@ HOW IT MAPS
     returns it in finished_sending, and handle_preemptions() cancels a
     preempted request's stores before vLLM reuses its blocks.
   * "staging": true moves GPU KV through a pool of host blocks instead
-    (kvtier.staging; "staging_blocks" sets its size, else 2 GiB worth):
-    an explicit choice with a cost, printed at start (the pages cross host
-    memory several times and the GPU copies run inside the step). Never a
-    fallback: a GPU cache the daemon cannot open is an error.
+    (kvtier.staging, any layout; "staging_blocks" sets its size, else
+    2 GiB worth): an explicit choice with a cost, printed at start (the
+    pages cross host memory several times and the GPU copies run inside
+    the step). Never a fallback: a GPU cache the daemon cannot open is an
+    error.
 
 A daemon that goes away is not an error for vLLM: lookups answer no hit,
 loads fail every block (recomputed), stores are counted as errors; both
 sides reconnect at most every 5 s, the worker registering its caches
 again.
 
-Not done: hybrid (HMA) models with several KV cache groups (refused: one
-group only); MLA layouts; KV events (take_events). The GPU path has run on
-the emulated device only (CI); scripts/gpu-check runs it on a GPU.
+Not done: hybrid (HMA) models with several KV cache groups (refused at
+start, with the reason); KV events (take_events); layouts in rows on the
+device path (refused, above). The GPU path has run on the emulated device
+only (CI); scripts/gpu-check runs it on a GPU.
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import logging
-import mmap
-import os
 import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -101,8 +107,12 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import \
 from . import (KVT_ENOTBUILT, KVT_ENOTFOUND, Client, ConnectionLost,
                Geometry, Job, KvtierError)
 from . import Memory, keys_from_hashes
-from .client import shared_memfd
+from . import layout as _layout
+from . import vllm_compat as _compat
 from .staging import StagingPool
+from .vllm_host import (_buffer_of, _emu_device, _emu_memory,
+                        _is_torch, _rehome_torch, emu_kv_buffer,
+                        host_kv_buffer)
 
 # host memory for staging GPU KV (when staging_blocks is not given): 2 GiB
 _STAGING_BYTES = 2 << 30
@@ -134,108 +144,9 @@ class _FailedLoad:
         pass
 
 __all__ = ["KvtierConnector", "KvtierConnectorMetadata", "KvtierStats",
-           "LoadSpec", "SaveSpec", "host_kv_buffer"]
+           "LoadSpec", "SaveSpec", "emu_kv_buffer", "host_kv_buffer"]
 
 log = logging.getLogger("kvtier.vllm")
-
-
-# -- host memory the daemon can map --------------------------------------------
-
-@dataclasses.dataclass
-class _HostBuffer:
-    fd: int
-    map: mmap.mmap
-    base: int
-    size: int
-
-
-_BUFFERS: List[_HostBuffer] = []
-
-
-def host_kv_buffer(nbytes: int) -> memoryview:
-    """@nbytes of zeroed host memory the kvtier daemon can map: a memfd
-    sealed against shrinking and growing, mapped shared here. Allocate
-    KV caches in it (np.frombuffer / torch.frombuffer) before handing
-    them to register_kv_caches(). Lives as long as the process."""
-    if nbytes <= 0:
-        raise ValueError(f"kvtier.vllm: host_kv_buffer({nbytes}): size must "
-                         f"be positive")
-    fd, mm = shared_memfd(nbytes, "kvtier-vllm-kv")
-    base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
-    _BUFFERS.append(_HostBuffer(fd, mm, base, nbytes))
-    return memoryview(mm)
-
-
-_EMU: List[Any] = []   # [Device, [DeviceMemory ...]] of emu_kv_buffer()
-
-
-def emu_kv_buffer(nbytes: int) -> memoryview:
-    """@nbytes of zeroed emulated-device memory (kvtier.Device("emu")):
-    allocate KV caches in it for "device": "emu" (CI's stand-in for GPU
-    memory: the daemon opens it by handle and moves pages with device
-    copies). Lives as long as the process."""
-    from .device import Device
-    if not _EMU:
-        _EMU.extend([Device("emu"), []])
-    mem = _EMU[0].alloc(nbytes)
-    _EMU[1].append(mem)
-    return memoryview((ctypes.c_char * nbytes).from_address(mem.ptr)
-                      ).cast("B")
-
-
-def _buffer_of(addr: int, end: int) -> Optional[_HostBuffer]:
-    for b in _BUFFERS:
-        if b.base <= addr and end <= b.base + b.size:
-            return b
-    return None
-
-
-# -- tensors, without depending on torch or numpy ------------------------------
-
-def _is_torch(t: Any) -> bool:
-    return type(t).__module__.startswith("torch")
-
-
-def _describe(t: Any) -> Tuple[int, Tuple[int, ...], Tuple[int, ...], int]:
-    """(address, shape, byte strides, item size) of a torch tensor or a
-    NumPy array."""
-    if _is_torch(t):
-        if t.device.type != "cpu":
-            raise KvtierError(KVT_ENOTBUILT, "kvtier.vllm: register KV caches",
-                              f"KV caches on {t.device} cannot be shared with "
-                              f"the daemon: GPU memory registration is not "
-                              f"implemented; leave \"staging\" at \"auto\" "
-                              f"(or true) to move pages through host "
-                              f"staging blocks")
-        isz = t.element_size()
-        return (t.data_ptr(), tuple(t.shape),
-                tuple(s * isz for s in t.stride()), isz)
-    ai = getattr(t, "__array_interface__", None)
-    if ai is None:
-        raise TypeError(f"kvtier.vllm: a KV cache must be a torch tensor or a "
-                        f"NumPy array, not {type(t).__name__}")
-    return (ai["data"][0], tuple(t.shape), tuple(t.strides), t.itemsize)
-
-
-def _rehome_torch(caches: Dict[str, Any]) -> None:
-    """Move CPU torch tensors into one host_kv_buffer(), in place
-    (Tensor.set_): every holder of the tensor sees the new memory."""
-    import torch
-    total = 0
-    offs = []
-    for t in caches.values():
-        offs.append(total)
-        nb = t.numel() * t.element_size()
-        total += (nb + 4095) // 4096 * 4096
-    buf = host_kv_buffer(total)
-    for off, t in zip(offs, caches.values()):
-        if not t.is_contiguous():
-            raise ValueError("kvtier.vllm: a KV cache tensor to re-home must "
-                             "be contiguous")
-        new = torch.frombuffer(buf, dtype=t.dtype, count=t.numel(),
-                               offset=off).view(t.shape)
-        new.copy_(t)
-        t.set_(new)
 
 
 # -- metadata and stats ------------------------------------------------------------
@@ -269,6 +180,10 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
     # finished requests whose blocks vLLM keeps until the workers return
     # them in finished_sending (request_finished said delay_free)
     delayed: Set[str] = dataclasses.field(default_factory=set)
+    # finished (aborted) requests whose async load vLLM still waits for:
+    # stop it, report it in finished_recving once it has stopped (vLLM
+    # frees the blocks then; never in finished_sending, which it asserts)
+    aborted: Set[str] = dataclasses.field(default_factory=set)
 
 
 _STAT_KEYS = ("loads", "load_pages", "load_failed_blocks", "stores",
@@ -339,7 +254,7 @@ class KvtierConnector(KVConnectorBase_V1):
         known = {"socket", "tenant", "namespace", "model_config", "salt",
                  "model", "load_mode", "save", "inflight_wait_s",
                  "require_hash_seed", "timeout_ms", "staging",
-                 "staging_blocks", "device"}
+                 "staging_blocks", "kv_shape", "device"}
         unknown = sorted(set(extra) - known)
         if unknown:
             raise ValueError(f"kvtier.vllm: unknown kv_connector_extra_config "
@@ -379,23 +294,20 @@ class KvtierConnector(KVConnectorBase_V1):
         model = str(extra.get("model") or served or mc.model)
         self._salt = f"vllm|{tenant}|{self._ns}|{model}|" \
                      f"{extra.get('salt', '')}".encode()
-        if role == KVConnectorRole.SCHEDULER and \
-                extra.get("require_hash_seed", True) and \
-                os.environ.get("PYTHONHASHSEED") is None:
-            raise ValueError(
-                "kvtier.vllm: PYTHONHASHSEED is not set: vLLM then seeds its "
-                "block hashes at random per process and no other process (or "
-                "restart) can hit this cache. Set the same PYTHONHASHSEED for "
-                "every vLLM sharing the daemon, or set "
-                "\"require_hash_seed\": false")
-        groups = getattr(kv_cache_config, "kv_cache_groups", None)
-        if groups is not None and len(groups) != 1:
-            raise ValueError(f"kvtier.vllm: {len(groups)} KV cache groups "
-                             f"(a hybrid model): not implemented, one only")
+        _compat.require_hash_seed(extra, role == KVConnectorRole.SCHEDULER)
+        _compat.check_kv_cache_config(kv_cache_config)
+        self._kv_shape = extra.get("kv_shape")
+        if self._kv_shape is not None and \
+                self._kv_shape not in _layout.VLLM_SHAPES:
+            raise ValueError(f"kvtier.vllm: kv_shape must be one of "
+                             f"{sorted(_layout.VLLM_SHAPES)}, not "
+                             f"{self._kv_shape!r}")
         cfg = extra.get("model_config")
         if cfg is None:
             hf = mc.hf_config
             cfg = hf.to_dict() if hasattr(hf, "to_dict") else dict(hf)
+        cfg = _compat.kv_dtype_config(cfg, getattr(vllm_config.cache_config,
+                                            "cache_dtype", "auto"))
         pc = vllm_config.parallel_config
         tp = int(getattr(pc, "tensor_parallel_size", 1))
         rank = 0
@@ -412,6 +324,8 @@ class KvtierConnector(KVConnectorBase_V1):
         self._loading: Set[str] = set()
         self._ever_saved: Set[str] = set()
         self._delayed: Set[str] = set()
+        self._aborted: Set[str] = set()
+        self._awaiting: Set[str] = set()   # reported by the workers yet
         self._waiting_since: Dict[str, float] = {}
         self._key_cache: Dict[str, Tuple[int, List[bytes]]] = {}
         # worker state
@@ -519,7 +433,7 @@ class KvtierConnector(KVConnectorBase_V1):
         """Record the blocks vLLM allocated (for the load when
         @num_external_tokens > 0)."""
         rid = request.request_id
-        ids = list(blocks.get_block_ids()[0])
+        ids = _compat.block_ids(blocks)
         st = self._reqs.get(rid)
         if st is None:
             self._reqs[rid] = st = _SchedReq(request, ids)
@@ -541,9 +455,11 @@ class KvtierConnector(KVConnectorBase_V1):
                              ) -> KvtierConnectorMetadata:
         """This step's loads, stores and preemptions for the workers."""
         meta = KvtierConnectorMetadata(loads=self._loads_to_send,
-                                       delayed=self._delayed)
+                                       delayed=self._delayed,
+                                       aborted=self._aborted)
         self._loads_to_send = []
         self._delayed = set()
+        self._aborted = set()
         for rid in getattr(scheduler_output, "preempted_req_ids", None) or ():
             meta.preempted.add(rid)
             st = self._reqs.get(rid)
@@ -562,13 +478,13 @@ class KvtierConnector(KVConnectorBase_V1):
             self._plan_save(meta, nr.req_id, st,
                             nr.num_computed_tokens + sched.get(nr.req_id, 0))
         cr = scheduler_output.scheduled_cached_reqs
+        resumed = _compat.resumed_ids(cr)
         for i, rid in enumerate(cr.req_ids):
             st = self._reqs.get(rid)
             if st is None:
                 continue
             new = cr.new_block_ids[i]
-            if cr.resumed_from_preemption[i] if hasattr(
-                    cr, "resumed_from_preemption") else False:
+            if rid in resumed:   # its new blocks replace the old ones
                 st.block_ids = list(new[0]) if new else []
             elif new:
                 st.block_ids += list(new[0])
@@ -581,6 +497,7 @@ class KvtierConnector(KVConnectorBase_V1):
         keys = self._keys(st.request)
         upto = min(computed_after // self._block_size, len(keys),
                    len(st.block_ids))
+        upto = _compat.publishable_blocks(st.request, upto)
         if upto <= st.saved:
             return
         meta.saves.append(SaveSpec(rid, keys[:upto], st.saved,
@@ -594,6 +511,9 @@ class KvtierConnector(KVConnectorBase_V1):
         once vLLM has recomputed it."""
         for rid in connector_output.finished_recving or ():
             self._loading.discard(rid)
+            self._awaiting.discard(rid)
+        for rid in connector_output.finished_sending or ():
+            self._awaiting.discard(rid)
         bad = connector_output.invalid_block_ids
         if bad:
             for st in self._reqs.values():
@@ -603,21 +523,37 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def request_finished(self, request: Any, block_ids: List[int]
                          ) -> Tuple[bool, Optional[Dict[str, Any]]]:
-        """delay_free=True while workers may still read (store) or write
-        (load) the request's blocks: they return it in finished_sending."""
+        """delay_free=True while workers may still read the request's
+        blocks (stores): they return it in finished_sending. A request
+        aborted while its async load runs is not delayed here: vLLM keeps
+        its blocks itself until the load is reported in finished_recving
+        (it frees them then, and asserts nothing else reports them), so
+        the workers stop the load and report it there."""
         rid = request.request_id
         self._reqs.pop(rid, None)
         self._pending_load.pop(rid, None)
         self._key_cache.pop(rid, None)
         self._waiting_since.pop(rid, None)
-        busy = rid in self._ever_saved or rid in self._loading
+        loading = rid in self._loading
+        busy = rid in self._ever_saved and not loading
         self._ever_saved.discard(rid)
         self._loading.discard(rid)
+        if loading:
+            self._aborted.add(rid)
+            self._awaiting.add(rid)
         if busy:
             self._delayed.add(rid)
+            self._awaiting.add(rid)
         return busy, None
 
-    def reset_cache(self) -> bool:
+    def has_pending_push_work(self) -> bool:
+        """True while a finished request's blocks wait for the workers
+        (stores still reading them, an aborted load stopping): vLLM (the
+        releases that ask) keeps stepping, so they are freed as soon as
+        the workers are done rather than at the next request."""
+        return bool(self._awaiting)
+
+    def reset_cache(self) -> Optional[bool]:
         """The daemon's cache is the node's, shared with other engines:
         an engine does not drop it. Returns False (not reset)."""
         log.warning("kvtier.vllm: reset_cache: the kvtier cache is shared "
@@ -629,13 +565,17 @@ class KvtierConnector(KVConnectorBase_V1):
     # ==========================================================================
 
     def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
-        """Register vLLM's per-layer KV caches (FlashAttention shape
-        (2, num_blocks, block_size, kv_heads, head_dim)) with the daemon;
-        CPU torch tensors are re-homed into daemon-mappable memory first."""
+        """Register vLLM's per-layer KV caches with the daemon, in whatever
+        layout the attention backend chose (kvtier.layout: FlashAttention
+        NHD / HND, FlashInfer, the CPU backend, MLA; fp8 caches are 1-byte
+        elements); CPU torch tensors are re-homed into daemon-mappable
+        memory first, GPU tensors registered by handle (or staged through
+        host blocks with "staging": true, kvtier.staging)."""
         g = self._geom
         if len(kv_caches) != g.layers:
             raise ValueError(f"kvtier.vllm: {len(kv_caches)} KV cache layers "
                              f"for a model of {g.layers} layers")
+        roles = self._roles(kv_caches)
         on_gpu = any(_is_torch(t) and t.device.type == "cuda"
                      for t in kv_caches.values())
         if self._staging_mode is not True:
@@ -648,86 +588,117 @@ class KvtierConnector(KVConnectorBase_V1):
                     f"memory (\"staging\": true moves other devices' KV "
                     f"through host blocks)")
         if self._staging_mode is True:
-            self._register_staging(kv_caches)
+            self._register_staging(kv_caches, roles)
             return
         if on_gpu or self._device_mode == "emu":
-            self._register_device(kv_caches, on_gpu)
+            self._register_device(kv_caches, roles, on_gpu)
             return
-        if any(_is_torch(t) for t in kv_caches.values()):
-            for t in kv_caches.values():
-                _describe(t)    # GPU: KVT_ENOTBUILT before anything moves
-            if not all(_buffer_of(t.data_ptr(), t.data_ptr() + 1)
-                       for t in kv_caches.values()):
-                _rehome_torch(kv_caches)
-        descs = [_describe(t) for t in kv_caches.values()]
-        want = (2, None, g.page_tokens, g.kv_heads, g.head_dim)
-        addr0, shape0, strides0, isz = descs[0]
-        for name, (addr, shape, strides, sz) in zip(kv_caches, descs):
-            if len(shape) != 5 or shape[0] != 2 or shape[2:] != want[2:]:
-                raise ValueError(
-                    f"kvtier.vllm: layer {name}: KV cache of shape {shape}; "
-                    f"expected (2, num_blocks, {g.page_tokens}, {g.kv_heads}, "
-                    f"{g.head_dim}) (FlashAttention layout; block size = the "
-                    f"daemon's --page-tokens, heads per TP rank)")
-            if sz != g.dtype_bytes:
-                raise ValueError(f"kvtier.vllm: layer {name}: {sz}-byte "
-                                 f"elements, the daemon's model has "
-                                 f"{g.dtype_bytes}")
-            if shape != shape0 or strides != strides0:
-                raise ValueError(f"kvtier.vllm: layer {name}: shape/strides "
-                                 f"differ from the first layer's")
-        kv_stride, block_stride, token_stride, head_stride, elem = strides0
-        if elem != isz or head_stride != g.head_dim * isz or \
-                token_stride != g.kv_heads * g.head_dim * isz:
-            raise ValueError("kvtier.vllm: each token's heads must be "
-                             "contiguous in the KV cache")
-        nblocks = shape0[1]
-        span = kv_stride + (nblocks - 1) * block_stride + \
-            g.page_tokens * token_stride
-        buf = _buffer_of(min(d[0] for d in descs),
-                         max(d[0] for d in descs) + span)
+        infos = [_layout.describe(t) for t in kv_caches.values()]
+        if any(_is_torch(t) for t in kv_caches.values()) and \
+                not all(_buffer_of(i.addr, i.addr + 1) for i in infos):
+            _rehome_torch(kv_caches)
+            infos = [_layout.describe(t) for t in kv_caches.values()]
+        lay = self._derive(infos, roles)
+        lo, hi = lay.extent()
+        buf = _buffer_of(lo, hi)
         if buf is None:
             raise ValueError(
                 "kvtier.vllm: the KV caches are not in memory the daemon can "
                 "map: NumPy arrays must be views of kvtier.vllm."
                 "host_kv_buffer() (torch CPU tensors are re-homed)")
-        offs = [d[0] - buf.base for d in descs]
-        self._register = (buf.fd, offs, nblocks, block_stride, kv_stride,
-                          token_stride)
-        self._mem = self._client.register_fd(*self._register)
+        self._register = (buf.fd, lay.offsets(buf.base), lay.nblocks,
+                          lay.block_stride, lay.kv_stride, lay.token_stride,
+                          lay.head_stride)
+        self._mem = self._register_mem(self._client)
         self._layer_index = {n: i for i, n in enumerate(kv_caches)}
+        log.info("kvtier.vllm: %d KV cache layers registered (%s, roles %s)",
+                 g.layers, "rows" if lay.rows else "packed", roles)
+
+    def _register_mem(self, cl: Client) -> Memory:
+        fd, offs, nb, bs, ks, ts, hs = self._register
+        return cl.register_fd(fd, offs, nb, bs, ks, ts, head_stride=hs)
+
+    def _derive(self, infos: List[Any], roles: Tuple[str, ...]
+                ) -> "_layout.Layout":
+        """The registered layout of the layer caches described by
+        @infos, or ValueError saying what does not fit."""
+        g = self._geom
+        try:
+            lay = _layout.derive(infos, roles, g.page_tokens, g.kv_heads,
+                                 g.head_dim, g.kv, layers=g.layers)
+        except _layout.LayoutError as e:
+            raise ValueError(f"{e} (block size = the daemon's --page-tokens, "
+                             f"heads per TP rank)") from None
+        if lay.itemsize != g.dtype_bytes:
+            raise ValueError(f"kvtier.vllm: {lay.itemsize}-byte KV cache "
+                             f"elements ({lay.dtype}), the daemon's model "
+                             f"has {g.dtype_bytes}: start the daemon with "
+                             f"--kv-dtype matching vLLM's --kv-cache-dtype")
+        return lay
+
+    def _roles(self, kv_caches: Dict[str, Any]) -> Tuple[str, ...]:
+        """Which dimension of the layer caches is which: the attention
+        backend's get_kv_cache_shape when vLLM lets it be asked (its
+        layers in the static forward context), else the shapes kvtier
+        knows ("kv_shape" in the extra config picks one)."""
+        g = self._geom
+        name, t = next(iter(kv_caches.items()))
+        shape = tuple(t.shape)
+        if self._kv_shape:
+            return _layout.VLLM_SHAPES[self._kv_shape]
+        shape_fn = None
+        cc = getattr(self._vllm_config, "compilation_config", None)
+        layer = (getattr(cc, "static_forward_context", None) or {}).get(name)
+        if layer is not None:
+            backend = layer.get_attn_backend() if hasattr(
+                layer, "get_attn_backend") else getattr(layer, "attn_backend",
+                                                        None)
+            shape_fn = getattr(backend, "get_kv_cache_shape", None)
+        try:
+            return _layout.vllm_roles(shape, g.page_tokens, g.kv_heads,
+                                      g.head_dim, g.mla, shape_fn)
+        except _layout.LayoutError as e:
+            raise ValueError(f"{e}; set kv_connector_extra_config "
+                             f"\"kv_shape\" to one of "
+                             f"{sorted(_layout.VLLM_SHAPES)}") from None
 
     def _register_device(self, kv_caches: Dict[str, Any],
-                         on_gpu: bool) -> None:
+                         roles: Tuple[str, ...], on_gpu: bool) -> None:
         """Device memory by handle: torch CUDA tensors (their IPC
-        handles), or NumPy views of emu_kv_buffer() memory."""
+        handles), or NumPy views of emu_kv_buffer() memory. The daemon's
+        device lane moves packed chunks: a layout in rows is refused."""
         tensors = list(kv_caches.values())
+        lay = self._derive([_layout.describe(t) for t in tensors], roles)
+        if lay.rows:
+            raise KvtierError(
+                KVT_ENOTBUILT, "kvtier.vllm: register KV caches",
+                f"this attention backend's KV layout (dimensions {roles}) "
+                f"keeps a page's tokens in rows (head stride "
+                f"{lay.head_stride}, token stride {lay.token_stride} bytes); "
+                f"the daemon's device copies move packed chunks (a token's "
+                f"heads contiguous) only: use an NHD layout "
+                f"(VLLM_KV_CACHE_LAYOUT=NHD) or set \"staging\": true")
         self._layer_index = {n: i for i, n in enumerate(kv_caches)}
         self._kv_list = tensors
         if on_gpu:
             from .device import Device
             self._torch_dev = True
             self._dev = Device(tensors[0].device.index or 0)
-            self._register = ("torch",)
-            self._mem = self._client.register_torch(tensors)
+            self._register = ("torch", lay)
+            self._mem = self._client.register_torch(tensors, layout=lay)
             log.info("kvtier.vllm: GPU KV caches registered with the daemon "
                      "by IPC handle on %s: loads and stores are the "
                      "daemon's device copies, verified on the GPU",
                      self._dev.name)
             return
-        g = self._geom
-        descs = [_describe(t) for t in tensors]
-        if not _EMU or not all(any(m.ptr <= d[0] < m.ptr + m.nbytes
-                                   for m in _EMU[1]) for d in descs):
+        mems = _emu_memory()
+        if not all(any(m.ptr <= a < m.ptr + m.nbytes for m in mems)
+                   for a in lay.addrs):
             raise ValueError("kvtier.vllm: \"device\": \"emu\" takes KV "
                              "caches in emu_kv_buffer() memory")
-        kv_stride, block_stride, token_stride = descs[0][2][:3]
-        if token_stride != g.kv_heads * g.head_dim * g.dtype_bytes:
-            raise ValueError("kvtier.vllm: each token's heads must be "
-                             "contiguous in the KV cache")
-        self._dev = _EMU[0]
-        self._register = ("emu", [d[0] for d in descs], descs[0][1][1],
-                          block_stride, kv_stride, token_stride)
+        self._dev = _emu_device()
+        self._register = ("emu", list(lay.addrs), lay.nblocks,
+                          lay.block_stride, lay.kv_stride, lay.token_stride)
         self._mem = self._client.register_device(self._dev, *self._register[1:])
 
     def _store_event(self) -> Any:
@@ -742,15 +713,17 @@ class KvtierConnector(KVConnectorBase_V1):
         self._ipc_event[0].record(torch.cuda.current_stream())
         return self._ipc_event[1]
 
-    def _register_staging(self, kv_caches: Dict[str, Any]) -> None:
+    def _register_staging(self, kv_caches: Dict[str, Any],
+                          roles: Tuple[str, ...]) -> None:
         """"staging": true — move pages through a pool of host blocks the
         daemon maps (kvtier.staging), at a cost said at start."""
         g = self._geom
-        nblocks = tuple(next(iter(kv_caches.values())).shape)[1]
+        nblocks = tuple(next(iter(kv_caches.values())).shape)[
+            roles.index("block")]
         n = self._staging_blocks or min(
             nblocks, max(64, _STAGING_BYTES // g.page_bytes))
         self._staging = StagingPool(self._client, list(kv_caches.values()),
-                                    n)
+                                    n, roles=roles)
         self._layer_index = {name: i for i, name in enumerate(kv_caches)}
         log.warning(
             "kvtier.vllm: \"staging\": true — KV moves through %d host "
@@ -790,8 +763,11 @@ class KvtierConnector(KVConnectorBase_V1):
         lease plus the request timeout (Client.job_stop_s); a job still
         running then means a hung daemon: the connection is dropped (the
         client returns once the daemon let go, or says it did not) and
-        re-made at the next step."""
-        for rid in getattr(kv_connector_metadata, "preempted", ()):
+        re-made at the next step. vLLM v0.12-v0.15 pass the preempted
+        request ids (a set, only in steps that preempted), later releases
+        this step's connector metadata (every step): both are taken
+        (kvtier.vllm_compat.preempted_ids)."""
+        for rid in _compat.preempted_ids(kv_connector_metadata):
             jobs = self._store_jobs.pop(rid, [])
             job = self._load_jobs.pop(rid, None)
             for j in jobs + ([job] if job else []):
@@ -829,6 +805,7 @@ class KvtierConnector(KVConnectorBase_V1):
         assert isinstance(meta, KvtierConnectorMetadata)
         for rid in meta.delayed:
             self._finishing.add(rid)
+        for rid in meta.aborted:
             job = self._load_jobs.get(rid)
             if job is not None and rid not in self._aborted_loads:
                 job.cancel()
@@ -936,8 +913,10 @@ class KvtierConnector(KVConnectorBase_V1):
             if job.poll():
                 del self._load_jobs[rid]
                 if rid in self._aborted_loads:
+                    # stopped: vLLM frees the blocks on finished_recving
                     self._aborted_loads.discard(rid)
                     job.close()
+                    recving.add(rid)
                 else:
                     self._end_load(job)
                     recving.add(rid)
@@ -991,13 +970,15 @@ class KvtierConnector(KVConnectorBase_V1):
             cl = self._connect()
             if self._staging is not None:
                 staging = StagingPool(cl, self._staging.kv,
-                                      self._staging.nblocks)
+                                      self._staging.nblocks,
+                                      roles=self._staging.roles)
             elif self._register[0] == "torch":
-                mem = cl.register_torch(self._kv_list)
+                mem = cl.register_torch(self._kv_list,
+                                        layout=self._register[1])
             elif self._register[0] == "emu":
                 mem = cl.register_device(self._dev, *self._register[1:])
             else:
-                mem = cl.register_fd(*self._register)
+                mem = self._register_mem(cl)
         except KvtierError as e:
             if cl is not None:
                 cl.close()

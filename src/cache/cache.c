@@ -313,11 +313,19 @@ int kvti_cache_open_stage(kvt_cache *c)
 	return kvt_tier_open(&c->stage, &s, &c->geom);
 }
 
-/* kvt_cache_register() (@reg) and kvt_cache_attach(): check, wrap, link. */
+/* One (token, head) row: D*s bytes, the head stride of packed memory. */
+static uint64_t row_bytes(const kvt_cache *c)
+{
+	return c ? (uint64_t)c->geom.head_dim * c->geom.dtype_bytes : 0;
+}
+
+/* kvt_cache_register() (@reg), kvt_cache_attach(), kvt_cache_attach_rows():
+ * check, wrap, link. */
 static int mem_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
 		      uint64_t nblocks, uint64_t block_stride,
-		      uint64_t kv_stride, uint64_t token_stride, int device,
-		      int reg, kvt_cache_mem **out)
+		      uint64_t kv_stride, uint64_t token_stride,
+		      uint64_t head_stride, int device, int reg,
+		      kvt_cache_mem **out)
 {
 	kvt_cache_mem *m;
 	kvt_layout l;
@@ -334,9 +342,16 @@ static int mem_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
 	if (!nblocks || nblocks > KVT_POOL_MAX_SLOTS)
 		return kvti_fail(-EINVAL, "cache register: %llu blocks",
 				 (unsigned long long)nblocks);
-	if ((err = kvt_layout_init_strided(&l, &c->geom, nblocks, block_stride,
-					   kv_stride, token_stride)))
+	if ((err = kvt_layout_init_rows(&l, &c->geom, nblocks, block_stride,
+					kv_stride, token_stride, head_stride)))
 		return err;
+	if (device >= 0 && kvt_layout_rows(&l) > 1)
+		return kvti_fail(KVT_ENOTBUILT, "cache register: device memory "
+				 "whose chunks are kept in rows (token stride "
+				 "%llu, head stride %llu) is not supported: the "
+				 "device copies move whole chunks",
+				 (unsigned long long)token_stride,
+				 (unsigned long long)head_stride);
 	if (device >= 0 && !kvti_dev_is_emu(device)) {
 		char note[128] = "";
 		int ngpu = 0;
@@ -392,7 +407,7 @@ int kvt_cache_register(kvt_cache *c, void *const *base, uint32_t nlayers,
 		       uint64_t kv_stride, uint64_t token_stride, int device)
 {
 	return mem_attach(c, base, nlayers, nblocks, block_stride, kv_stride,
-			  token_stride, device, 1, NULL);
+			  token_stride, row_bytes(c), device, 1, NULL);
 }
 
 int kvt_cache_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
@@ -403,7 +418,19 @@ int kvt_cache_attach(kvt_cache *c, void *const *base, uint32_t nlayers,
 	if (!out)
 		return kvti_fail(-EINVAL, "cache attach: no handle to fill");
 	return mem_attach(c, base, nlayers, nblocks, block_stride, kv_stride,
-			  token_stride, device, 0, out);
+			  token_stride, row_bytes(c), device, 0, out);
+}
+
+int kvt_cache_attach_rows(kvt_cache *c, void *const *base, uint32_t nlayers,
+			  uint64_t nblocks, uint64_t block_stride,
+			  uint64_t kv_stride, uint64_t token_stride,
+			  uint64_t head_stride, int device,
+			  kvt_cache_mem **out)
+{
+	if (!out)
+		return kvti_fail(-EINVAL, "cache attach: no handle to fill");
+	return mem_attach(c, base, nlayers, nblocks, block_stride, kv_stride,
+			  token_stride, head_stride, device, 0, out);
 }
 
 void kvt_cache_detach(kvt_cache_mem *m)

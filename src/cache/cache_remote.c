@@ -532,7 +532,8 @@ struct kvt_cache_fetch {
 	atomic_int cut;
 	_Atomic uint64_t pages;
 	int err;
-	int done, abandoned;          /* cr->mu */
+	atomic_int done;              /* set under cr->mu, read without it */
+	int abandoned;                /* cr->mu */
 	pthread_t th;
 	kvt_page_key keys[];
 };
@@ -549,8 +550,8 @@ static void *fetch_main(void *arg)
 	f->err = fetch_run(cr, f->tenant, f->keys, f->nkeys, f->first, batch,
 			   &f->cut, &f->pages);
 	pthread_mutex_lock(&cr->mu);
+	atomic_store(&f->done, 1);
 	cr->fetches--;
-	f->done = 1;
 	abandoned = f->abandoned;
 	pthread_cond_broadcast(&cr->idle);
 	pthread_mutex_unlock(&cr->mu);
@@ -601,10 +602,12 @@ int kvt_cache_prefetch_end(kvt_cache_fetch *f, int cut, uint64_t *pages)
 	if (!f)
 		return kvti_fail(-EINVAL, "cache prefetch end: no handle");
 	cr = f->cr;
-	if (cut) {
+	/* done: the thread touches nothing more, and the cache (and cr) may
+	 * be closed already (its close waited for this thread) */
+	if (cut && !atomic_load(&f->done)) {
 		atomic_store(&f->cut, 1);
 		pthread_mutex_lock(&cr->mu);
-		if (!f->done) {
+		if (!atomic_load(&f->done)) {
 			/* a batch on the network (a slow or hung server): do
 			 * not wait for it; what arrived so far is committed,
 			 * the thread ends and frees the handle itself */

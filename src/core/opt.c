@@ -22,6 +22,7 @@ enum opt_type { OPT_STR, OPT_INT, OPT_BOOL };
 	X(tiers, OPT_STR, "", "tier specs, e.g. 'dram:8G,ssd:/var/lib/kvtier,100G'") \
 	X(model, OPT_STR, "llama-3.1-8b", "model preset or path to a config.json") \
 	X(page_tokens, OPT_INT, "16", "tokens per KV page")                   \
+	X(kv_dtype, OPT_STR, "auto", "KV cache element type: auto (the model's), bf16, fp16, fp32, fp8") \
 	X(tp, OPT_INT, "1", "tensor-parallel degree")                          \
 	X(tp_rank, OPT_INT, "0", "tensor-parallel rank of this process")       \
 	X(log, OPT_STR, "warn", "log level: error, warn, info, debug")         \

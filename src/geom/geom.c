@@ -194,6 +194,18 @@ static int json_u32(const cJSON *o, const char *key, uint32_t *out,
 	return 0;
 }
 
+static int dtype_bytes(const char *s, uint32_t *out);
+
+int kvt_geom_dtype_bytes(const char *name, uint32_t *out)
+{
+	if (!name || !out || dtype_bytes(name, out))
+		return kvti_fail(KVT_ECONFIG, "unknown element type '%s' "
+				 "(bfloat16, float16, float32, fp8, "
+				 "float8_e4m3fn, float8_e5m2)",
+				 name ? name : "(null)");
+	return 0;
+}
+
 static int dtype_bytes(const char *s, uint32_t *out)
 {
 	static const struct {

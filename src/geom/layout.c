@@ -5,7 +5,9 @@
  * the transfer engine's hot path). This file builds descriptors and holds
  * kvt_layout_convert_ref(): a byte-at-a-time copy in which every element is
  * addressed on its own, deliberately plain, the oracle every faster path is
- * tested against.
+ * tested against. kvt_layout_init_rows() describes engine memory whose
+ * chunks are kept in rows (geom.h "ROWS"); the oracle then addresses each
+ * element through that layout's own token and head strides.
  */
 #include "core/core.h"
 
@@ -84,46 +86,90 @@ int kvt_layout_init_strided(kvt_layout *l, const kvt_geom *g,
 			    uint64_t slots, uint64_t block_stride,
 			    uint64_t kv_stride, uint64_t token_stride)
 {
-	uint64_t row, last, end;
+	return kvt_layout_init_rows(l, g, slots, block_stride, kv_stride,
+				    token_stride,
+				    (uint64_t)g->head_dim * g->dtype_bytes);
+}
+
+/* The rows of a chunk: token-major or head-major, none overlapping; the
+ * span from the chunk's first byte to the end of its last row. */
+static int rows_check(const kvt_geom *g, uint64_t ts, uint64_t hs,
+		      uint64_t *span)
+{
+	uint64_t row = (uint64_t)g->head_dim * g->dtype_bytes;
+	uint64_t P = g->page_tokens, H = g->kv_heads;
+	int tok_major, head_major;
+
+	if (H == 1)
+		hs = row; /* one head: its stride means nothing */
+	if (ts > UINT32_MAX || hs > UINT32_MAX)
+		return kvti_fail(KVT_EGEOM, "token stride %llu, head stride "
+				 "%llu: above 4 GiB",
+				 (unsigned long long)ts,
+				 (unsigned long long)hs);
+	tok_major = hs >= row && (P == 1 || ts >= H * hs);
+	head_major = ts >= row && (H == 1 || hs >= P * ts);
+	if (!tok_major && !head_major)
+		return kvti_fail(KVT_EGEOM, "token stride %llu, head stride "
+				 "%llu: the %u x %u rows of %llu bytes "
+				 "overlap (need heads >= %llu apart and "
+				 "tokens >= heads * %u, or tokens >= %llu "
+				 "apart and heads >= tokens * %u)",
+				 (unsigned long long)ts,
+				 (unsigned long long)hs, (unsigned)P,
+				 (unsigned)H, (unsigned long long)row,
+				 (unsigned long long)row, (unsigned)H,
+				 (unsigned long long)row, (unsigned)P);
+	*span = (P - 1) * ts + (H - 1) * hs + row;
+	return 0;
+}
+
+int kvt_layout_init_rows(kvt_layout *l, const kvt_geom *g, uint64_t slots,
+			 uint64_t block_stride, uint64_t kv_stride,
+			 uint64_t token_stride, uint64_t head_stride)
+{
+	uint64_t row, span = 0, last, end;
 	int err, ok;
 
 	if ((err = kvt_layout_init(l, KVT_LAYOUT_VLLM, g, slots)))
 		return err;
-	row = (uint64_t)l->geom.kv_heads * l->geom.head_dim *
-	      l->geom.dtype_bytes;
-	if (token_stride != row)
-		return kvti_fail(KVT_EGEOM, "token stride %llu: a token's "
-				 "%u heads x %u dims must be contiguous (%llu "
-				 "bytes)", (unsigned long long)token_stride,
-				 l->geom.kv_heads, l->geom.head_dim,
-				 (unsigned long long)row);
+	row = (uint64_t)l->geom.head_dim * l->geom.dtype_bytes;
+	if (l->geom.kv_heads == 1)
+		head_stride = row;
+	if ((err = rows_check(&l->geom, token_stride, head_stride, &span)))
+		return err;
 	if (l->kv == 1)
 		kv_stride = 0;
 	if (l->kv == 1)
-		ok = block_stride >= l->chunk_bytes;
+		ok = block_stride >= span;
 	else
-		ok = (block_stride >= l->chunk_bytes &&
+		ok = (block_stride >= span &&
 		      kv_stride / slots >= block_stride) ||
-		     (kv_stride >= l->chunk_bytes &&
-		      block_stride >= 2 * kv_stride);
+		     (kv_stride >= span && block_stride >= 2 * kv_stride);
 	if (!ok)
 		return kvti_fail(KVT_EGEOM, "strides block %llu, kv %llu over "
-				 "%llu blocks of %llu-byte chunks: chunks "
-				 "overlap (need K/V outer: kv >= blocks * "
-				 "block, block >= chunk; or block outer: block "
-				 ">= 2 * kv, kv >= chunk)",
+				 "%llu blocks of chunks spanning %llu bytes: "
+				 "chunks overlap (need K/V outer: kv >= "
+				 "blocks * block, block >= span; or block "
+				 "outer: block >= 2 * kv, kv >= span)",
 				 (unsigned long long)block_stride,
 				 (unsigned long long)kv_stride,
 				 (unsigned long long)slots,
-				 (unsigned long long)l->chunk_bytes);
+				 (unsigned long long)span);
 	if (__builtin_mul_overflow(slots - 1, block_stride, &last) ||
 	    __builtin_add_overflow(last, (l->kv - 1) * kv_stride, &end) ||
-	    __builtin_add_overflow(end, l->chunk_bytes, &end))
+	    __builtin_add_overflow(end, span, &end))
 		return kvti_fail(-EOVERFLOW, "strided layout overflows 64 bits");
 	l->kind = KVT_LAYOUT_STRIDED;
 	l->block_stride = block_stride;
 	l->kv_stride = kv_stride;
 	l->buf_bytes = end;
+	if (head_stride != row ||
+	    token_stride != (uint64_t)l->geom.kv_heads * row) {
+		l->rows = l->geom.page_tokens * l->geom.kv_heads;
+		l->token_stride = (uint32_t)token_stride;
+		l->head_stride = (uint32_t)head_stride;
+	}
 	return 0;
 }
 
@@ -131,6 +177,20 @@ void kvt_layout_bufs_carve(const kvt_layout *l, void *base, void **bufs)
 {
 	for (uint32_t i = 0; i < l->nbufs; i++)
 		bufs[i] = (char *)base + (uint64_t)i * l->buf_bytes;
+}
+
+/* Offset of token @t, head @h within a chunk, addressed on its own (not
+ * through kvt_layout_row_off(): the oracle shares no arithmetic with the
+ * paths it checks). */
+static uint64_t elem_off(const kvt_layout *l, uint32_t t, uint32_t h)
+{
+	const kvt_geom *g = &l->geom;
+	uint64_t row = (uint64_t)g->head_dim * g->dtype_bytes;
+
+	if (l->kind == KVT_LAYOUT_STRIDED && l->rows > 1)
+		return (uint64_t)t * l->token_stride +
+		       (uint64_t)h * l->head_stride;
+	return ((uint64_t)t * g->kv_heads + h) * row;
 }
 
 int kvt_layout_convert_ref(const kvt_layout *src, void *const *src_bufs,
@@ -164,11 +224,12 @@ int kvt_layout_convert_ref(const kvt_layout *src, void *const *src_bufs,
 		for (uint32_t t = 0; t < g->page_tokens; t++)
 		for (uint32_t h = 0; h < g->kv_heads; h++)
 		for (uint32_t d = 0; d < g->head_dim; d++) {
-			/* element (t, h, d) of the chunk: [P][H][D] */
-			uint64_t e = (((uint64_t)t * g->kv_heads + h) *
-				      g->head_dim + d) * s;
+			/* element (t, h, d) of the chunk, where each layout
+			 * keeps it: [P][H][D] packed, or its own rows */
+			uint64_t ea = elem_off(src, t, h) + (uint64_t)d * s;
+			uint64_t eb = elem_off(dst, t, h) + (uint64_t)d * s;
 			for (uint64_t byte = 0; byte < s; byte++)
-				to[e + byte] = from[e + byte];
+				to[eb + byte] = from[ea + byte];
 		}
 	}
 	return 0;

@@ -483,14 +483,18 @@ int kvt_client_fd(kvt_client *cl)
 /* ---- memory ------------------------------------------------------------------ */
 
 /* REGISTER: segments, then per layer (segment, offset); the fds of the
- * segments that carry one go with it. */
+ * segments that carry one go with it. REGISTER_ROWS when @hs is not the
+ * packed head stride D*s (a daemon older than it still takes every packed
+ * layout). */
 static int reg_segs(kvt_client *cl, int device, const uint8_t *uuid,
 		    const kvt_client_seg *segs, uint32_t nseg,
 		    const uint32_t *layer_seg, const uint64_t *layer_off,
 		    uint32_t nlayers, uint64_t nblocks, uint64_t bs,
-		    uint64_t ks, uint64_t ts, uint32_t *id)
+		    uint64_t ks, uint64_t ts, uint64_t hs, uint32_t *id)
 {
 	static const uint8_t zero[KVTD_UUID_BYTES];
+	uint64_t row = (uint64_t)cl->g.head_dim * cl->g.dtype_bytes;
+	int rows = hs != row && cl->g.kv_heads > 1;
 	int fds[KVTD_MAX_SEGS], nfds = 0;
 	kvtd_rd rd;
 	int err;
@@ -519,13 +523,15 @@ static int reg_segs(kvt_client *cl, int device, const uint8_t *uuid,
 					 "allocation %u of %u", l, layer_seg[l],
 					 nseg);
 	pthread_mutex_lock(&cl->mu);
-	begin(cl, KVTD_MSG_REGISTER);
+	begin(cl, rows ? KVTD_MSG_REGISTER_ROWS : KVTD_MSG_REGISTER);
 	kvtd_put_u32(&cl->out, (uint32_t)device);
 	kvtd_put_u32(&cl->out, nlayers);
 	kvtd_put_u64(&cl->out, nblocks);
 	kvtd_put_u64(&cl->out, bs);
 	kvtd_put_u64(&cl->out, ks);
 	kvtd_put_u64(&cl->out, ts);
+	if (rows)
+		kvtd_put_u64(&cl->out, hs);
 	kvtd_put_bytes(&cl->out, uuid ? uuid : zero, KVTD_UUID_BYTES);
 	kvtd_put_u32(&cl->out, nseg);
 	for (uint32_t i = 0; i < nseg; i++) {
@@ -548,7 +554,7 @@ static int reg_segs(kvt_client *cl, int device, const uint8_t *uuid,
 
 static int reg_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
 		  uint32_t nlayers, uint64_t nblocks, uint64_t bs, uint64_t ks,
-		  uint64_t ts, int device, uint32_t *id)
+		  uint64_t ts, uint64_t hs, int device, uint32_t *id)
 {
 	kvt_client_seg seg = { .kind = KVT_CLIENT_SEG_MEMFD, .fd = fd };
 
@@ -557,7 +563,7 @@ static int reg_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
 				 "memory (device %d: use "
 				 "kvt_client_register_dev())", device);
 	return reg_segs(cl, KVT_DEVICE_HOST, NULL, &seg, 1, NULL, layer_off,
-			nlayers, nblocks, bs, ks, ts, id);
+			nlayers, nblocks, bs, ks, ts, hs, id);
 }
 
 static void mem_link(kvt_client *cl, kvt_client_mem *m)
@@ -574,6 +580,22 @@ int kvt_client_register_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
 			   uint64_t token_stride, int device,
 			   kvt_client_mem **out)
 {
+	if (!cl)
+		return kvti_fail(-EINVAL, "client register: bad arguments");
+	return kvt_client_register_fd_rows(cl, fd, layer_off, nlayers, nblocks,
+					   block_stride, kv_stride,
+					   token_stride,
+					   (uint64_t)cl->g.head_dim *
+					   cl->g.dtype_bytes, device, out);
+}
+
+int kvt_client_register_fd_rows(kvt_client *cl, int fd,
+				const uint64_t *layer_off, uint32_t nlayers,
+				uint64_t nblocks, uint64_t block_stride,
+				uint64_t kv_stride, uint64_t token_stride,
+				uint64_t head_stride, int device,
+				kvt_client_mem **out)
+{
 	kvt_client_mem *m;
 	int err;
 
@@ -586,7 +608,7 @@ int kvt_client_register_fd(kvt_client *cl, int fd, const uint64_t *layer_off,
 	m->fd = -1;
 	m->device = KVT_DEVICE_HOST;
 	err = reg_fd(cl, fd, layer_off, nlayers, nblocks, block_stride,
-		     kv_stride, token_stride, device, &m->id);
+		     kv_stride, token_stride, head_stride, device, &m->id);
 	if (err) {
 		kvt_free(m);
 		return err;
@@ -616,7 +638,7 @@ int kvt_client_register_dev(kvt_client *cl, int device, const uint8_t *uuid,
 	m->device = device;
 	err = reg_segs(cl, device, uuid, segs, nseg, layer_seg, layer_off,
 		       nlayers, nblocks, block_stride, kv_stride, token_stride,
-		       &m->id);
+		       (uint64_t)cl->g.head_dim * cl->g.dtype_bytes, &m->id);
 	if (err) {
 		kvt_free(m);
 		return err;
@@ -730,8 +752,8 @@ int kvt_client_mem_alloc(kvt_client *cl, uint64_t nblocks, void **base,
 	for (uint32_t l = 0; l < g->layers; l++)
 		off[l] = l * layer;
 	err = reg_fd(cl, m->fd, off, g->layers, nblocks, chunk, nblocks * chunk,
-		     (uint64_t)g->kv_heads * g->head_dim * g->dtype_bytes, -1,
-		     &m->id);
+		     (uint64_t)g->kv_heads * g->head_dim * g->dtype_bytes,
+		     (uint64_t)g->head_dim * g->dtype_bytes, -1, &m->id);
 	if (err)
 		goto fail;
 	if (base)

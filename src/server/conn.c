@@ -237,7 +237,8 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, const int *fds,
 			  (int)c->cred.pid, (unsigned)c->cred.uid, c->t->name,
 			  c->rank);
 		return 0;
-	case KVTD_MSG_REGISTER: {
+	case KVTD_MSG_REGISTER:
+	case KVTD_MSG_REGISTER_ROWS: {
 		uint32_t id = 0;
 
 		err = kvti_mem_register(c, &q, fds, nfds, &id);

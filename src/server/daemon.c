@@ -192,6 +192,7 @@ static int listen_on(kvtd *d, const char *path)
 int kvtd_open(kvtd **out, const kvtd_config *cfg)
 {
 	kvt_cache_config cc = KVT_CACHE_CONFIG_INIT;
+	kvt_geom kvg;
 	kvtd *d;
 	int err;
 
@@ -227,6 +228,25 @@ int kvtd_open(kvtd **out, const kvtd_config *cfg)
 	cc.model = cfg->model;
 	cc.page_tokens = cfg->page_tokens;
 	cc.tp_size = cfg->tp;
+	if (cfg->kv_dtype && *cfg->kv_dtype &&
+	    !kvti_streq_ci(cfg->kv_dtype, "auto")) {
+		/* the model's geometry with the KV cache's element size */
+		uint32_t P = cfg->page_tokens ? cfg->page_tokens : 16;
+		uint32_t tp = cfg->tp ? cfg->tp : 1;
+		const char *m = cfg->model && *cfg->model ? cfg->model :
+				"llama-3.1-8b";
+
+		if (strchr(m, '/') && access(m, R_OK) == 0)
+			err = kvt_geom_from_config(&kvg, m, P, tp, 0);
+		else
+			err = kvt_geom_preset(&kvg, m, P, tp, 0);
+		if (!err)
+			err = kvt_geom_dtype_bytes(cfg->kv_dtype,
+						   &kvg.dtype_bytes);
+		if (err)
+			goto fail;
+		cc.geom = &kvg;
+	}
 	cc.flags = cfg->cache_flags;
 	cc.write = cfg->write;
 	cc.remote = cfg->remote && *cfg->remote ? cfg->remote : NULL;

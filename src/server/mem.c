@@ -12,7 +12,8 @@
  *                    is found by its UUID (ordinals differ between
  *                    processes), else by the ordinal given.
  *     every chunk the strides name lies inside its segment --> kvt_cache_
- *     attach() (per-layer bases, strides, the device) --> c->mems[i]
+ *     attach_rows() (per-layer bases, strides, the device; REGISTER_ROWS
+ *     adds a head stride: host chunks kept in rows) --> c->mems[i]
  *   UNREGISTER / disconnect (kill -9 included): kvt_cache_detach() cancels
  *     the memory's jobs and waits for them — a device job ends only once
  *     the device's work for it has finished — and only then are the
@@ -148,10 +149,11 @@ int kvti_mem_register(struct conn *c, const kvtd_req *q, const int *fds,
 		      int nfds, uint32_t *id)
 {
 	const kvt_geom *g = c->d->g;
-	uint64_t chunk = kvt_geom_chunk_bytes(g), kv = kvt_geom_kv(g);
+	uint64_t hs = q->u.reg.head_stride;
 	uint32_t L = q->u.reg.nlayers;
 	void *base[KVTD_MAX_LAYERS];
 	struct cmem *cm = NULL;
+	kvt_layout lay;
 	size_t total = 0;
 	int err = 0, f = 0, dev = KVT_DEVICE_HOST;
 
@@ -175,6 +177,15 @@ int kvti_mem_register(struct conn *c, const kvtd_req *q, const int *fds,
 				 (unsigned long long)q->u.reg.nblocks);
 	if (q->u.reg.device < -1)
 		return kvti_fail(-EINVAL, "REGISTER: device %d", q->u.reg.device);
+	if (!hs) /* REGISTER: packed rows */
+		hs = (uint64_t)g->head_dim * g->dtype_bytes;
+	/* the layout's own checks (rows, overlaps, overflow), and its span:
+	 * from a layer's base to the end of its last row */
+	if ((err = kvt_layout_init_rows(&lay, g, q->u.reg.nblocks,
+					q->u.reg.block_stride,
+					q->u.reg.kv_stride,
+					q->u.reg.token_stride, hs)))
+		return err;
 	memset(cm, 0, sizeof(*cm));
 	cm->device = -1;
 	if (q->u.reg.device >= 0) {
@@ -213,17 +224,13 @@ int kvti_mem_register(struct conn *c, const kvtd_req *q, const int *fds,
 	for (uint32_t l = 0; l < L; l++) {
 		uint32_t si = kvtd_layer_seg(q, l);
 		uint64_t off = kvtd_layer_off(q, l), end;
-		/* the last chunk's end, overflow-checked */
-		uint64_t a = q->u.reg.nblocks - 1, bs = q->u.reg.block_stride;
-		uint64_t ks = kv > 1 ? q->u.reg.kv_stride : 0;
 
-		if ((bs && a > (UINT64_MAX / 4) / bs) || ks > UINT64_MAX / 4 ||
-		    off > UINT64_MAX / 4) {
+		if (off > UINT64_MAX / 4 || lay.buf_bytes > UINT64_MAX / 4) {
 			err = kvti_fail(-EINVAL, "REGISTER: layer %u: strides "
 					"out of range", l);
 			goto fail;
 		}
-		end = off + a * bs + (kv - 1) * ks + chunk;
+		end = off + lay.buf_bytes;
 		if (end > cm->seg[si].len) {
 			err = kvti_fail(-EINVAL, "REGISTER: layer %u ends at "
 					"byte %llu, its segment %u has %zu", l,
@@ -233,9 +240,10 @@ int kvti_mem_register(struct conn *c, const kvtd_req *q, const int *fds,
 		}
 		base[l] = (uint8_t *)cm->seg[si].base + off;
 	}
-	err = kvt_cache_attach(c->d->c, base, L, q->u.reg.nblocks,
-			       q->u.reg.block_stride, q->u.reg.kv_stride,
-			       q->u.reg.token_stride, cm->device, &cm->m);
+	err = kvt_cache_attach_rows(c->d->c, base, L, q->u.reg.nblocks,
+				    q->u.reg.block_stride, q->u.reg.kv_stride,
+				    q->u.reg.token_stride, hs, cm->device,
+				    &cm->m);
 	if (err)
 		goto fail;
 	cm->len = total;

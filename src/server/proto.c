@@ -20,6 +20,7 @@ static const char *op_names[] = {
 	[KVTD_MSG_QUIESCE] = "QUIESCE", [KVTD_MSG_LOAD_EACH] = "LOAD_EACH",
 	[KVTD_MSG_STORE_EACH] = "STORE_EACH", [KVTD_MSG_EVENT] = "EVENT",
 	[KVTD_MSG_RATES] = "RATES",
+	[KVTD_MSG_REGISTER_ROWS] = "REGISTER_ROWS",
 };
 
 const char *kvtd_msg_name(uint16_t op)
@@ -30,7 +31,8 @@ const char *kvtd_msg_name(uint16_t op)
 
 int kvtd_msg_fds(uint16_t op)
 {
-	return op == KVTD_MSG_REGISTER ? KVTD_MAX_SEGS :
+	return op == KVTD_MSG_REGISTER || op == KVTD_MSG_REGISTER_ROWS ?
+	       KVTD_MAX_SEGS :
 	       op == KVTD_MSG_EVENT ? 1 : 0;
 }
 
@@ -38,6 +40,7 @@ int kvtd_req_fds(const kvtd_req *q)
 {
 	switch (q->h.op) {
 	case KVTD_MSG_REGISTER:
+	case KVTD_MSG_REGISTER_ROWS:
 		return (int)q->u.reg.nfds;
 	case KVTD_MSG_EVENT:
 		return q->u.event.kind == KVTD_EV_EMU_FD;
@@ -172,12 +175,15 @@ int kvtd_req_decode(const uint8_t *buf, size_t len, kvtd_req *q)
 		}
 		break;
 	case KVTD_MSG_REGISTER:
+	case KVTD_MSG_REGISTER_ROWS:
 		q->u.reg.device = (int32_t)kvtd_get_u32(&r);
 		q->u.reg.nlayers = kvtd_get_u32(&r);
 		q->u.reg.nblocks = kvtd_get_u64(&r);
 		q->u.reg.block_stride = kvtd_get_u64(&r);
 		q->u.reg.kv_stride = kvtd_get_u64(&r);
 		q->u.reg.token_stride = kvtd_get_u64(&r);
+		q->u.reg.head_stride = op == KVTD_MSG_REGISTER_ROWS ?
+				       kvtd_get_u64(&r) : 0;
 		q->u.reg.uuid = kvtd_get_bytes(&r, KVTD_UUID_BYTES);
 		q->u.reg.nseg = kvtd_get_u32(&r);
 		if (!r.err && (!q->u.reg.nlayers ||

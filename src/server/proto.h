@@ -47,6 +47,10 @@
  *              fds: one per segment whose kind carries one (MEMFD,
  *              VMM_FD, EMU_FD), in segment order
  *     reply    u32 mem_id
+ *   REGISTER_ROWS  as REGISTER with u64 head_stride after token_stride:
+ *              host memory whose chunks are kept in rows
+ *              (kvt_cache_attach_rows()); a client sends it only for such
+ *              memory, REGISTER otherwise
  *   UNREGISTER u32 mem_id                              reply: (none)
  *   HASH       u32 ntokens, u32 tokens[ntokens]
  *     reply    u32 nkeys, nkeys * (u64 lo, u64 hi)
@@ -163,7 +167,8 @@ enum kvtd_msg {
 	KVTD_MSG_STORE_EACH = 13,
 	KVTD_MSG_EVENT = 14,
 	KVTD_MSG_RATES = 15,
-	KVTD_MSG_MAX = 15,
+	KVTD_MSG_REGISTER_ROWS = 16,
+	KVTD_MSG_MAX = 16,
 };
 
 /* LOOKUP flag on the wire only: the reply carries the tier runs too */
@@ -190,6 +195,7 @@ typedef struct kvtd_req {
 			int32_t device;
 			uint32_t nlayers, nseg, nfds;
 			uint64_t nblocks, block_stride, kv_stride, token_stride;
+			uint64_t head_stride;     /* REGISTER: 0 (D*s: packed) */
 			const uint8_t *uuid;      /* 16 bytes */
 			const uint8_t *segs;      /* nseg * KVTD_SEG_BYTES */
 			const uint8_t *layers;    /* nlayers * (u32 seg, u64 off) */

@@ -20,6 +20,9 @@ typedef struct kvtd kvtd;
  * @socket_mode: permission bits of the socket (0660).
  * @tiers, @model, @page_tokens, @tp: the cache (kvt_cache_config), one
  *               namespace @ns ("default") whose clients must match it.
+ * @kv_dtype:    the KV cache's element type when it is not the model's
+ *               (an fp8 KV cache of a bf16 model); NULL or "auto": the
+ *               model's.
  * @tenants:     "NAME:ID[,uid=U][,gid=G][,salt=S][,quota=TIER:SIZE]
  *               [,clients=N]" entries joined by ';'. A client acting as
  *               tenant ID must
@@ -55,6 +58,8 @@ typedef struct kvtd_config {
 	const char *socket;
 	uint32_t socket_mode;
 	const char *tiers, *model, *ns;
+	const char *kv_dtype;      /* the KV element type, NULL/"auto": the
+				      model's (kvt_geom_dtype_bytes()) */
 	uint32_t page_tokens, tp;
 	const char *tenants;
 	uint32_t lease_ms, hello_ms, max_clients;

@@ -10,6 +10,7 @@
 #include "tier/tier_impl.h"
 #include "core/cuda.h"
 #include "dev/dev.h"
+#include "geom/rows.h"
 
 #include <errno.h>
 #include <numa.h>
@@ -294,16 +295,12 @@ static void chunks_copy(kvt_tier *t, uint32_t slot, void *page, int to_page)
 {
 	const kvt_layout *l = &t->layout;
 	char *p = page;
-
 	for (uint32_t layer = 0; layer < l->geom.layers; layer++)
 		for (uint32_t kv = 0; kv < l->kv; kv++) {
 			kvt_chunk_loc c = kvt_layout_chunk(l, slot, layer, kv);
 			char *chunk = (char *)t->bufs[c.buf] + c.off;
 
-			if (to_page)
-				memcpy(p, chunk, l->chunk_bytes);
-			else
-				memcpy(chunk, p, l->chunk_bytes);
+			kvti_chunk_pack(l, chunk, p, to_page);
 			p += l->chunk_bytes;
 		}
 }

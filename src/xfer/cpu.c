@@ -41,6 +41,7 @@
 #include "xfer/xfer_impl.h"
 
 #include "xfer/xxh.h"
+#include "geom/rows.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -206,6 +207,24 @@ static inline char *chunk_at(const kvt_layout *l, void *const *bufs,
 	return (char *)bufs[c.buf] + c.off;
 }
 
+/* One chunk into the run: whole when both sides keep it in one piece,
+ * else row by row in [P][H][D] order (runs still merge where both sides
+ * continue). */
+static inline void chunk_add(struct run *r, const kvt_layout *dl, char *d,
+			     const kvt_layout *sl, const char *s)
+{
+	uint64_t row = (uint64_t)sl->geom.head_dim * sl->geom.dtype_bytes;
+	uint32_t n = sl->geom.page_tokens * sl->geom.kv_heads;
+
+	if (kvti_chunk_packed(dl, sl)) {
+		run_add(r, d, s, sl->chunk_bytes);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		run_add(r, d + kvt_layout_row_off(dl, i),
+			s + kvt_layout_row_off(sl, i), row);
+}
+
 /* ---- tasks ---------------------------------------------------------- */
 
 /*
@@ -258,10 +277,10 @@ static void layer_sums_each(struct kvt_xfer_job *j, uint32_t layer, size_t a,
 		for (uint32_t k = 0; k < sl->kv; k++) {
 			char *d = chunk_at(dl, j->dbufs, ds, layer, k);
 
-			memcpy(d, chunk_at(sl, j->sbufs, ss, layer, k),
-			       sl->chunk_bytes);
+			kvti_chunk_copy(dl, d, sl,
+					chunk_at(sl, j->sbufs, ss, layer, k));
 			/* hashed where it landed while still in L1/L2 */
-			XXH3_64bits_update(&h, d, sl->chunk_bytes);
+			kvti_chunk_hash(&h, dl, d);
 		}
 		kvti_job_lsum(j, p, layer, XXH3_64bits_digest(&h));
 	}
@@ -371,11 +390,10 @@ static void layer_task(struct kvt_xfer *x, struct kvt_xfer_job *j,
 
 	for (uint32_t k = 0; k < sl->kv; k++)
 		for (size_t p = a; p < b; p++)
-			run_add(&r, chunk_at(dl, j->dbufs, job_dst_slot(j, p),
-					     layer, k),
-				chunk_at(sl, j->sbufs, job_src_slot(j, p), layer,
-					 k),
-				sl->chunk_bytes);
+			chunk_add(&r, dl, chunk_at(dl, j->dbufs,
+						   job_dst_slot(j, p), layer, k),
+				  sl, chunk_at(sl, j->sbufs, job_src_slot(j, p),
+					       layer, k));
 	run_done(&r);
 	atomic_fetch_add(&j->bytes_done, (b - a) * sl->kv * sl->chunk_bytes);
 }
@@ -416,11 +434,12 @@ static void sums_task(struct kvt_xfer *x, struct kvt_xfer_job *j, size_t a,
 	for (uint32_t layer = 0; layer < sl->geom.layers; layer++)
 		for (uint32_t k = 0; k < sl->kv; k++)
 			for (size_t p = a; p < b; p++)
-				run_add(&r, chunk_at(dl, j->dbufs,
-						     job_dst_slot(j, p), layer, k),
-					chunk_at(sl, j->sbufs, job_src_slot(j, p),
-						 layer, k),
-					sl->chunk_bytes);
+				chunk_add(&r, dl,
+					  chunk_at(dl, j->dbufs,
+						   job_dst_slot(j, p), layer, k),
+					  sl,
+					  chunk_at(sl, j->sbufs,
+						   job_src_slot(j, p), layer, k));
 	run_done(&r);
 	for (size_t p = a; !src_pf && p < b; p++)
 		kvti_job_sum(j, p, page_hash(j, p));
@@ -445,9 +464,10 @@ static void page_task(struct kvt_xfer *x, struct kvt_xfer_job *j, size_t a,
 
 		for (uint32_t layer = 0; layer < sl->geom.layers; layer++)
 			for (uint32_t k = 0; k < sl->kv; k++)
-				run_add(&r, chunk_at(dl, j->dbufs, ds, layer, k),
-					chunk_at(sl, j->sbufs, ss, layer, k),
-					sl->chunk_bytes);
+				chunk_add(&r, dl,
+					  chunk_at(dl, j->dbufs, ds, layer, k),
+					  sl,
+					  chunk_at(sl, j->sbufs, ss, layer, k));
 		atomic_fetch_add(&j->bytes_done, sl->page_bytes);
 	}
 	run_done(&r);
@@ -525,10 +545,7 @@ void kvti_page_convert(const kvt_layout *l, void *const *bufs, uint32_t slot,
 		for (uint32_t k = 0; k < l->kv; k++, p += l->chunk_bytes) {
 			char *c = chunk_at(l, bufs, slot, layer, k);
 
-			if (to_pf)
-				memcpy(p, c, l->chunk_bytes);
-			else
-				memcpy(c, p, l->chunk_bytes);
+			kvti_chunk_pack(l, c, p, to_pf);
 			if (h)
 				XXH3_64bits_update(h, p, l->chunk_bytes);
 		}
@@ -541,7 +558,6 @@ uint64_t kvti_page_sum(const kvt_layout *l, void *const *bufs, uint32_t slot)
 	XXH3_64bits_reset(&h);
 	for (uint32_t layer = 0; layer < l->geom.layers; layer++)
 		for (uint32_t k = 0; k < l->kv; k++)
-			XXH3_64bits_update(&h, chunk_at(l, bufs, slot, layer, k),
-					   l->chunk_bytes);
+			kvti_chunk_hash(&h, l, chunk_at(l, bufs, slot, layer, k));
 	return XXH3_64bits_digest(&h);
 }

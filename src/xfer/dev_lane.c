@@ -305,6 +305,12 @@ static void dev_run(struct dev_thread *t, struct kvt_xfer_job *j)
 	r.progress = j->dl->kind != KVT_LAYOUT_PAGE_FIRST &&
 		     !(j->d.flags & KVT_XFER_VERIFY);
 	segs = r.m * r.L;
+	/* the device copies chunks whole: memory registered in rows
+	 * (geom.h "ROWS") is host memory, moved by the cpu lane */
+	if (!err && (kvt_layout_rows(j->sl) > 1 || kvt_layout_rows(j->dl) > 1))
+		err = kvti_fail(KVT_ENOTBUILT, "device lane: a chunk kept in "
+				"rows (token/head strides) is not copied by "
+				"the device path");
 	if (!err)
 		err = stage(t, r.m * r.L, segs, r.n * (r.lsums ? r.L : 1),
 			    r.L + 1);

@@ -371,8 +371,7 @@ uint64_t kvti_layer_sum(const kvt_layout *l, void *const *bufs, uint32_t slot,
 	XXH3_64bits_reset(&h);
 	for (uint32_t k = 0; k < l->kv; k++) {
 		kvt_chunk_loc c = kvt_layout_chunk(l, slot, layer, k);
-		XXH3_64bits_update(&h, (const char *)bufs[c.buf] + c.off,
-				   l->chunk_bytes);
+		kvti_chunk_hash(&h, l, (const char *)bufs[c.buf] + c.off);
 	}
 	return XXH3_64bits_digest(&h);
 }

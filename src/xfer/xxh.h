@@ -15,4 +15,24 @@
 #endif
 #endif
 
+#include <kvtier.h>
+
+/* Feed one chunk of layout @l at @p to @h in [P][H][D] order: its bytes
+ * as they are when it is one piece, else row by row (geom.h "ROWS"), so
+ * a chunk hashes the same whatever layout holds it. */
+static inline void kvti_chunk_hash(XXH3_state_t *h, const kvt_layout *l,
+				   const void *p)
+{
+	uint64_t row = (uint64_t)l->geom.head_dim * l->geom.dtype_bytes;
+	uint32_t n = l->geom.page_tokens * l->geom.kv_heads;
+
+	if (kvt_layout_rows(l) == 1) {
+		XXH3_64bits_update(h, p, l->chunk_bytes);
+		return;
+	}
+	for (uint32_t r = 0; r < n; r++)
+		XXH3_64bits_update(h, (const char *)p + kvt_layout_row_off(l, r),
+				   row);
+}
+
 #endif

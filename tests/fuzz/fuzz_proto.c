@@ -24,12 +24,15 @@ static void encode(kvtd_buf *b, const kvtd_req *q)
 		kvtd_put_bytes(b, q->u.hello.ns, strlen(q->u.hello.ns));
 		break;
 	case KVTD_MSG_REGISTER:
+	case KVTD_MSG_REGISTER_ROWS:
 		kvtd_put_u32(b, (uint32_t)q->u.reg.device);
 		kvtd_put_u32(b, q->u.reg.nlayers);
 		kvtd_put_u64(b, q->u.reg.nblocks);
 		kvtd_put_u64(b, q->u.reg.block_stride);
 		kvtd_put_u64(b, q->u.reg.kv_stride);
 		kvtd_put_u64(b, q->u.reg.token_stride);
+		if (q->h.op == KVTD_MSG_REGISTER_ROWS)
+			kvtd_put_u64(b, q->u.reg.head_stride);
 		kvtd_put_bytes(b, q->u.reg.uuid, KVTD_UUID_BYTES);
 		kvtd_put_u32(b, q->u.reg.nseg);
 		for (uint32_t i = 0; i < q->u.reg.nseg; i++) {

@@ -33,8 +33,9 @@ sys.path.insert(0, os.path.join(HERE, "shims"))
 import tinymodel  # noqa: E402
 from sglang.srt.managers.cache_controller import (HiCacheController,  # noqa: E402
                                                   page_hashes)
-from sglang.srt.mem_cache.memory_pool_host import (DevicePoolInfo,  # noqa: E402
-                                                   MHATokenToKVPoolHost)
+from sglang.srt.mem_cache.memory_pool_host import (  # noqa: E402
+    DevicePoolInfo, MHATokenToKVPoolHost, MLADevicePoolInfo,
+    MLATokenToKVPoolHost)
 
 P = 4  # SGLang's --page-size here; the daemon's --page-tokens
 MODEL = "tiny-llama"
@@ -52,6 +53,18 @@ def make_pool(layout: str, pages: int, config: Optional[dict] = None,
                                 page_size=P, layout=layout)
 
 
+def make_mla_pool(layout: str, pages: int, config: Optional[dict] = None,
+                  dtype: Any = np.float32) -> MLATokenToKVPoolHost:
+    """An MLA host pool (one latent per token) of @pages pages."""
+    c = config or tinymodel.MLA_CONFIG
+    dev = MLADevicePoolInfo(kv_lora_rank=c["kv_lora_rank"],
+                            qk_rope_head_dim=c["qk_rope_head_dim"],
+                            layer_num=c["num_hidden_layers"], size=P,
+                            store_dtype=dtype)
+    return MLATokenToKVPoolHost(dev, host_to_device_ratio=pages, host_size=0,
+                                page_size=P, layout=layout)
+
+
 def extra_config(socket: str, **over: Any) -> Dict[str, Any]:
     cfg: Dict[str, Any] = {"backend_name": "kvtier",
                            "module_path": "kvtier.sglang",
@@ -61,7 +74,7 @@ def extra_config(socket: str, **over: Any) -> Dict[str, Any]:
     return {k: v for k, v in cfg.items() if v is not None}
 
 
-def make_controller(pool: MHATokenToKVPoolHost, socket: str, tp_rank: int = 0,
+def make_controller(pool: Any, socket: str, tp_rank: int = 0,
                     tp_size: int = 1, **extra: Any) -> HiCacheController:
     """SGLang's controller with kvtier as its dynamic backend."""
     return HiCacheController(pool, P, storage_backend="dynamic",
@@ -69,27 +82,33 @@ def make_controller(pool: MHATokenToKVPoolHost, socket: str, tp_rank: int = 0,
                              storage_backend_extra_config=extra_config(
                                  socket, **extra),
                              tp_rank=tp_rank, tp_size=tp_size,
+                             is_mla_model=hasattr(pool, "kv_lora_rank"),
                              prefetch_threshold=P)
 
 
-def kv_view(pool: MHATokenToKVPoolHost) -> tinymodel.PagedKV:
-    """tinymodel's paged K/V views over the host pool (block = pool page)."""
+def kv_view(pool: Any) -> tinymodel.PagedKV:
+    """tinymodel's paged K/V views [pages, P, H, D] per layer over the host
+    pool, whatever its layout (MLA: the latent [pages, P, 1, Dk] as K and
+    as V)."""
+    from kvtier.layout import sglang_roles
     buf = pool.kv_buffer
     if hasattr(buf, "numpy"):  # a torch CPU tensor: a view of its memory
         buf = buf.numpy()
-    s = buf.dtype.itemsize
-    e = pool.head_num * pool.head_dim * s
-    L, N = pool.layer_num, pool.size
-    if pool.layout == "layer_first":
-        offs = [l * N * e for l in range(L)]
-        bs, ks = P * e, L * N * e
-    elif pool.layout == "page_first_direct":
-        offs = [l * P * e for l in range(L)]
-        bs, ks = L * P * e, pool.page_num * L * P * e
-    else:
-        raise ValueError(pool.layout)
-    return tinymodel.PagedKV.from_strided(buf, offs, pool.page_num, bs, ks, e,
-                                          P, pool.head_num, pool.head_dim)
+    mla = hasattr(pool, "kv_lora_rank")
+    roles = list(sglang_roles(pool.layout, mla))
+    if "slot" in roles:        # token slots: pages x P
+        i = roles.index("slot")
+        buf = buf.reshape(buf.shape[:i] + (pool.page_num, P) +
+                          buf.shape[i + 1:])
+        roles[i:i + 1] = ["block", "token"]
+    want = ["layer", "block", "token", "head", "dim"]
+    if mla:
+        a = buf.transpose([roles.index(r) for r in want])
+        return tinymodel.PagedKV([a[l] for l in range(pool.layer_num)],
+                                 [a[l] for l in range(pool.layer_num)])
+    a = buf.transpose([roles.index(r) for r in ["kv"] + want])
+    return tinymodel.PagedKV([a[0, l] for l in range(pool.layer_num)],
+                             [a[1, l] for l in range(pool.layer_num)])
 
 
 def store(model: tinymodel.TinyModel, ctl: HiCacheController,
@@ -138,10 +157,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--tokens", required=True, help="comma-separated ids")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", help="load: .npz for the logits")
+    ap.add_argument("--mla", action="store_true",
+                    help="tinymodel's MLA variant in an MLA host pool")
     a = ap.parse_args(argv)
     tokens = [int(t) for t in a.tokens.split(",")]
-    model = tinymodel.TinyModel(seed=a.seed)
-    pool = make_pool(a.layout, pages=2 * (len(tokens) // P) + 4)
+    pages = 2 * (len(tokens) // P) + 4
+    if a.mla:
+        model: tinymodel.TinyModel = tinymodel.TinyMLAModel(seed=a.seed)
+        pool: Any = make_mla_pool(a.layout, pages)
+    else:
+        model = tinymodel.TinyModel(seed=a.seed)
+        pool = make_pool(a.layout, pages)
     ctl = make_controller(pool, a.socket)
     try:
         if a.role == "store":
@@ -152,6 +178,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             np.savez(a.out, logits=logits, cached=cached)
             print(json.dumps({"cached": cached}))
     finally:
+        ctl.stop()
         ctl.storage_backend.close()
     return 0
 

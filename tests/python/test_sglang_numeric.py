@@ -31,9 +31,11 @@ ENGINE = os.path.join(HERE, "sglang_engine.py")
 SEED = 7
 
 
-def engine(role, sock, layout, tokens, out=None):
+def engine(role, sock, layout, tokens, out=None, mla=False):
     cmd = [sys.executable, ENGINE, role, "--socket", sock, "--layout", layout,
            "--seed", str(SEED), "--tokens", ",".join(map(str, tokens))]
+    if mla:
+        cmd.append("--mla")
     if out:
         cmd += ["--out", out]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
@@ -41,9 +43,9 @@ def engine(role, sock, layout, tokens, out=None):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def run_b(sock, layout, tokens, workdir, ref, name):
+def run_b(sock, layout, tokens, workdir, ref, name, mla=False):
     out = os.path.join(workdir, name + ".npz")
-    engine("load", sock, layout, tokens, out)
+    engine("load", sock, layout, tokens, out, mla)
     z = np.load(out)
     cached = int(z["cached"])
     logits = z["logits"]
@@ -89,3 +91,30 @@ def test_restored_prefix_gives_exact_logits(workdir, layouts):
                 tinymodel.CONFIG, page_tokens=P), socket=sock) as cl:
             assert cl.stats()["cache"]["checksum_failures"] > before
     assert time.monotonic() - t0 < 60
+
+
+def test_every_layout_exact_logits(workdir):
+    """The proof across SGLang's host-pool layouts: A backs a prompt up from
+    a page_head pool (heads before tokens, layers between them: registered
+    in rows); B restores it into page_first (layers interleaved per token)
+    and layer_first pools: logits bitwise the full recompute's. MLA: the
+    latent-attention tinymodel through MLA pools (page_first to
+    page_first_direct and layer_first), bitwise too."""
+    rng = np.random.default_rng(29)
+    prompt = [int(t) for t in rng.integers(0, 256, 8 * P)]
+    longer = prompt + [int(t) for t in rng.integers(0, 256, P + 1)]
+    ref = tinymodel.TinyModel(seed=SEED).logits(longer)
+    with kvt_testutil.daemon(workdir, tinymodel.CONFIG, page_tokens=P,
+                             tiers="dram:8M") as sock:
+        assert engine("store", sock, "page_head", prompt)["pages"] == 8
+        for lb in ("page_first", "layer_first"):
+            assert run_b(sock, lb, longer, workdir, ref,
+                         "from-page_head-" + lb) == 8 * P
+    ref = tinymodel.TinyMLAModel(seed=SEED).logits(longer)
+    with kvt_testutil.daemon(workdir, tinymodel.MLA_CONFIG, page_tokens=P,
+                             tiers="dram:8M") as sock:
+        assert engine("store", sock, "page_first", prompt,
+                      mla=True)["pages"] == 8
+        for lb in ("page_first_direct", "layer_first"):
+            assert run_b(sock, lb, longer, workdir, ref, "mla-" + lb,
+                         mla=True) == 8 * P

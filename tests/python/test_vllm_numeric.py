@@ -164,3 +164,36 @@ def test_restored_prefix_gives_exact_logits(workdir):
             with kvtier.Client(geo, socket=sock) as cl:
                 assert cl.stats()["cache"]["checksum_failures"] > before
     assert time.monotonic() - t0 < 60
+
+
+def test_layouts_exact_logits(workdir):
+    """The proof across attention backends' layouts: A stores a prompt
+    from a FlashInfer HND cache (block outer, heads before tokens); B
+    restores it into the CPU backend's (2, blocks, H, P, D) cache: logits
+    bitwise the full recompute's (the other layouts round-trip element for
+    element in test_vllm_shim). MLA: tinymodel's latent-attention variant
+    stores and restores its one latent per token (vLLM's MLA cache),
+    bitwise too."""
+    rng = np.random.default_rng(23)
+    prompt = [int(t) for t in rng.integers(0, 256, 8 * P)]
+    longer = prompt + [int(t) for t in rng.integers(0, 256, P + 2)]
+    model = tinymodel.TinyModel(seed=SEED)
+    ref = model.logits(longer)
+    with kvt_testutil.daemon(workdir, tinymodel.CONFIG, page_tokens=P,
+                             tiers="dram:8M") as sock:
+        z = engine(sock, prompt, os.path.join(workdir, "fi.npz"),
+                   "--backend", "FLASHINFER", "--kv-layout", "HND")
+        assert int(z["store_pages"]) == 8
+        for backend, layout in (("CPU_ATTN", "NHD"),):
+            assert run_b(sock, longer, workdir, ref,
+                         f"from-flashinfer-{backend}-{layout}", "--no-save",
+                         "--backend", backend, "--kv-layout", layout) == \
+                (8 * P, [])
+    mla = tinymodel.TinyMLAModel(seed=SEED)
+    ref = mla.logits(longer)
+    with kvt_testutil.daemon(workdir, tinymodel.MLA_CONFIG, page_tokens=P,
+                             tiers="dram:8M") as sock:
+        z = engine(sock, prompt, os.path.join(workdir, "mla.npz"), "--mla")
+        assert int(z["store_pages"]) == 8
+        assert run_b(sock, longer, workdir, ref, "mla", "--no-save",
+                     "--mla") == (8 * P, [])

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import kvtier
+import kvtier.layout as kv_layout
 import kvtier.vllm as kv_vllm
 import kvt_testutil
 import tinymodel
@@ -399,3 +400,217 @@ def test_daemon_restart(workdir, monkeypatch):
         assert outputs(e2, {"c2": c}) == expect({"c2": c})
         assert e2.stats["load_pages"] == 4
         e2.shutdown()
+
+
+# -- every KV layout the pinned vLLM hands a connector -------------------------
+
+# (attention backend, cache layout, --kv-cache-dtype, model)
+LAYOUTS = [
+    ("FLASH_ATTN", "NHD", "auto", "llama"),
+    ("FLASH_ATTN", "HND", "auto", "llama"),
+    ("FLASHINFER", "NHD", "auto", "llama"),
+    ("FLASHINFER", "HND", "auto", "llama"),
+    ("CPU_ATTN", "NHD", "auto", "llama"),
+    ("FLASH_ATTN", "NHD", "fp8", "llama"),
+    ("FLASHINFER", "HND", "fp8", "llama"),
+    ("MLA", "NHD", "auto", "mla"),
+    ("MLA", "NHD", "fp8", "mla"),
+]
+
+
+def pattern(hs, pos, layer, kv, shape, dtype):
+    """A value for every (head, dim) of a position's K (kv 0) or V (1) of
+    @layer: distinct per element, so a permuted head, token or dim shows."""
+    h, d = shape
+    base = (hs[pos] * 7 + layer * 13 + kv * 5) % 251
+    vals = (base + np.arange(h * d).reshape(h, d) * 3) % 251
+    return vals.astype(dtype)
+
+
+def pattern_forward(engine):
+    """Writes pattern() into the engine's blocks (through its logical
+    [blocks, P, H, D] views, whatever the layout) and samples a token
+    that hashes every element read back for every position."""
+    def forward(rid, tokens, block_ids, c, wait, save):
+        hs = prefix_h(tokens)
+        total = 0
+        for l in range(engine.model_config["num_hidden_layers"]):
+            if wait:
+                wait(l)
+            k, v = engine.layer(l)
+            shape, dt = k.shape[2:], k.dtype
+            for pos in range(c, len(tokens)):
+                b, t = block_ids[pos // P], pos % P
+                k[b, t] = pattern(hs, pos, l, 0, shape, dt)
+                if v is not k:
+                    v[b, t] = pattern(hs, pos, l, 1, shape, dt)
+            if save:
+                save(l)
+            w = np.arange(1, shape[0] * shape[1] + 1).reshape(shape)
+            for p in range(len(tokens)):
+                b, t = block_ids[p // P], p % P
+                total += int((k[b, t].astype(np.int64) * w).sum())
+                if v is not k:
+                    total += int((v[b, t].astype(np.int64) * w * 3).sum())
+        return total % 256, None
+    return forward
+
+
+def pattern_reference(tokens, layers, shape, mla):
+    hs = prefix_h(tokens)
+    w = np.arange(1, shape[0] * shape[1] + 1).reshape(shape)
+    total = 0
+    for l in range(layers):
+        for p in range(len(tokens)):
+            # MLA keeps one latent (written as K)
+            k = pattern(hs, p, l, 0, shape, np.int64)
+            total += int((k * w).sum())
+            if not mla:
+                total += int((pattern(hs, p, l, 1, shape, np.int64) * w *
+                              3).sum())
+    return total % 256
+
+
+@pytest.mark.parametrize("i", range(len(LAYOUTS)),
+                         ids=["-".join(x) for x in LAYOUTS])
+def test_layouts_round_trip(workdir, i):
+    """Engine A in layout LAYOUTS[i] stores a prompt; engine B in the next
+    layout of the same model and dtype restores it from the daemon: every
+    element of every restored page is where B's layout wants it (B's
+    output hashes all of them), and B loaded every page it could."""
+    backend, layout, kvd, model = LAYOUTS[i]
+    same = [x for x in LAYOUTS if x[2:] == (kvd, model)]
+    nb_, nl, _, _ = same[(same.index(LAYOUTS[i]) + 1) % len(same)]
+    cfg = tinymodel.MLA_CONFIG if model == "mla" else tinymodel.CONFIG
+    args = ("--kv-dtype", "fp8") if kvd == "fp8" else ()
+    mla = model == "mla"
+    with kvt_testutil.daemon(workdir, cfg, page_tokens=P, args=args) as s:
+        a = tokens(71 + i, 5 * P + 2)
+        ea = ve.Engine({"socket": s}, model_config=cfg, backend=backend,
+                       kv_layout=layout, cache_dtype=kvd)
+        shape = ea.layer(0)[0].shape[2:]
+        L_ = cfg["num_hidden_layers"]
+        ea.add("a", a, 1)
+        ea.run(pattern_forward(ea))
+        assert ea.stats["store_pages"] == 5
+        ea.shutdown()
+        eb = ve.Engine({"socket": s, "save": False}, model_config=cfg,
+                       backend=nb_, kv_layout=nl, cache_dtype=kvd)
+        req = eb.add("b", a + [1, 2, 3], 1)
+        eb.run(pattern_forward(eb))
+        assert eb.stats["load_pages"] == 5 and eb.invalid == []
+        want = [pattern_reference(a + [1, 2, 3], L_, shape, mla)]
+        assert req.output_token_ids == want, (backend, layout, nb_, nl)
+        eb.shutdown()
+        # the device path (the emulated device, registered by handle as a
+        # GPU's): layouts whose chunks are packed load there the same;
+        # layouts in rows are refused, saying why and what to do
+        info = kv_layout.derive([kv_layout.describe(t) for t in
+                                 eb.kv.values()], eb.roles, P, shape[0],
+                                shape[1], 1 if mla else 2)
+        ext = {"socket": s, "save": False, "device": "emu"}
+        if info.rows:
+            with pytest.raises(kvtier.KvtierError, match="rows") as ei:
+                ve.Engine(ext, model_config=cfg, backend=nb_, kv_layout=nl,
+                          cache_dtype=kvd, emu=True)
+            assert ei.value.name == "KVT_ENOTBUILT" and \
+                "staging" in str(ei.value)
+            return
+        ed = ve.Engine(ext, model_config=cfg, backend=nb_, kv_layout=nl,
+                       cache_dtype=kvd, emu=True)
+        req = ed.add("d", a + [1, 2, 3], 1)
+        ed.run(pattern_forward(ed))
+        assert ed.stats["load_pages"] == 5 and ed.invalid == []
+        assert req.output_token_ids == want, ("emu", nb_, nl)
+        ed.shutdown()
+
+
+def test_hybrid_model_refused(sock):
+    """Several KV cache groups (sliding-window or mamba layers beside full
+    attention under vLLM's hybrid allocator) are refused at start, with
+    the reason and what to do."""
+    from vllm.v1.kv_cache_interface import (FullAttentionSpec,
+                                            KVCacheConfig, KVCacheGroupSpec,
+                                            MambaSpec, SlidingWindowSpec)
+    cfg = ve.vllm_config({"socket": sock}, tinymodel.CONFIG)
+    two = KVCacheConfig(64, [], [
+        KVCacheGroupSpec(["l0", "l1"], FullAttentionSpec(P, 2, 16)),
+        KVCacheGroupSpec(["l2", "l3"], SlidingWindowSpec(P, 2, 16,
+                                                         sliding_window=8))])
+    with pytest.raises(ValueError, match="disable-hybrid-kv-cache-manager"):
+        kv_vllm.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, two)
+    mamba = KVCacheConfig(64, [], [KVCacheGroupSpec(["l0"], MambaSpec(P))])
+    with pytest.raises(ValueError, match="mamba"):
+        kv_vllm.KvtierConnector(cfg, KVConnectorRole.WORKER, mamba)
+
+
+def test_chunked_prefill_and_budget(sock):
+    """A token budget below the prompt: vLLM prefills it in chunks over
+    several steps; the connector stores pages as each chunk completes
+    them, and a second engine (budget too) restores them all."""
+    a = tokens(81, 9 * P + 1)
+    e = ve.Engine({"socket": sock}, token_budget=2 * P + 1)
+    req = e.add("a", a, 2)
+    steps = 0
+    f = fake_forward(e)
+    while e.scheduler.has_requests():
+        e.step(f)
+        steps += 1
+    assert steps >= 5                       # 37 tokens at 9 a step
+    assert req.output_token_ids == expect({"a": a}, 2)["a"]
+    e.run(f)                                # the delayed frees
+    assert all_free(e) and e.stats["store_pages"] >= 9
+    e.shutdown()
+    e2 = ve.Engine({"socket": sock, "save": False}, token_budget=2 * P + 1)
+    assert outputs(e2, {"b": a}) == expect({"b": a})
+    assert e2.stats["load_pages"] == 9
+    e2.shutdown()
+
+
+def test_preempted_when_blocks_run_out(sock):
+    """Preemption as upstream schedules it: two requests decoding in a
+    pool too small for both; the later is preempted (its stores stopped
+    before its blocks go to the other), resumes, and both outputs are
+    right."""
+    e = ve.Engine({"socket": sock}, num_blocks=11)
+    a, b = tokens(91, 4 * P + 1), tokens(92, 4 * P + 1)
+    ra, rb = e.add("a", a, 3 * P), e.add("b", b, 3 * P)
+    f = fake_forward(e)
+    preempted = False
+    while e.scheduler.has_requests():
+        so = e.scheduler.schedule()
+        if so.preempted_req_ids:
+            preempted = True
+        mro = e.runner.execute_model(so, f, lambda r: e.scheduler
+                                     .requests[r].all_token_ids)
+        for rid in so.preempted_req_ids:
+            assert rid not in e.worker_conn._store_jobs
+        e.scheduler.update_from_output(so, mro)
+    assert preempted
+    assert ra.output_token_ids == expect({"a": a}, 3 * P)["a"]
+    assert rb.output_token_ids == expect({"b": b}, 3 * P)["b"]
+    e.run(f)
+    assert all_free(e)
+    e.shutdown()
+
+
+def test_stepping_stops_with_only_delayed_frees(sock):
+    """Upstream's engine loop stops when only delayed frees remain: v0.12
+    vLLM keeps the blocks until the next step (a new request); later
+    releases ask has_pending_push_work() and step on until the workers
+    report the stores done."""
+    import vllm
+    e = ve.Engine({"socket": sock})
+    e.add("a", tokens(95, 4 * P + 1), 1)
+    f = fake_forward(e)
+    e.run(f, drain=False)
+    if vllm.GENERATION == "v0.12":
+        e.scheduler.connector = None   # v0.12's loop does not ask
+        e.run(f, drain=False)
+        # held, or already freed if the store beat the last step
+        e.scheduler.connector = e.sched_conn
+    else:
+        assert not e.scheduler.delayed_free
+    e.run(f)                           # the next request's steps free them
+    assert all_free(e)
+    e.shutdown()

@@ -109,6 +109,16 @@ class TinyModel:
         self.qh = c["num_attention_heads"]
         self.kvh = c["num_key_value_heads"]
         self.d = c.get("head_dim", self.hidden // self.qh)
+        self._init_weights(c, seed, lambda w, h: dict(
+            wq=w(h, self.qh * self.d), wk=w(h, self.kvh * self.d),
+            wv=w(h, self.kvh * self.d), wo=w(self.qh * self.d, h)))
+        inv = 1.0 / (c["rope_theta"] ** (np.arange(0, self.d, 2) / self.d))
+        self._inv_freq = inv  # float64; each position's angles cast once
+
+    def _init_weights(self, c: dict, seed: int,
+                      attn: Callable[..., dict]) -> None:
+        """Random weights from @seed: embedding, per layer the norms, the
+        attention weights @attn(w, hidden) makes and the MLP, the head."""
         self.vocab = c["vocab_size"]
         self.eps = c["rms_norm_eps"]
         rng = np.random.default_rng(seed)
@@ -121,16 +131,26 @@ class TinyModel:
         self.embed = rng.standard_normal((self.vocab, h)).astype(np.float32)
         self.lw = []
         for _ in range(self.layers):
-            self.lw.append(dict(
-                ln1=(1 + 0.1 * rng.standard_normal(h)).astype(np.float32),
-                wq=w(h, self.qh * self.d), wk=w(h, self.kvh * self.d),
-                wv=w(h, self.kvh * self.d), wo=w(self.qh * self.d, h),
-                ln2=(1 + 0.1 * rng.standard_normal(h)).astype(np.float32),
-                wg=w(h, inter), wu=w(h, inter), wd=w(inter, h)))
+            lw = dict(ln1=(1 + 0.1 * rng.standard_normal(h)).astype(
+                np.float32))
+            lw.update(attn(w, h))
+            lw.update(ln2=(1 + 0.1 * rng.standard_normal(h)).astype(
+                np.float32), wg=w(h, inter), wu=w(h, inter), wd=w(inter, h))
+            self.lw.append(lw)
         self.norm = np.ones(h, np.float32)
         self.head = w(h, self.vocab)
-        inv = 1.0 / (c["rope_theta"] ** (np.arange(0, self.d, 2) / self.d))
-        self._inv_freq = inv  # float64; each position's angles cast once
+
+    def _ffn(self, x: np.ndarray, att: np.ndarray, lw: dict) -> np.ndarray:
+        """The residual around attention output @att, then SwiGLU."""
+        h1 = x + att
+        hn = _rms(h1, lw["ln2"], self.eps)
+        gt = hn @ lw["wg"]
+        act = gt / (np.float32(1) + np.exp(-gt)) * (hn @ lw["wu"])
+        return h1 + act @ lw["wd"]
+
+    def _logits(self, x: np.ndarray) -> np.ndarray:
+        return np.stack([_rms(x[r], self.norm, self.eps) @ self.head
+                         for r in range(x.shape[0])])
 
     def config_json(self) -> str:
         return json.dumps(self.config, indent=1)
@@ -194,15 +214,10 @@ class TinyModel:
                     s = (keys[:, g, :] @ qs[r][hq]) * scale
                     e = np.exp(s - s.max())
                     heads.append((e / e.sum()) @ vals[:, g, :])
-                att = np.concatenate(heads) @ lw["wo"]
-                h1 = x[r] + att
-                hn = _rms(h1, lw["ln2"], self.eps)
-                gt = hn @ lw["wg"]
-                act = gt / (np.float32(1) + np.exp(-gt)) * (hn @ lw["wu"])
-                out[r] = h1 + act @ lw["wd"]
+                out[r] = self._ffn(x[r], np.concatenate(heads) @ lw["wo"],
+                                   lw)
             x = out
-        return np.stack([_rms(x[r], self.norm, self.eps) @ self.head
-                         for r in range(x.shape[0])])
+        return self._logits(x)
 
     def logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Every position's logits, recomputed from nothing in a private
@@ -211,3 +226,111 @@ class TinyModel:
         nb = (len(tokens) + p - 1) // p
         kv = PagedKV.private(nb, self.layers, p, self.kvh, self.d)
         return self.prefill(tokens, kv, list(range(nb)), 0)
+
+
+MLA_CONFIG = {
+    "architectures": ["DeepseekV2ForCausalLM"],
+    "model_type": "deepseek_v2",
+    "num_hidden_layers": 3,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "kv_lora_rank": 32,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 16,
+    "v_head_dim": 16,
+    "intermediate_size": 128,
+    "vocab_size": 256,
+    "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float32",
+}
+
+
+class TinyMLAModel(TinyModel):
+    """The same decoder with multi-head latent attention (DeepSeek-V2's
+    MLA): each token caches ONE latent per layer, [c_kv (kv_lora_rank) |
+    k_rope (qk_rope_head_dim)] — what vLLM's MLA backends and SGLang's MLA
+    pools hold — and every head's K and V are expanded from it when
+    attending (K_h = [c_kv W_uk_h, rope(k_rope)], V_h = c_kv W_uv_h). The
+    cache is PagedKV's K arrays of shape [nblocks, P, 1, latent]; V is
+    unused. Bit-exact by construction as TinyModel: each row alone."""
+
+    def __init__(self, seed: int = 0, config: Optional[dict] = None) -> None:
+        c = dict(MLA_CONFIG if config is None else config)
+        self.config = c
+        self.layers = c["num_hidden_layers"]
+        self.hidden = c["hidden_size"]
+        self.qh = c["num_attention_heads"]
+        self.r = c["kv_lora_rank"]
+        self.dr = c["qk_rope_head_dim"]
+        self.dn = c["qk_nope_head_dim"]
+        self.dv = c["v_head_dim"]
+        self.kvh, self.d = 1, self.r + self.dr   # the cache: one latent
+        self._init_weights(c, seed, lambda w, h: dict(
+            wq=w(h, self.qh * (self.dn + self.dr)), wkv=w(h, self.r + self.dr),
+            wuk=w(self.r, self.qh * self.dn), wuv=w(self.r, self.qh * self.dv),
+            wo=w(self.qh * self.dv, h)))
+        self._inv_freq = 1.0 / (c["rope_theta"] **
+                                (np.arange(0, self.dr, 2) / self.dr))
+
+    def _rope_r(self, x: np.ndarray, pos: int) -> np.ndarray:
+        ang = pos * self._inv_freq
+        cos = np.cos(ang).astype(np.float32)
+        sin = np.sin(ang).astype(np.float32)
+        half = self.dr // 2
+        x1, x2 = x[..., :half], x[..., half:]
+        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin],
+                              axis=-1)
+
+    def prefill(self, tokens: Sequence[int], kv: PagedKV,
+                block_table: Sequence[int], num_cached: int,
+                before_layer: Optional[Callable[[int], None]] = None,
+                after_layer: Optional[Callable[[int], None]] = None
+                ) -> np.ndarray:
+        n, p = len(tokens), kv.page_tokens
+        if not 0 <= num_cached < n:
+            raise ValueError("prefill: need at least one token to compute")
+        if len(block_table) * p < n:
+            raise ValueError("prefill: block table too short")
+        x = np.stack([self.embed[t] for t in tokens[num_cached:]])
+        scale = np.float32(1.0 / np.sqrt(self.dn + self.dr))
+        for l, lw in enumerate(self.lw):
+            if before_layer:
+                before_layer(l)
+            lat = kv.k(l)                      # [nblocks, P, 1, r + dr]
+            qs = []
+            for r in range(x.shape[0]):
+                pos = num_cached + r
+                hn = _rms(x[r], lw["ln1"], self.eps)
+                q = (hn @ lw["wq"]).reshape(self.qh, self.dn + self.dr)
+                q = np.concatenate([q[:, :self.dn],
+                                    self._rope_r(q[:, self.dn:], pos)],
+                                   axis=1)
+                c = hn @ lw["wkv"]
+                c = np.concatenate([c[:self.r],
+                                    self._rope_r(c[self.r:], pos)])
+                b, t = block_table[pos // p], pos % p
+                lat[b, t, 0] = c
+                qs.append(q)
+            if after_layer:
+                after_layer(l)
+            out = np.empty_like(x)
+            for r in range(x.shape[0]):
+                pos = num_cached + r
+                npg = pos // p + 1
+                blocks = list(block_table[:npg])
+                cs = lat[blocks].reshape(npg * p, self.d)[:pos + 1]
+                ckv, krope = cs[:, :self.r], cs[:, self.r:]
+                kn = (ckv @ lw["wuk"]).reshape(-1, self.qh, self.dn)
+                vv = (ckv @ lw["wuv"]).reshape(-1, self.qh, self.dv)
+                heads = []
+                for hq in range(self.qh):
+                    s = (kn[:, hq, :] @ qs[r][hq, :self.dn] +
+                         krope @ qs[r][hq, self.dn:]) * scale
+                    e = np.exp(s - s.max())
+                    heads.append((e / e.sum()) @ vv[:, hq, :])
+                out[r] = self._ffn(x[r], np.concatenate(heads) @ lw["wo"],
+                                   lw)
+            x = out
+        return self._logits(x)

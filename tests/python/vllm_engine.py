@@ -7,6 +7,8 @@ As a program (one engine process of the numerical proof):
 
   vllm_engine.py --socket S --tokens 1,2,3... --out F.npz
                  [--no-save] [--load-mode async|layerwise] [--torch]
+                 [--backend FLASH_ATTN|FLASHINFER|CPU_ATTN|MLA]
+                 [--kv-layout NHD|HND]
       serve one request (prefill, one token) with tinymodel: restore what
       the daemon has of the prompt through the connector, prefill the
       rest, store the computed pages; writes the last prefill's logits,
@@ -32,7 +34,7 @@ import numpy as np  # noqa: E402
 
 import tinymodel  # noqa: E402
 from vllm.config import (CacheConfig, HFConfig, KVTransferConfig,  # noqa: E402
-                         ModelConfig, VllmConfig)
+                         ModelConfig, SchedulerConfig, VllmConfig)
 from vllm.distributed.kv_transfer.kv_connector.factory import \
     KVConnectorFactory  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.base import \
@@ -40,6 +42,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import \
 from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import (FullAttentionSpec,  # noqa: E402
+                                        KVCacheConfig, KVCacheGroupSpec,
+                                        KVCacheTensor, MLAAttentionSpec)
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.worker.kv_connector_model_runner_mixin import \
     KVConnectorModelRunner  # noqa: E402
@@ -48,15 +53,36 @@ P = 4  # vLLM's --block-size here; the daemon's --page-tokens
 
 
 def vllm_config(extra: Optional[Dict[str, Any]], model_config: dict,
-                block_size: int = P) -> VllmConfig:
-    """A VllmConfig with kvtier's connector (None: no connector)."""
-    ktc = None if extra is None else KVTransferConfig(
-        kv_connector="KvtierConnector", kv_connector_module_path="kvtier.vllm",
-        kv_role="kv_both", kv_connector_extra_config=dict(extra))
-    return VllmConfig(model_config=ModelConfig("tiny-llama",
-                                               HFConfig(model_config)),
-                      cache_config=CacheConfig(block_size=block_size),
+                block_size: int = P, cache_dtype: str = "auto",
+                token_budget: int = 2048, ktc: Any = None,
+                model: str = "tiny-llama") -> VllmConfig:
+    """A VllmConfig with kvtier's connector (None: no connector; @ktc: the
+    KVTransferConfig a command line gave)."""
+    if ktc is None and extra is not None:
+        ktc = KVTransferConfig(
+            kv_connector="KvtierConnector",
+            kv_connector_module_path="kvtier.vllm", kv_role="kv_both",
+            kv_connector_extra_config=dict(extra))
+    return VllmConfig(model_config=ModelConfig(model, HFConfig(model_config)),
+                      cache_config=CacheConfig(block_size=block_size,
+                                               cache_dtype=cache_dtype),
+                      scheduler_config=SchedulerConfig(
+                          max_num_batched_tokens=token_budget),
                       kv_transfer_config=ktc)
+
+
+def kv_cache_config(cfg: dict, num_blocks: int, block_size: int,
+                    names: Sequence[str]) -> KVCacheConfig:
+    """The KVCacheConfig vLLM builds for a model of one KV cache group."""
+    mla = "kv_lora_rank" in cfg
+    if mla:
+        spec: Any = MLAAttentionSpec(block_size, 1, cfg["kv_lora_rank"] +
+                                     cfg["qk_rope_head_dim"])
+    else:
+        spec = FullAttentionSpec(block_size, cfg["num_key_value_heads"],
+                                 cfg["head_dim"])
+    return KVCacheConfig(num_blocks, [KVCacheTensor(0, [n]) for n in names],
+                         [KVCacheGroupSpec(list(names), spec)])
 
 
 class Engine:
@@ -65,31 +91,54 @@ class Engine:
     def __init__(self, extra: Optional[Dict[str, Any]], num_blocks: int = 64,
                  model_config: Optional[dict] = None, use_torch: bool = False,
                  block_size: int = P, staged: bool = False,
-                 emu: bool = False) -> None:
+                 backend: str = "FLASH_ATTN", kv_layout: str = "NHD",
+                 cache_dtype: str = "auto", token_budget: int = 2048,
+                 kv_config: Any = "default", ktc: Any = None,
+                 model: str = "tiny-llama", emu: bool = False) -> None:
         cfg = model_config or tinymodel.CONFIG
-        self.config = vllm_config(extra, cfg, block_size)
+        self.model_config = cfg
+        self.mla = "kv_lora_rank" in cfg
+        if self.mla:
+            backend = "MLA"
+        self.config = vllm_config(extra, cfg, block_size, cache_dtype,
+                                  token_budget, ktc, model)
+        if ktc is not None:
+            extra = dict(ktc.kv_connector_extra_config)
         self.block_size = block_size
         self.sched_conn = self.worker_conn = None
+        os.environ["VLLM_KV_CACHE_LAYOUT"] = kv_layout
+        self.runner = KVConnectorModelRunner(None, cfg["num_hidden_layers"],
+                                             self.config, backend)
+        if kv_config == "default":
+            kv_config = kv_cache_config(cfg, num_blocks, block_size,
+                                        self.runner.layer_names)
         if extra is not None:
             self.sched_conn = KVConnectorFactory.create_connector(
-                self.config, KVConnectorRole.SCHEDULER)
+                self.config, KVConnectorRole.SCHEDULER, kv_config)
             self.worker_conn = KVConnectorFactory.create_connector(
-                self.config, KVConnectorRole.WORKER)
+                self.config, KVConnectorRole.WORKER, kv_config)
+        self.runner.connector = self.worker_conn
         self.kvm = KVCacheManager(num_blocks, block_size)
-        self.scheduler = Scheduler(self.kvm, self.sched_conn)
-        self.runner = KVConnectorModelRunner(self.worker_conn,
-                                             cfg["num_hidden_layers"])
+        self.scheduler = Scheduler(self.kvm, self.sched_conn,
+                                   self.config.scheduler_config)
         import kvtier.vllm
         dtype: Any = np.float32
         if use_torch:
             import torch
             dtype = torch.float32
+        heads = 1 if self.mla else cfg["num_key_value_heads"]
+        dim = (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"] if self.mla
+               else cfg["head_dim"])
         self.kv = self.runner.initialize_kv_cache(
-            num_blocks, block_size, cfg["num_key_value_heads"],
-            cfg["head_dim"], dtype,
+            num_blocks, block_size, heads, dim, dtype,
             allocator=None if staged else kvtier.vllm.emu_kv_buffer if emu
             else kvtier.vllm.host_kv_buffer,
-            use_torch=use_torch)
+            use_torch=use_torch, cache_dtype=cache_dtype)
+        from kvtier.layout import vllm_roles
+        t0 = next(iter(self.kv.values()))
+        self.roles = vllm_roles(tuple(t0.shape), block_size, heads, dim,
+                                self.mla,
+                                self.runner.backend.get_kv_cache_shape)
         self.hasher = get_request_block_hasher(block_size)
         self.invalid: List[int] = []
         self.stats: Dict[str, int] = {}
@@ -103,9 +152,17 @@ class Engine:
         return req
 
     def layer(self, l: int) -> Tuple[np.ndarray, np.ndarray]:
-        """Layer @l's K and V caches as NumPy views."""
+        """Layer @l's K and V caches as NumPy views [blocks, P, H, D],
+        whatever the backend's layout (MLA: the latent [blocks, P, 1, Dk]
+        twice)."""
         t = self.kv[self.runner.layer_names[l]]
         a = t.numpy() if hasattr(t, "numpy") else t
+        want = ["block", "token", "head", "dim"]
+        if self.mla:
+            lat = a.transpose([self.roles.index(r) for r in
+                               ("block", "token", "dim")])[:, :, None, :]
+            return lat, lat
+        a = a.transpose([self.roles.index(r) for r in ["kv"] + want])
         return a[0], a[1]
 
     def step(self, forward: Callable[..., Tuple[int, Any]]) -> List[str]:
@@ -130,12 +187,17 @@ class Engine:
         return self.scheduler.update_from_output(so, mro)
 
     def run(self, forward: Callable[..., Tuple[int, Any]],
-            timeout: float = 20.0) -> None:
-        """Step until every request is done and its blocks are free (a
-        step with nothing to schedule sleeps 1 ms, as an idle engine
-        would wait for its workers)."""
+            timeout: float = 20.0, drain: bool = True) -> None:
+        """Step as EngineCore does while the scheduler has requests
+        (unfinished ones, finished ids to send, or a connector with
+        pending work); a step with nothing to schedule sleeps 1 ms, as an
+        idle engine waits for its workers. Upstream then stops stepping
+        even when finished requests' blocks are still held (delay_free):
+        with @drain the engine steps on until they are freed, as the next
+        request's arrival would make it."""
         deadline = time.monotonic() + timeout
-        while self.scheduler.has_requests():
+        while self.scheduler.has_requests() or (
+                drain and self.scheduler.delayed_free):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"engine: requests still unfinished after "
                                    f"{timeout} s")
@@ -172,6 +234,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--load-mode", default="async")
     ap.add_argument("--no-save", action="store_true")
     ap.add_argument("--torch", action="store_true")
+    ap.add_argument("--backend", default="FLASH_ATTN")
+    ap.add_argument("--kv-layout", default="NHD")
+    ap.add_argument("--mla", action="store_true",
+                    help="tinymodel's MLA variant (one latent per token)")
     ap.add_argument("--staging", type=int, default=0, metavar="BLOCKS",
                     help="KV caches in memory the daemon cannot map, moved "
                     "through the connector's staging pool of BLOCKS blocks "
@@ -187,9 +253,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         extra.update(staging=True, staging_blocks=a.staging)
     if a.device == "emu":
         extra.update(device="emu")
+    model = (tinymodel.TinyMLAModel(seed=a.seed) if a.mla
+             else tinymodel.TinyModel(seed=a.seed))
     eng = Engine(extra, num_blocks=len(tokens) // P + 4, use_torch=a.torch,
-                 staged=a.staging > 0, emu=a.device == "emu")
-    model = tinymodel.TinyModel(seed=a.seed)
+                 staged=a.staging > 0, backend=a.backend,
+                 kv_layout=a.kv_layout, model_config=model.config,
+                 emu=a.device == "emu")
     eng.add("r0", tokens)
     eng.run(tiny_forward(eng, model))
     eng.shutdown()

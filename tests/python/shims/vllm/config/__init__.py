@@ -1,7 +1,9 @@
-# STAND-IN for vLLM v0.12.0 vllm/config/{vllm,kv_transfer,cache,model,
-# parallel}.py: reproduces only the fields a KV connector reads (VllmConfig.
-# kv_transfer_config / cache_config / model_config / parallel_config,
-# KVTransferConfig's connector fields); not vLLM.
+# STAND-IN for vLLM vllm/config/{vllm,kv_transfer,cache,model,parallel,
+# scheduler,compilation}.py (both generations, see vllm/__init__.py):
+# reproduces only the fields a KV connector and the stand-in scheduler read
+# (VllmConfig.kv_transfer_config / cache_config / model_config /
+# parallel_config / scheduler_config / compilation_config.static_forward_context,
+# KVTransferConfig's connector fields, CacheConfig.cache_dtype); not vLLM.
 from __future__ import annotations
 
 import dataclasses
@@ -15,6 +17,7 @@ class KVTransferConfig:
     kv_role: Optional[str] = None
     kv_connector_extra_config: Dict[str, Any] = dataclasses.field(
         default_factory=dict)
+    kv_load_failure_policy: str = "recompute"
 
     @property
     def is_kv_producer(self) -> bool:
@@ -29,6 +32,7 @@ class CacheConfig:
     block_size: int = 16
     cache_dtype: str = "auto"
     enable_prefix_caching: bool = True
+    num_gpu_blocks: Optional[int] = None
 
 
 class HFConfig(dict):
@@ -51,9 +55,31 @@ class ParallelConfig:
 
 
 @dataclasses.dataclass
+class SchedulerConfig:
+    """max_num_batched_tokens: the step's token budget; max_num_seqs;
+    enable_chunked_prefill; long_prefill_token_threshold (0: none)."""
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 256
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+
+
+@dataclasses.dataclass
+class CompilationConfig:
+    """static_forward_context: layer name -> its attention layer (whose
+    get_attn_backend() says the KV cache's shape)."""
+    static_forward_context: Dict[str, Any] = dataclasses.field(
+        default_factory=dict)
+
+
+@dataclasses.dataclass
 class VllmConfig:
     model_config: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     cache_config: CacheConfig = dataclasses.field(default_factory=CacheConfig)
     parallel_config: ParallelConfig = dataclasses.field(
         default_factory=ParallelConfig)
+    scheduler_config: SchedulerConfig = dataclasses.field(
+        default_factory=SchedulerConfig)
+    compilation_config: CompilationConfig = dataclasses.field(
+        default_factory=CompilationConfig)
     kv_transfer_config: Optional[KVTransferConfig] = None

@@ -1,6 +1,7 @@
-# STAND-IN for vLLM v0.12.0 vllm/v1/request.py: reproduces only Request's
-# ids, tokens, computed tokens, status and block_hashes (kept up to date by
-# the block hasher as tokens are appended) and RequestStatus; not vLLM.
+# STAND-IN for vLLM vllm/v1/request.py (both generations): reproduces only
+# Request's ids, tokens, computed / cached / external tokens, preemption
+# count, status and block_hashes (kept up to date by the block hasher as
+# tokens are appended), and RequestStatus with is_finished; not vLLM.
 from __future__ import annotations
 
 import enum
@@ -15,6 +16,7 @@ class RequestStatus(enum.IntEnum):
     FINISHED_STOPPED = enum.auto()
     FINISHED_LENGTH_CAPPED = enum.auto()
     FINISHED_ABORTED = enum.auto()
+    FINISHED_ERROR = enum.auto()
 
     @staticmethod
     def is_finished(status: "RequestStatus") -> bool:
@@ -34,6 +36,9 @@ class Request:
         self.max_tokens = max_tokens
         self.cache_salt = cache_salt
         self.num_computed_tokens = 0
+        self.num_cached_tokens = -1
+        self.num_external_computed_tokens = 0
+        self.num_preemptions = 0
         self.status = RequestStatus.WAITING
         self.block_hashes: List[bytes] = []
         self._hasher = block_hasher
@@ -48,6 +53,10 @@ class Request:
     def num_prompt_tokens(self) -> int:
         return len(self.prompt_token_ids)
 
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
     def append_output_token_ids(self, token: int) -> None:
         self.output_token_ids.append(token)
         self.all_token_ids.append(token)
@@ -56,4 +65,3 @@ class Request:
 
     def is_finished(self) -> bool:
         return RequestStatus.is_finished(self.status)
-

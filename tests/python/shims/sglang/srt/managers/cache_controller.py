@@ -1,30 +1,38 @@
-"""STAND-IN for SGLang v0.5.6.post2 (commit 5c8bd8b51b53)
-python/sglang/srt/managers/cache_controller.py: reproduces only the storage
-half of HiCacheController, in upstream's call order: creating the backend
-through StorageBackendFactory and registering the host pool with it;
-choosing the zero-copy calls for a "dynamic" backend only when its extra
-config says "interface_v1"; backup to storage (write_storage, then batches
-of storage_batch_size pages through batch_set_v1, stopping at the first
-failed batch); prefetch (the hit query: chained page keys of the new
-tokens, batch_exists per batch, leading run; the threshold; then batches
-through batch_get_v1, counting completed tokens up to the first failed
-page); the prefix_keys bookkeeping as upstream does it (including that an
-empty list is never extended). Not SGLang. Upstream runs backup and
-prefetch on threads fed by queues, with a TP all-reduce of the hit count;
-here backup() and run_prefetch() run one operation synchronously on the
-caller's thread (the same calls, in the same order). The GPU<->host half
-(write / load / layer counters) is absent.
+"""STAND-IN for SGLang python/sglang/srt/managers/cache_controller.py
+(v0.5.6.post2 at 5c8bd8b51b53; current's prefetch_io_aux_func and batch
+loops read at SGLang main, the same shape): reproduces only the storage
+half of HiCacheController, in upstream's call order and with upstream's
+threads: creating the backend through StorageBackendFactory and
+registering the host pool with it; choosing the zero-copy calls for a
+"dynamic" backend only when its extra config says "interface_v1"; a
+BACKUP thread (write_storage -> batches of storage_batch_size pages
+through batch_set_v1, stopping at the first failed batch; MLA ranks other
+than 0 skip backups), a PREFETCH thread (the hit query: chained page keys
+of the new tokens, batch_exists per batch, leading run; the threshold;
+slots past the hit released; the operation handed on) and the prefetch
+I/O thread it starts (batches through batch_get_v1, counting completed
+tokens up to the first failed page, the unfilled slots released). As
+upstream, each thread loops on its queue catching only queue.Empty: any
+exception a backend raises — or a None it returns where a list is
+indexed — ends that thread for good (threads_alive() says so; upstream
+never restarts them). Not SGLang. Differences on purpose: backup() and
+run_prefetch() hand one operation to the threads and wait for it (the
+scheduler polls upstream); no TP all-reduce of the hit count (one rank);
+no rate limiting; the GPU<->host half (write / load / layer counters) is
+absent.
 """
 from __future__ import annotations
 
 import logging
+import threading
+from queue import Empty, Queue
 from typing import Any, List, Optional
 
 import numpy as np
 
-from sglang.srt.mem_cache.hicache_storage import (HiCacheStorageConfig,
-                                                  HiCacheStorageExtraInfo,
-                                                  get_hash_str)
+from sglang.srt.mem_cache.hicache_storage import (HiCacheStorageExtraInfo,
+                                                  get_hash_str,
+                                                  make_storage_config)
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +52,7 @@ class StorageOperation:
         self.prefix_keys = prefix_keys
         self.id = StorageOperation.counter
         StorageOperation.counter += 1
+        self.done = threading.Event()   # NOT UPSTREAM: the test waits on it
 
 
 class PrefetchOperation(StorageOperation):
@@ -83,7 +92,7 @@ class HiCacheController:
             return
         self.storage_backend_type = storage_backend
         self.get_hash_str = get_hash_str
-        self.storage_config = HiCacheStorageConfig(
+        self.storage_config = make_storage_config(
             tp_rank=tp_rank, tp_size=tp_size, is_mla_model=is_mla_model,
             is_page_first_layout=mem_pool_host.layout == "page_first",
             model_name=model_name, extra_config=storage_backend_extra_config)
@@ -103,6 +112,38 @@ class HiCacheController:
                 self.storage_config.extra_config.get("interface_v1", 0)):
             self.page_get_func = self._page_get_zero_copy
             self.page_set_func = self._page_set_zero_copy
+        self._release_lock = threading.Lock()
+        self.storage_stop_event = threading.Event()
+        self.backup_queue: Queue = Queue()
+        self.prefetch_queue: Queue = Queue()
+        self.prefetch_buffer: Queue = Queue()
+        self.backup_thread = threading.Thread(target=self.backup_thread_func,
+                                              daemon=True)
+        self.prefetch_thread = threading.Thread(
+            target=self.prefetch_thread_func, daemon=True)
+        self.backup_thread.start()
+        self.prefetch_thread.start()
+
+    def append_host_mem_release(self, indices: Any) -> None:
+        with self._release_lock:
+            self.released.append(indices)
+
+    def threads_alive(self) -> dict:
+        """NOT UPSTREAM: which storage threads still run."""
+        aux = getattr(self, "prefetch_io_aux_thread", None)
+        return {"backup": self.backup_thread.is_alive(),
+                "prefetch": self.prefetch_thread.is_alive(),
+                "prefetch_io": aux is not None and aux.is_alive()}
+
+    def stop(self) -> None:
+        """NOT UPSTREAM (upstream: reset / process exit): stop the
+        threads."""
+        if self.enable_storage:
+            self.storage_stop_event.set()
+            for t in (self.backup_thread, self.prefetch_thread,
+                      getattr(self, "prefetch_io_aux_thread", None)):
+                if t is not None:
+                    t.join(timeout=5)
 
     # -- backup: host -> storage ----------------------------------------------
 
@@ -143,11 +184,26 @@ class HiCacheController:
                 break
             operation.completed_tokens += self.page_size * len(batch)
 
-    def backup(self, operation: StorageOperation) -> int:
-        """What upstream's backup thread does with one operation; returns
-        the tokens backed up."""
-        if not self.backup_skip:
-            self._page_backup(operation)
+    def backup_thread_func(self) -> None:
+        while not self.storage_stop_event.is_set():
+            try:
+                operation = self.backup_queue.get(block=True, timeout=0.05)
+                if operation is None:
+                    continue
+                if not self.backup_skip:
+                    self._page_backup(operation)
+                operation.done.set()
+            except Empty:
+                continue
+
+    def backup(self, operation: StorageOperation,
+               timeout: float = 30.0) -> int:
+        """Hand @operation to the backup thread and wait for it; returns
+        the tokens backed up. RuntimeError when the thread is gone."""
+        self.backup_queue.put(operation)
+        if not operation.done.wait(timeout):
+            raise RuntimeError(f"backup of operation {operation.id} not "
+                               f"done (threads: {self.threads_alive()})")
         return operation.completed_tokens
 
     # -- prefetch: storage -> host ----------------------------------------------
@@ -214,19 +270,51 @@ class HiCacheController:
                 prefix_keys += batch
         return hash_value, hits
 
-    def run_prefetch(self, operation: PrefetchOperation) -> int:
-        """What upstream's prefetch thread and its I/O thread do with one
-        operation; returns the tokens now in the host pool (a leading run
-        of operation.host_indices). Slots not filled are released."""
-        hash_value, hits = self._storage_hit_query(operation)
-        if hits < self.prefetch_threshold:
-            self.released.append(operation.host_indices)
-            return 0
-        operation.hash_value = hash_value[:hits // self.page_size]
-        self.released.append(operation.host_indices[hits:])
-        operation.host_indices = operation.host_indices[:hits]
-        self._page_transfer(operation)
-        self.released.append(operation.host_indices[operation.completed_tokens:])
+    def prefetch_io_aux_func(self) -> None:
+        while not self.storage_stop_event.is_set():
+            try:
+                operation = self.prefetch_buffer.get(block=True, timeout=0.05)
+                if operation is None:
+                    continue
+                self._page_transfer(operation)
+                self.append_host_mem_release(
+                    operation.host_indices[operation.completed_tokens:])
+                operation.done.set()
+            except Empty:
+                continue
+
+    def prefetch_thread_func(self) -> None:
+        self.prefetch_io_aux_thread = threading.Thread(
+            target=self.prefetch_io_aux_func, daemon=True)
+        self.prefetch_io_aux_thread.start()
+        while not self.storage_stop_event.is_set() or \
+                not self.prefetch_queue.empty():
+            try:
+                operation = self.prefetch_queue.get(block=True, timeout=0.05)
+                if operation is None:
+                    continue
+                hash_value, hits = self._storage_hit_query(operation)
+                if hits < self.prefetch_threshold:
+                    self.append_host_mem_release(operation.host_indices)
+                    operation.done.set()
+                    continue
+                operation.hash_value = hash_value[:hits // self.page_size]
+                self.append_host_mem_release(operation.host_indices[hits:])
+                operation.host_indices = operation.host_indices[:hits]
+                self.prefetch_buffer.put(operation)
+            except Empty:
+                continue
+
+    def run_prefetch(self, operation: PrefetchOperation,
+                     timeout: float = 30.0) -> int:
+        """Hand @operation to the prefetch threads and wait for it; returns
+        the tokens now in the host pool (a leading run of
+        operation.host_indices). Slots not filled are released.
+        RuntimeError when a thread is gone."""
+        self.prefetch_queue.put(operation)
+        if not operation.done.wait(timeout):
+            raise RuntimeError(f"prefetch {operation.request_id} not done "
+                               f"(threads: {self.threads_alive()})")
         return operation.completed_tokens
 
 

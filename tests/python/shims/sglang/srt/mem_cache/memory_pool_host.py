@@ -1,13 +1,19 @@
-"""STAND-IN for SGLang v0.5.6.post2 (commit 5c8bd8b51b53)
-python/sglang/srt/mem_cache/memory_pool_host.py: reproduces only the MHA
-host KV pool's buffer shapes per layout (layer_first, page_first,
-page_first_direct), its token-slot allocator (alloc/free in page
-multiples), get_data_page() and get_page_buffer_meta() (the pointer and
-size of every page, as the zero-copy storage backends get them); not
-SGLang. NumPy arrays stand in for the pinned torch tensors; there is no
-device, so load_to_device_per_layer / backup_from_device_all_layer (the
-GPU<->host copies) are absent: the tests compute KV straight into the
-host pool. MLA pools and the page_head layout are absent.
+"""STAND-IN for SGLang python/sglang/srt/mem_cache/memory_pool_host.py
+(v0.5.6.post2 at 5c8bd8b51b53; in current SGLang split into
+mem_cache/pool_host/{base,mha,mla}.py, read at 0047d999bb3a (mha) and
+01c0ede38cc9 (mla)): reproduces only the host KV pools' buffer shapes
+per layout — MHA: layer_first (2, L, N, H, D), page_first (2, N, L, H,
+D), page_first_direct (2, pages, L, P, H, D), page_head (2, pages, H, P,
+L, D); MLA (one latent of kv_lora_rank + qk_rope_head_dim per token):
+layer_first (L, N, 1, Dk), page_first (N, L, 1, Dk), page_first_direct
+(pages, L, P, 1, Dk), page_first_kv_split (Ascend: the latent and the rope
+part in two buffers) —, the token-slot allocator (alloc/free in page
+multiples), get_data_page() and the MHA pool's get_page_buffer_meta()
+(the pointer and size of every page, as the zero-copy storage backends
+get them); not SGLang. NumPy arrays stand in for the pinned torch tensors;
+there is no device, so load_to_device_per_layer /
+backup_from_device_all_layer (the GPU<->host copies) are absent: the tests
+compute KV straight into the host pool.
 """
 from __future__ import annotations
 
@@ -118,6 +124,8 @@ class MHATokenToKVPoolHost(HostKVCache):
             dims = (2, N, L, H, D)
         elif self.layout == "page_first_direct":
             dims = (2, self.page_num, L, self.page_size, H, D)
+        elif self.layout == "page_head":
+            dims = (2, self.page_num, H, self.page_size, L, D)
         else:
             raise ValueError(f"Unsupported layout: {self.layout}")
         self.token_stride_size = H * D * self.dtype.itemsize
@@ -138,7 +146,7 @@ class MHATokenToKVPoolHost(HostKVCache):
             page = self.kv_buffer[:, :, index:index + P]
         elif self.layout == "page_first":
             page = self.kv_buffer[:, index:index + P]
-        else:
+        else:   # page_first_direct, page_head: page-major
             page = self.kv_buffer[:, index // P:index // P + 1]
         return page.flatten() if flat else page
 
@@ -149,6 +157,9 @@ class MHATokenToKVPoolHost(HostKVCache):
         per page of layer_num*page_size*H*D*s bytes each."""
         if len(indices) % self.page_size:
             raise AssertionError("indices not in whole pages")
+        if self.layout == "page_head":
+            raise NotImplementedError("page_head: zero-copy page meta is "
+                                      "not reproduced")
         idx = indices.tolist()
         buf = self.kv_buffer
         base = (buf.data_ptr() if hasattr(buf, "data_ptr")  # a torch tensor
@@ -169,3 +180,60 @@ class MHATokenToKVPoolHost(HostKVCache):
                 ptrs += [k, k + v_offset]
             size = self.layer_num * self.page_size * e
         return ptrs, [size] * len(ptrs)
+
+
+@dataclass
+class MLADevicePoolInfo:
+    """NOT UPSTREAM: the fields of SGLang's MLATokenToKVPool the MLA host
+    pool reads."""
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    layer_num: int
+    size: int
+    store_dtype: Any = np.float32
+    start_layer: int = 0
+    device: str = "cpu"
+    index_head_dim: Optional[int] = None
+
+    @property
+    def end_layer(self) -> int:
+        return self.start_layer + self.layer_num - 1
+
+
+class MLATokenToKVPoolHost(HostKVCache):
+    """One latent per token and layer (no separate V)."""
+
+    def __init__(self, device_pool: MLADevicePoolInfo,
+                 host_to_device_ratio: float, host_size: int, page_size: int,
+                 layout: str, pin_memory: bool = True,
+                 device: str = "cpu") -> None:
+        super().__init__(device_pool, host_to_device_ratio, host_size,
+                         page_size, layout, pin_memory, device)
+
+    def get_size_per_token(self) -> int:
+        self.kv_lora_rank = self.device_pool.kv_lora_rank
+        self.qk_rope_head_dim = self.device_pool.qk_rope_head_dim
+        self.layer_num = self.device_pool.layer_num
+        self.kv_cache_dim = self.kv_lora_rank + self.qk_rope_head_dim
+        return self.kv_cache_dim * self.dtype.itemsize * self.layer_num
+
+    def init_kv_buffer(self) -> np.ndarray:
+        L, N, Dk, P = self.layer_num, self.size, self.kv_cache_dim, \
+            self.page_size
+        if self.layout == "layer_first":
+            dims: Tuple[int, ...] = (L, N, 1, Dk)
+        elif self.layout == "page_first":
+            dims = (N, L, 1, Dk)
+        elif self.layout == "page_first_direct":
+            dims = (self.page_num, L, P, 1, Dk)
+        elif self.layout == "page_first_kv_split":
+            base = (self.page_num, L, P, 1)
+            self.k_buffer = np.zeros(base + (self.kv_lora_rank,), self.dtype)
+            self.v_buffer = np.zeros(base + (self.qk_rope_head_dim,),
+                                     self.dtype)
+            return self.k_buffer
+        else:
+            raise ValueError(f"Unsupported layout: {self.layout}")
+        self.token_stride_size = Dk * self.dtype.itemsize
+        self.layout_dim = self.token_stride_size * L
+        return np.zeros(dims, dtype=self.dtype)

@@ -1,21 +1,33 @@
-# STAND-IN for vLLM v0.12.0 vllm/v1/worker/kv_connector_model_runner_mixin.py
-# (and gpu_model_runner.py's KV cache set-up): reproduces only the worker's
-# KV connector call sequence: KV caches allocated per layer in
-# FlashAttention's shape (2, num_blocks, block_size, kv_heads, head_dim)
-# and handed to connector.register_kv_caches(); per step
-# handle_preemptions, bind_connector_metadata, start_load_kv, the forward
-# pass (wait_for_layer_load before a layer reads its cache, save_kv_layer
-# after it wrote it), wait_for_save, get_finished(finished_req_ids),
+# STAND-IN for vLLM vllm/v1/worker/kv_connector_model_runner_mixin.py and
+# the KV connector part of gpu_model_runner.py (execute_model,
+# initialize_kv_cache), in the generation of vllm/__init__.py: "current" as
+# read at 00f4240ee6458263d76cf51ca7901ce1350bb4d1 (and the worker's
+# handle_preemptions(scheduler_output.kv_connector_metadata) before every
+# forward, as the CPU worker's pre_forward in the latest docs and the
+# release docs of v0.18+ show), "v0.12" as in v0.12.0's gpu_model_runner
+# (handle_preemptions(scheduler_output.preempted_req_ids) only in a step
+# that preempted, before the persistent batch is updated and before the
+# metadata is bound). Reproduces only the worker's KV connector call
+# sequence: KV caches allocated per layer in the attention backend's
+# get_kv_cache_shape, permuted by its get_kv_cache_stride_order exactly as
+# upstream views a raw per-layer buffer (so HND caches have permuted
+# strides), registered with the layers in the static forward context and
+# handed to connector.register_kv_caches(); per step the preemption call,
+# bind_connector_metadata, start_load_kv, the forward pass
+# (wait_for_layer_load before a layer reads its cache, save_kv_layer after
+# it wrote it), wait_for_save, get_finished(finished_req_ids),
 # get_block_ids_with_load_errors, get_kv_connector_stats,
 # clear_connector_metadata. The metadata crosses a pickle, as it crosses
 # processes upstream. Caches are NumPy arrays over a caller-given buffer
-# allocator, or CPU torch tensors (torch.zeros, as upstream allocates);
-# the "model" is a callable of the test's; not vLLM.
+# allocator, or CPU torch tensors; the "model" is a callable of the
+# test's; not vLLM.
 from __future__ import annotations
 
 import dataclasses
 import pickle
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from vllm import GENERATION as _GEN
 
 from ..core.sched.output import SchedulerOutput
 from ..core.sched.scheduler import ModelRunnerOutput
@@ -24,6 +36,8 @@ from ..outputs import KVConnectorOutput
 # forward(req_id, tokens, block_ids, num_computed, wait_layer, save_layer)
 #   -> (sampled token, logits or None); wait_layer(l) / save_layer(l)
 Forward = Callable[..., Tuple[int, Any]]
+
+_STORE_DTYPES = {"fp8": "uint8", "fp8_e4m3": "uint8", "fp8_e5m2": "uint8"}
 
 
 @dataclasses.dataclass
@@ -39,35 +53,65 @@ class ForwardContext:
     attn_metadata: Any = None
 
 
+def backend_class(name: str) -> Any:
+    """NOT UPSTREAM: the stand-in backend of a name (the attention selector
+    picks one upstream)."""
+    from ..attention.backends.cpu_attn import CPUAttentionBackend
+    from ..attention.backends.flash_attn import FlashAttentionBackend
+    from ..attention.backends.flashinfer import FlashInferBackend
+    from ..attention.backends.mla.common import MLACommonBackend
+    return {"FLASH_ATTN": FlashAttentionBackend,
+            "FLASHINFER": FlashInferBackend, "CPU_ATTN": CPUAttentionBackend,
+            "MLA": MLACommonBackend}[name]
+
+
 class KVConnectorModelRunner:
 
-    def __init__(self, connector: Any, num_layers: int) -> None:
+    def __init__(self, connector: Any, num_layers: int,
+                 vllm_config: Any = None, backend: str = "FLASH_ATTN") -> None:
+        from vllm.attention.layer import Attention
         self.connector = connector
         self.layer_names = [f"model.layers.{i}.self_attn.attn"
                             for i in range(num_layers)]
+        self.backend = backend_class(backend)
+        if vllm_config is not None:
+            ctx = vllm_config.compilation_config.static_forward_context
+            for n in self.layer_names:
+                ctx[n] = Attention(n, self.backend)
         self.kv_caches: Dict[str, Any] = {}
         self.reqs: Dict[str, _ReqState] = {}
 
     def initialize_kv_cache(self, num_blocks: int, block_size: int,
                             kv_heads: int, head_dim: int, dtype: Any,
                             allocator: Optional[Callable[[int], Any]] = None,
-                            use_torch: bool = False) -> Dict[str, Any]:
-        """Per layer (2, num_blocks, block_size, kv_heads, head_dim); with
-        @allocator (NumPy) every layer's bytes come from one raw buffer
-        allocator(nbytes), as upstream views one raw int8 tensor per
-        layer group."""
-        shape = (2, num_blocks, block_size, kv_heads, head_dim)
+                            use_torch: bool = False,
+                            cache_dtype: str = "auto") -> Dict[str, Any]:
+        """Per layer the backend's shape, in its physical stride order;
+        with @allocator (NumPy) every layer's bytes come from one raw
+        buffer allocator(nbytes), as upstream views one raw int8 tensor per
+        layer. fp8 caches are 1-byte (uint8) elements, as upstream stores
+        them."""
+        shape = self.backend.get_kv_cache_shape(num_blocks, block_size,
+                                                kv_heads, head_dim,
+                                                cache_dtype)
+        order = self.backend.get_kv_cache_stride_order()
+        phys = tuple(shape[i] for i in order)
+        inv = tuple(order.index(i) for i in range(len(order)))
+        store = _STORE_DTYPES.get(cache_dtype)
         if use_torch:
             import torch
+            dt = getattr(torch, store) if store else dtype
             for name in self.layer_names:
-                self.kv_caches[name] = torch.zeros(shape, dtype=dtype)
+                self.kv_caches[name] = torch.zeros(phys, dtype=dt).permute(
+                    *inv)
         else:
             import numpy as np
-            per = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            dt = np.dtype(store or dtype)
+            per = int(np.prod(phys)) * dt.itemsize
             raw = (allocator or bytearray)(per * len(self.layer_names))
             for i, name in enumerate(self.layer_names):
-                self.kv_caches[name] = np.ndarray(shape, dtype=dtype,
-                                                  buffer=raw, offset=i * per)
+                self.kv_caches[name] = np.ndarray(
+                    phys, dtype=dt, buffer=raw, offset=i * per).transpose(inv)
         if self.connector is not None:
             self.connector.register_kv_caches(self.kv_caches)
         return self.kv_caches
@@ -83,7 +127,7 @@ class KVConnectorModelRunner:
         for i, rid in enumerate(cr.req_ids):
             st = self.reqs.get(rid)
             new = cr.new_block_ids[i]
-            if cr.resumed_from_preemption[i]:
+            if rid in cr.resumed_req_ids:
                 self.reqs[rid] = _ReqState(list(new[0]) if new else [])
             elif new and st is not None:
                 st.block_ids += list(new[0])
@@ -93,14 +137,19 @@ class KVConnectorModelRunner:
                       ) -> ModelRunnerOutput:
         """One step; @tokens_of(req_id) gives a request's tokens (upstream
         the runner's input batch keeps them)."""
-        self._update_states(so)
         c = self.connector
+        meta = None
+        if c is not None:
+            meta = pickle.loads(pickle.dumps(so.kv_connector_metadata))
+            if _GEN == "v0.12" and so.preempted_req_ids:
+                c.handle_preemptions(set(so.preempted_req_ids))
+        self._update_states(so)
         sampled: Dict[str, int] = {}
         logits: Dict[str, Any] = {}
         kvo: Optional[KVConnectorOutput] = None
         if c is not None:
-            meta = pickle.loads(pickle.dumps(so.kv_connector_metadata))
-            c.handle_preemptions(meta)
+            if _GEN != "v0.12":
+                c.handle_preemptions(meta)
             c.bind_connector_metadata(meta)
             c.start_load_kv(ForwardContext(self.kv_caches))
         names = self.layer_names

@@ -1,5 +1,5 @@
-# STAND-IN for vLLM v0.12.0 vllm/distributed/kv_transfer/kv_connector/
-# factory.py: reproduces only how an out-of-tree connector is found
+# STAND-IN for vLLM vllm/distributed/kv_transfer/kv_connector/factory.py
+# (v0.12.0 and current: the same call): reproduces only how an out-of-tree connector is found
 # (kv_connector_module_path + kv_connector class name) and constructed as
 # (vllm_config, role, kv_cache_config); not vLLM.
 from __future__ import annotations
@@ -14,7 +14,7 @@ class KVConnectorFactory:
 
     @classmethod
     def create_connector(cls, config: Any, role: KVConnectorRole,
-                         kv_cache_config: Any = None) -> KVConnectorBase_V1:
+                         kv_cache_config: Any) -> KVConnectorBase_V1:
         ktc = config.kv_transfer_config
         if ktc is None or not ktc.kv_connector_module_path:
             raise ValueError("KV connector: no kv_connector_module_path")

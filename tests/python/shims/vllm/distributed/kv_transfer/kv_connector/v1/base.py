@@ -1,12 +1,24 @@
-# STAND-IN for vLLM v0.12.0 vllm/distributed/kv_transfer/kv_connector/v1/
-# base.py: reproduces only KVConnectorRole, KVConnectorMetadata and
+# STAND-IN for vLLM vllm/distributed/kv_transfer/kv_connector/v1/base.py, in
+# the generation $KVT_VLLM_GEN picks (vllm/__init__.py): "v0.12" as read at
+# 13f4ad0f55b08ca1d37d1459f50ce950feaeb547 (handle_preemptions(
+# preempted_req_ids: set[str]); kv_cache_config optional, a warning when
+# absent), "current" as read at 003df2961dd8830c317a61f9745ccd557da9fa06
+# (handle_preemptions(kv_connector_metadata); kv_cache_config required;
+# on_new_request, has_pending_push_work, build_connector_worker_meta).
+# Reproduces only KVConnectorRole, KVConnectorMetadata and
 # KVConnectorBase_V1's constructor, metadata binding, abstract methods and
-# the optional hooks' defaults (signatures as upstream); not vLLM.
+# the optional hooks' defaults (signatures as upstream, the method table in
+# tests/python/conformance/vllm.json); not vLLM.
 from __future__ import annotations
 
 import enum
+import logging
 from abc import ABC, abstractmethod
-from typing import Any, Dict, Iterable, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional, Set, Tuple
+
+if TYPE_CHECKING:   # the annotations name them, as upstream's do
+    import torch
+    from vllm.distributed.kv_events import KVCacheEvent  # noqa: F401
 
 
 class KVConnectorRole(enum.Enum):
@@ -18,10 +30,15 @@ class KVConnectorMetadata(ABC):  # noqa: B024
     """Scheduler-side connector -> worker-side connector, once per step."""
 
 
+from vllm import GENERATION as _GEN
+
+log = logging.getLogger("vllm.kv_connector")
+
+
 class KVConnectorBase_V1(ABC):
 
-    def __init__(self, vllm_config: Any, role: KVConnectorRole,
-                 kv_cache_config: Any = None) -> None:
+    def _init(self, vllm_config: Any, role: KVConnectorRole,
+              kv_cache_config: Any) -> None:
         self._connector_metadata: Optional[KVConnectorMetadata] = None
         self._vllm_config = vllm_config
         if vllm_config.kv_transfer_config is None:
@@ -30,6 +47,18 @@ class KVConnectorBase_V1(ABC):
         self._kv_transfer_config = vllm_config.kv_transfer_config
         self._kv_cache_config = kv_cache_config
         self._role = role
+
+    if _GEN == "v0.12":
+        def __init__(self, vllm_config: Any, role: KVConnectorRole,
+                     kv_cache_config: Any = None) -> None:
+            self._init(vllm_config, role, kv_cache_config)
+            if kv_cache_config is None:
+                log.warning("KVConnectorBase_V1 initialized without "
+                            "kv_cache_config. This is deprecated")
+    else:
+        def __init__(self, vllm_config: Any, role: KVConnectorRole,
+                     kv_cache_config: Any) -> None:
+            self._init(vllm_config, role, kv_cache_config)
 
     @property
     def role(self) -> KVConnectorRole:
@@ -50,12 +79,25 @@ class KVConnectorBase_V1(ABC):
     def has_connector_metadata(self) -> bool:
         return self._connector_metadata is not None
 
-    def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         return
 
-    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata
-                           ) -> None:
-        return
+    if _GEN == "v0.12":
+        def handle_preemptions(self, preempted_req_ids: Set[str]) -> None:
+            return
+    else:
+        def handle_preemptions(self, kv_connector_metadata:
+                               KVConnectorMetadata) -> None:
+            return
+
+        def build_connector_worker_meta(self) -> Any:
+            return None
+
+        def on_new_request(self, request: Any) -> None:
+            return
+
+        def has_pending_push_work(self) -> bool:
+            return False
 
     @abstractmethod
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None: ...
@@ -99,11 +141,11 @@ class KVConnectorBase_V1(ABC):
     def update_connector_output(self, connector_output: Any) -> None:
         return
 
-    def request_finished(self, request: Any, block_ids: list
+    def request_finished(self, request: Any, block_ids: list[int]
                          ) -> Tuple[bool, Optional[Dict[str, Any]]]:
         return False, None
 
-    def take_events(self) -> Iterable[Any]:
+    def take_events(self) -> Iterable[KVCacheEvent]:
         return ()
 
     @classmethod
