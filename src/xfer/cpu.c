@@ -367,7 +367,11 @@ static void layer_sums_task(struct kvt_xfer_job *j, uint32_t layer, size_t a,
 	const kvt_layout *sl = j->sl;
 	int v = lsum_variant();
 
-	if (v == 0 && sl->kv <= 2)
+	/* the fused and batched copies take whole chunks: strided rows
+	 * (kvt_layout_init_rows()) go one chunk at a time, row by row */
+	if (!kvti_chunk_packed(j->dl, sl))
+		layer_sums_each(j, layer, a, b);
+	else if (v == 0 && sl->kv <= 2)
 		layer_sums_fused(j, layer, a, b);
 	else if (v == 1 || sl->chunk_bytes % 64) /* batches: whole lines */
 		layer_sums_each(j, layer, a, b);
