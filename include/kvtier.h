@@ -144,6 +144,33 @@ KVT_API uint64_t kvt_alloc_count(void);
 KVT_API int64_t kvt_alloc_live(void);
 
 /* ------------------------------------------------------------------------
+ * Fault hooks for tests
+ *
+ * Like the allocation injector: compiled into every build, off by default,
+ * process-wide, armed only by a call in the process itself — the daemon
+ * never calls them and no request reaches them, so no client can.
+ * ------------------------------------------------------------------------ */
+
+/** kvt_fault_hold_jobs() flags. */
+enum {
+	KVT_FAULT_LOADS = 1,  /* hold load jobs */
+	KVT_FAULT_STORES = 2, /* hold store jobs */
+	KVT_FAULT_STUCK = 4,  /* a cancel does not end the hold (a hung disk
+				 or device); without it a cancel does */
+};
+
+/**
+ * kvt_fault_hold_jobs() - hold cache jobs as a stuck disk or device would:
+ * every kvt_cache job of the kinds in @flags that finishes from now on
+ * (its transfers over, nothing published yet) stays in flight @ms more
+ * milliseconds, kvt_cache_job_poll() answering -EINPROGRESS, before it
+ * finishes as it would have; a cancel ends the hold at once unless
+ * KVT_FAULT_STUCK. A held job occupies one of the cache's finishing
+ * workers. @ms 0 turns it off (the default).
+ */
+KVT_API void kvt_fault_hold_jobs(uint32_t ms, unsigned flags);
+
+/* ------------------------------------------------------------------------
  * Sizes and clocks
  * ------------------------------------------------------------------------ */
 

@@ -8,6 +8,7 @@
  *          goes on the failed list and its source copy is marked BAD
  *   store: each destination slot goes OK (sums recorded, persisted) or
  *          BAD (its block on the failed list)
+ *   (a job kvt_fault_hold_jobs() holds waits here first: tests)
  *   then:  unpin under c->mu (write-policy copies run here), leave the
  *          live list, drop the memory's count, set done, wake waiters,
  *          the eventfd and the progress callback (its last call)
@@ -108,12 +109,33 @@ static int store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 	return nbad > 0;
 }
 
+/* kvt_fault_hold_jobs() (tests): keep the job in flight a while, as a
+ * stuck disk or device would, ending early at a cancel unless stuck. */
+static void job_hold(kvt_cache_job *j)
+{
+	int stuck = 0;
+	uint64_t ns = kvti_fault_hold(j->kind == JOB_STORE, &stuck);
+	uint64_t end = kvt_now_ns() + ns;
+
+	while (ns && kvt_now_ns() < end) {
+		int cancel;
+
+		pthread_mutex_lock(&j->mu);
+		cancel = j->cancel;
+		pthread_mutex_unlock(&j->mu);
+		if (cancel && !stuck)
+			break;
+		usleep(1000);
+	}
+}
+
 static void job_finish(kvt_cache *c, kvt_cache_job *j)
 {
 	uint64_t one = 1;
 	double wait_s;
 	int cancel, bad;
 
+	job_hold(j);
 	pthread_mutex_lock(&j->mu);
 	cancel = j->cancel;
 	pthread_mutex_unlock(&j->mu);

@@ -629,18 +629,22 @@ out:
 	kvt_free(keys);
 	kvt_free(slots);
 	p->st.rebuild_s = (double)(kvt_now_ns() - t0) / 1e9;
-	/* what a restart recovered, in one line an operator can read */
+	/* what a restart recovered, in one line an operator can read: a
+	 * warning when records were dropped (pages lost), info otherwise */
 	if (!err)
-		kvti_info("cache: persistent ssd tier: %llu pages restored of "
-			  "%llu records (%llu tenants re-created; dropped: %llu "
-			  "bad, %llu orphans, %llu duplicates, %llu refused) "
-			  "in %.3f s", (unsigned long long)p->st.restored,
-			  (unsigned long long)p->st.records,
-			  (unsigned long long)p->st.tenants,
-			  (unsigned long long)p->st.bad_records,
-			  (unsigned long long)p->st.orphans,
-			  (unsigned long long)p->st.duplicates,
-			  (unsigned long long)p->st.failed, p->st.rebuild_s);
+		kvti_log(p->st.bad_records || p->st.orphans ||
+			 p->st.duplicates || p->st.failed ? KVT_LOG_WARN :
+			 KVT_LOG_INFO,
+			 "cache: persistent ssd tier: %llu pages restored of "
+			 "%llu records (%llu tenants re-created; dropped: %llu "
+			 "bad, %llu orphans, %llu duplicates, %llu refused) "
+			 "in %.3f s", (unsigned long long)p->st.restored,
+			 (unsigned long long)p->st.records,
+			 (unsigned long long)p->st.tenants,
+			 (unsigned long long)p->st.bad_records,
+			 (unsigned long long)p->st.orphans,
+			 (unsigned long long)p->st.duplicates,
+			 (unsigned long long)p->st.failed, p->st.rebuild_s);
 	return err;
 }
 

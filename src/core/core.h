@@ -43,6 +43,9 @@ void *kvti_mmap(void *addr, size_t len, int prot, int flags, int fd,
 /* True when the injector says this acquisition fails (for resources that
  * are not memory but can run out: used to test setup paths). */
 bool kvti_fault(void);
+/* kvt_fault_hold_jobs(): how long a job of this kind (@store) finishing
+ * now is held, in ns (0: not held), and whether a cancel ends it. */
+uint64_t kvti_fault_hold(int store, int *stuck);
 /* Grow the array *@p of *@cap elements of @elem bytes (doubling, from
  * @first) until it holds @need; 0 or -ENOMEM (the array is unchanged). */
 int kvti_grow(void **p, size_t *cap, size_t need, size_t elem, size_t first);
