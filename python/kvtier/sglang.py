@@ -107,6 +107,7 @@ from . import client as _client
 from . import layout as _layout
 from .client import Client, Geometry, KvtierError, Memory
 from .keys import keys_from_hashes
+from .staging import cuda_host_register
 
 logger = logging.getLogger(__name__)
 
@@ -243,6 +244,7 @@ class KvtierStorage(HiCacheStorage):
         self._nblocks = 0
         self._lock = threading.Lock()
         self._errors = 0   # batch calls that failed whole (never raised)
+        self._pin_fallbacks = 0  # a pinned pool re-homed pageable
         self._metrics: Dict[str, list] = {"prefetch_pgs": [], "backup_pgs": [],
                                           "prefetch_bandwidth": [],
                                           "backup_bandwidth": []}
@@ -375,7 +377,9 @@ class KvtierStorage(HiCacheStorage):
         (madvise DONTNEED): at no time are both copies resident. A pinned
         torch pool is unpinned first and the new buffer pinned again
         (cudaHostRegister), and the pool's per-layer pointer tables are
-        rebuilt."""
+        rebuilt. A pool that cannot be pinned again works pageable (its
+        copies synchronous, slower): logged at warning level and counted
+        (pin_fallbacks in daemon_stats()["backend"])."""
         mem = self.mem
         assert mem is not None and mem.buffer is not None
         old = pool.kv_buffer
@@ -393,7 +397,14 @@ class KvtierStorage(HiCacheStorage):
                                     count=old.numel())
             new = flat.as_strided(tuple(old.shape), tuple(old.stride()))
             if rt is not None:
-                rt.cudaHostRegister(new.data_ptr(), nbytes, 0)
+                why = cuda_host_register(new.data_ptr(), nbytes)
+                if why:
+                    self._pin_fallbacks += 1
+                    logger.warning(
+                        "kvtier.sglang: the host pool was pinned, and its "
+                        "registered memory (%d bytes) could not be (%s): "
+                        "it is pageable now, its copies to and from the "
+                        "GPU synchronous and slower", nbytes, why)
             pool.kv_buffer = new
             if hasattr(pool, "k_data_ptrs"):  # per-layer pointer tables
                 if pool.layout == "page_first":
@@ -620,5 +631,6 @@ class KvtierStorage(HiCacheStorage):
         if self.client is None:
             raise RuntimeError("kvtier.sglang: not connected")
         out = self.client.stats()
-        out["backend"] = {"errors": self._errors}
+        out["backend"] = {"errors": self._errors,
+                          "pin_fallbacks": self._pin_fallbacks}
         return out

@@ -31,12 +31,20 @@ engine recomputes them) or not stored (a store: counted in .dropped).
 Failed blocks of a load: layer copies run before the job knows which
 blocks failed, so a failed block may receive stale staging bytes; the
 engine recomputes every failed block, which overwrites them.
+
+Nothing degrades silently: staging blocks that could not be page-locked
+for a CUDA engine (pageable: every copy synchronous and slower) and pages
+that found the pool full are logged at warning level (a full pool at most
+once every WARN_EVERY_S seconds, with the count since) and counted, per
+pool in StagingPool.stats and for the process in kvtier.staging.counters.
 """
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import threading
+import time
 from typing import Any, List, Optional, Sequence
 
 from . import layout as _layout
@@ -47,25 +55,63 @@ def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
 
 
-def pin_memory(mem: Memory) -> str:
-    """Page-lock @mem for CUDA copies (cudaHostRegister through torch).
-    Returns "pinned", or "pageable (<why>)" — never raises: pageable
-    memory works, only slower."""
+logger = logging.getLogger(__name__)
+
+#: seconds between two warnings of a full staging pool
+WARN_EVERY_S = 10.0
+
+#: the process's fallbacks, all pools together: staging memory a CUDA
+#: engine got pageable (pin_fallbacks), pages that found no free staging
+#: block (unstaged_load_pages, unstaged_store_pages)
+counters = {"pin_fallbacks": 0, "unstaged_load_pages": 0,
+            "unstaged_store_pages": 0}
+_counters_lock = threading.Lock()
+
+
+def _count(key: str, n: int = 1) -> None:
+    with _counters_lock:
+        counters[key] += n
+
+
+def cuda_host_register(addr: int, nbytes: int) -> Optional[str]:
+    """cudaHostRegister(@addr, @nbytes) through torch: None once the
+    range is page-locked, else why not (never raises)."""
     try:
         import torch
         if not torch.cuda.is_available():
-            return "pageable (no CUDA)"
-        if mem.buffer is None:
-            return "pageable (memory mapped by the caller)"
-        addr = ctypes.addressof(ctypes.c_char.from_buffer(mem.buffer))
-        err = torch.cuda.cudart().cudaHostRegister(addr, mem.buffer.nbytes, 0)
+            return "no CUDA"
+        err = torch.cuda.cudart().cudaHostRegister(addr, nbytes, 0)
         code = getattr(err, "value", err)
-        if code != 0:
-            return f"pageable (cudaHostRegister: {err})"
-        mem._pinned_addr = addr  # type: ignore[attr-defined]
-        return "pinned"
+        return None if code == 0 else f"cudaHostRegister: {err}"
     except Exception as e:  # an older torch without cudart()
-        return f"pageable ({type(e).__name__}: {e})"
+        return f"{type(e).__name__}: {e}"
+
+
+def pin_memory(mem: Memory) -> str:
+    """Page-lock @mem for CUDA copies (cudaHostRegister through torch).
+    Returns "pinned", or "pageable (<why>)" — never raises: pageable
+    memory works, only slower; that fallback is logged at warning level
+    and counted (counters["pin_fallbacks"])."""
+    why = "memory mapped by the caller"
+    if mem.buffer is not None:
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(mem.buffer))
+        why = cuda_host_register(addr, mem.buffer.nbytes) or ""
+        if not why:
+            mem._pinned_addr = addr  # type: ignore[attr-defined]
+            return "pinned"
+    _count("pin_fallbacks")
+    logger.warning("kvtier.staging: %d bytes of staging memory for a CUDA "
+                   "engine are pageable (%s): every copy to and from the "
+                   "GPU is synchronous and slower", mem.buffer.nbytes
+                   if mem.buffer is not None else 0, why)
+    return f"pageable ({why})"
+
+
+def _wants_pin(t: Any) -> bool:
+    """Engine KV @t is a torch tensor on a CUDA device (the only copies
+    page-locked memory speeds up)."""
+    dev = getattr(t, "device", None)
+    return _is_torch(t) and getattr(dev, "type", None) == "cuda"
 
 
 def unpin_memory(mem: Memory) -> None:
@@ -105,9 +151,38 @@ class StagingPool:
         self.torch = _is_torch(self.kv[0])
         self.bdim = self.roles.index("block")
         self.mem, self.views = self._alloc(infos[0], nblocks)
-        self.pinned = pin_memory(self.mem) if self.torch else "numpy"
+        #: this pool's fallbacks (the keys of kvtier.staging.counters)
+        self.stats = {k: 0 for k in counters}
+        if not self.torch:
+            self.pinned = "numpy"
+        elif _wants_pin(self.kv[0]):
+            self.pinned = pin_memory(self.mem)
+            self.stats["pin_fallbacks"] = int(self.pinned != "pinned")
+        else:
+            self.pinned = f"pageable (engine KV on {self.kv[0].device})"
         self._free = list(range(nblocks - 1, -1, -1))
         self._lock = threading.Lock()
+        self._warned = 0.0  # when a full pool was last logged
+        self._unwarned = 0  # pages that found it full since
+
+    def _full(self, what: str, n: int) -> None:
+        """@n pages of a @what ("load" or "store") got no staging block:
+        counted, and logged at most once every WARN_EVERY_S."""
+        key = f"unstaged_{what}_pages"
+        _count(key, n)
+        with self._lock:
+            self.stats[key] += n
+            self._unwarned += n
+            now = time.monotonic()
+            if self._warned and now - self._warned < WARN_EVERY_S:
+                return
+            self._warned, k = now, self._unwarned
+            self._unwarned = 0
+        logger.warning("kvtier.staging: the staging pool (%d blocks) is "
+                       "full: %d pages not staged since the last warning, "
+                       "this one a %s (a load's are recomputed, a store's "
+                       "not stored); a larger pool avoids it (kvtier.vllm: "
+                       "\"staging_blocks\")", self.nblocks, k, what)
 
     def _alloc(self, info: "_layout.Tensor", n: int):
         """Host memory shared with the daemon for @n blocks per layer, in
@@ -210,6 +285,8 @@ class StagingPool:
             raise ValueError(f"kvtier.staging: {len(blocks)} blocks for "
                              f"pages {first}..{len(keys) - 1}")
         sb = self._take(n)
+        if len(sb) < n:
+            self._full("load", n - len(sb))
         job = None
         try:
             if sb:
@@ -230,6 +307,8 @@ class StagingPool:
             raise ValueError(f"kvtier.staging: {len(blocks)} blocks for "
                              f"pages {first}..{len(keys) - 1}")
         sb = self._take(n)
+        if len(sb) < n:
+            self._full("store", n - len(sb))
         return StagedStore(self, list(keys[:first + len(sb)]), first, sb,
                            list(blocks[:len(sb)]), n - len(sb))
 

@@ -119,3 +119,19 @@ def corrupt_page(ssd_dir, needle):
             mm.close()
             os.fsync(f.fileno())
     return hits
+
+
+class FakeCudart:
+    """torch.cuda.cudart() of a machine whose cudaHostRegister answers
+    @code (2: cudaErrorMemoryAllocation); the calls it saw."""
+
+    def __init__(self, code):
+        self.code, self.calls = code, []
+
+    def cudaHostRegister(self, addr, nbytes, flags):
+        self.calls.append(("register", addr, nbytes))
+        return self.code
+
+    def cudaHostUnregister(self, addr):
+        self.calls.append(("unregister", addr))
+        return 0

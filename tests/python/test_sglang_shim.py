@@ -313,6 +313,40 @@ def test_torch_pool_rehomed(sock):
     b.storage_backend.close()
 
 
+def torch_pinned_pool():
+    torch = pytest.importorskip("torch")
+    pool = eng.make_pool("layer_first", 16)
+    pool.kv_buffer = torch.zeros(pool.kv_buffer.shape, dtype=torch.float32)
+    pool.pin_memory = True
+    return pool
+
+
+@pytest.mark.parametrize("code", [0, 2])
+def test_pinned_pool_repinned_or_warned(sock, monkeypatch, caplog, code):
+    """A pinned host pool is pinned again once re-homed; when CUDA refuses
+    (issue 21, finding 10: the result was ignored, the pool went pageable
+    silently) the fallback is a warning and counted. CUDA is faked: the
+    torch here has none."""
+    import torch
+    pool = torch_pinned_pool()
+    old = pool.kv_buffer.data_ptr()
+    rt = kvt_testutil.FakeCudart(code)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: rt)
+    caplog.set_level("WARNING", logger="kvtier.sglang")
+    a = eng.make_controller(pool, sock)
+    be = a.storage_backend
+    assert rt.calls[0] == ("unregister", old)
+    assert rt.calls[1][:2] == ("register", pool.kv_buffer.data_ptr())
+    warned = [r for r in caplog.records if "could not be" in r.getMessage()]
+    assert be.daemon_stats()["backend"]["pin_fallbacks"] == (code != 0)
+    assert len(warned) == (code != 0)
+    if code:
+        assert warned[0].levelname == "WARNING"
+        assert "cudaHostRegister: 2" in warned[0].getMessage()
+    be.close()
+
+
 def test_aborted_prefetch(sock):
     """A request aborted while its prefetch runs (terminate_prefetch between
     two batches): the batch in progress completes in the backend, later

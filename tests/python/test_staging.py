@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 import kvtier
+import kvtier.staging as staging
+import kvt_testutil
 import tinymodel
 from kvtier.staging import StagingPool
 
@@ -102,4 +104,80 @@ def test_staging_exhausted_and_absent(tiny_daemon):
             StagingPool(cl, [x[:, :, :2] for x in b], 2)
         with pytest.raises(ValueError, match="blocks for"):
             pool.load(keys, [0])
+        pool.close()
+
+
+def full_warnings(caplog):
+    return [r for r in caplog.records
+            if "staging pool" in r.getMessage() and "full" in r.getMessage()]
+
+
+def test_full_pool_warns_and_counts(tiny_daemon, caplog, monkeypatch):
+    """Pages that find the pool full are counted (per pool and for the
+    process) and logged at warning level, at most once every WARN_EVERY_S
+    with the count since (issue 21, finding 10: nothing said so)."""
+    caplog.set_level("WARNING", logger="kvtier.staging")
+    g, a = engine_kv(8, seed=5)
+    before = dict(staging.counters)
+    with kvtier.Client(g, socket=tiny_daemon) as cl:
+        pool = StagingPool(cl, a, nblocks=2)
+        keys = cl.hash_tokens(list(range(100, 100 + 5 * P)))
+        st = pool.store(keys, [0, 1, 2, 3, 4])
+        st.copy_all()
+        st.submit()
+        assert st.wait() == [] and st.dropped == 3
+        w = full_warnings(caplog)
+        assert len(w) == 1 and w[0].levelname == "WARNING"
+        assert "3 pages not staged" in w[0].getMessage()
+        ld = pool.load(keys[:3], [5, 6, 7])  # 2 staged, 1 not: counted
+        ld.wait(timeout=10)
+        assert len(full_warnings(caplog)) == 1
+        assert pool.stats["unstaged_store_pages"] == 3
+        assert pool.stats["unstaged_load_pages"] == 1
+        monkeypatch.setattr(staging, "WARN_EVERY_S", 0.0)
+        ld = pool.load(keys[:3], [5, 6, 7])
+        ld.wait(timeout=10)
+        w = full_warnings(caplog)
+        assert len(w) == 2 and "2 pages not staged" in w[1].getMessage()
+        pool.close()
+    assert staging.counters["unstaged_store_pages"] == \
+        before["unstaged_store_pages"] + 3
+    assert staging.counters["unstaged_load_pages"] == \
+        before["unstaged_load_pages"] + 2
+
+
+@pytest.mark.parametrize("code", [0, 2])
+def test_pin_fallback_warns_and_counts(tiny_daemon, caplog, monkeypatch,
+                                       code):
+    """Staging memory for a CUDA engine that cannot be page-locked works
+    pageable: a warning and a count, never silent (it was logged at
+    info level, uncounted). CUDA is faked (cudaHostRegister answers
+    @code); engine KV on a device that is not CUDA is not pinned at all,
+    and says why."""
+    torch = pytest.importorskip("torch")
+    rt = kvt_testutil.FakeCudart(code)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: rt)
+    caplog.set_level("WARNING", logger="kvtier.staging")
+    g, a = engine_kv(8, seed=6, torch_mod=torch)
+    before = staging.counters["pin_fallbacks"]
+    with kvtier.Client(g, socket=tiny_daemon) as cl:
+        pool = StagingPool(cl, a, nblocks=2)  # CPU tensors: no pin
+        assert pool.pinned == "pageable (engine KV on cpu)"
+        assert rt.calls == [] and pool.stats["pin_fallbacks"] == 0
+        pool.close()
+        pool = StagingPool(cl, a, nblocks=2)
+        got = staging.pin_memory(pool.mem)  # what a CUDA engine's pool does
+        assert rt.calls[0][0] == "register"
+        assert rt.calls[0][2] == pool.mem.buffer.nbytes
+        w = [r for r in caplog.records if "pageable" in r.getMessage()]
+        if code:
+            assert got == "pageable (cudaHostRegister: 2)"
+            assert len(w) == 1 and w[0].levelname == "WARNING"
+            assert staging.counters["pin_fallbacks"] == before + 1
+        else:
+            assert got == "pinned" and w == []
+            assert staging.counters["pin_fallbacks"] == before
+            staging.unpin_memory(pool.mem)
+            assert rt.calls[-1][0] == "unregister"
         pool.close()
