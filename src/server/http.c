@@ -4,9 +4,19 @@
  *
  * We bind the listening socket ourselves (so a bad or busy address is a
  * precise -errno, not MHD's NULL) and hand it to MHD, which serves it from
- * one internal thread with poll(): at most 16 connections, 10 s idle
- * timeout. MHD closes that socket in MHD_stop_daemon(). MHD's own messages
- * go to kvtier's log (warn level).
+ * one internal thread with poll(). MHD closes that socket in
+ * MHD_stop_daemon(). MHD's own messages go to kvtier's log (warn level).
+ *
+ * SLOW CLIENTS (issue 21, finding 10: 20 idle connections and a drip
+ * blocked every scrape): at most HTTP_CONNS connections, HTTP_PER_IP from
+ * one address, HTTP_IDLE_S idle; and a deadline MHD has not: a request
+ * must arrive whole within HTTP_DEADLINE_S of the accept or of the last
+ * reply on the connection, or the connection is shut down (a byte a second
+ * resets MHD's idle timer, not this). A watcher thread keeps the table of
+ * open connections (MHD's connection notifications add and remove them,
+ * under h->mu; a reply restarts its clock) and shut()s down the late ones:
+ * MHD then sees the end and closes them. An entry leaves the table (under
+ * h->mu) before MHD closes its fd, so no reused fd is ever shut down.
  */
 #include "server/metrics.h"
 
@@ -102,21 +112,136 @@ int kvtd_http_parse_addr(const char *addr, struct sockaddr *sa,
 #ifdef KVT_HAVE_MHD
 
 #include <microhttpd.h>
+#include <pthread.h>
+
+enum {
+	HTTP_CONNS = 64,      /* connections at once */
+	HTTP_PER_IP = 8,      /* from one address */
+	HTTP_IDLE_S = 5,      /* MHD's idle timeout */
+	HTTP_DEADLINE_S = 3,  /* a whole request, from accept or last reply */
+};
+
+/* An open connection: its fd, when its current request began. */
+struct http_conn {
+	int fd;         /* -1: free */
+	int shut;       /* shut down at the deadline (MHD closes it next) */
+	uint64_t t0;
+};
 
 struct kvtd_http {
 	struct MHD_Daemon *d;
 	kvtd_render_fn render;
 	void *arg;
 	unsigned port;
+	pthread_mutex_t mu;   /* conns, stop */
+	pthread_cond_t cv;
+	pthread_t watcher;
+	int stop, have_watcher;
+	uint64_t late;        /* connections shut down at the deadline */
+	struct http_conn conns[HTTP_CONNS];
 };
+
+/* MHD_OPTION_NOTIFY_CONNECTION: a connection opened (an entry with its
+ * fd, *@ctx pointing at it) or closed (the entry freed, before MHD closes
+ * the fd). */
+static void conn_notify(void *cls, struct MHD_Connection *c, void **ctx,
+			enum MHD_ConnectionNotificationCode code)
+{
+	kvtd_http *h = cls;
+	struct http_conn *e = *ctx;
+
+	pthread_mutex_lock(&h->mu);
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+			c, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+		*ctx = NULL;
+		for (int i = 0; ci && i < HTTP_CONNS; i++)
+			if (h->conns[i].fd < 0) {
+				h->conns[i].fd = ci->connect_fd;
+				h->conns[i].shut = 0;
+				h->conns[i].t0 = kvt_now_ns();
+				*ctx = &h->conns[i];
+				break;
+			}
+	} else if (e) {
+		e->fd = -1;
+		*ctx = NULL;
+	}
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* A reply queued on @c: its next request's clock starts now. */
+static void conn_replied(kvtd_http *h, struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+		c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct http_conn *e = ci ? ci->socket_context : NULL;
+
+	if (!e)
+		return;
+	pthread_mutex_lock(&h->mu);
+	e->t0 = kvt_now_ns();
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* Shut down connections past the deadline, every 100 ms; say so at most
+ * once a second (a scraper that slow is an attack or a broken client). */
+static void *watcher_main(void *arg)
+{
+	kvtd_http *h = arg;
+	const uint64_t dl = (uint64_t)HTTP_DEADLINE_S * 1000000000ull;
+	uint64_t told = 0, told_at = 0;
+
+	pthread_mutex_lock(&h->mu);
+	while (!h->stop) {
+		struct timespec ts;
+		uint64_t now = kvt_now_ns();
+
+		for (int i = 0; i < HTTP_CONNS; i++) {
+			struct http_conn *e = &h->conns[i];
+
+			if (e->fd < 0 || e->shut || now - e->t0 < dl)
+				continue;
+			shutdown(e->fd, SHUT_RDWR);
+			e->shut = 1;
+			h->late++;
+		}
+		if (h->late != told && now - told_at >= 1000000000ull) {
+			kvti_warn("metrics http: %llu connections shut down so "
+				  "far for not sending a whole request within "
+				  "%d s", (unsigned long long)h->late,
+				  HTTP_DEADLINE_S);
+			told = h->late;
+			told_at = now;
+		}
+		kvti_deadline(&ts, 100000000ll);
+		pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+	}
+	pthread_mutex_unlock(&h->mu);
+	return NULL;
+}
 
 static const char text_type[] = "text/plain; version=0.0.4; charset=utf-8";
 
+/* MHD's messages, at most one a second (every endpoint together): a
+ * flood of refused connections must not flood the log. */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
+	static atomic_uint_fast64_t last, skipped;
+	uint64_t now = kvt_now_ns(), t = atomic_load(&last), n_skipped;
 	char msg[256];
 	size_t n;
 
+	(void)cls;
+	if ((t && now - t < 1000000000ull) ||
+	    !atomic_compare_exchange_strong(&last, &t, now)) {
+		atomic_fetch_add(&skipped, 1);
+		return;
+	}
+	if ((n_skipped = atomic_exchange(&skipped, 0)))
+		kvti_warn("metrics http: (%llu messages not shown)",
+			  (unsigned long long)n_skipped);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	n = strlen(msg);
 	while (n && msg[n - 1] == '\n')
@@ -129,8 +254,8 @@ static void body_free(void *p)
 	kvt_free(p);
 }
 
-static enum MHD_Result reply(struct MHD_Connection *c, unsigned status,
-			     const char *msg, int allow)
+static enum MHD_Result reply(kvtd_http *h, struct MHD_Connection *c,
+			     unsigned status, const char *msg, int allow)
 {
 	struct MHD_Response *r;
 	enum MHD_Result ret;
@@ -145,6 +270,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status,
 		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
 	ret = MHD_queue_response(c, status, r);
 	MHD_destroy_response(r);
+	conn_replied(h, c);
 	return ret;
 }
 
@@ -162,15 +288,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
 
 	if (strcmp(method, MHD_HTTP_METHOD_GET) &&
 	    strcmp(method, MHD_HTTP_METHOD_HEAD))
-		return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+		return reply(h, c, MHD_HTTP_METHOD_NOT_ALLOWED,
 			     "method not allowed: GET /metrics\n", 1);
 	if (strcmp(url, "/metrics"))
-		return reply(c, MHD_HTTP_NOT_FOUND,
+		return reply(h, c, MHD_HTTP_NOT_FOUND,
 			     "not found: kvtier serves GET /metrics\n", 0);
 	err = h->render(h->arg, &body, &len);
 	if (err) {
 		kvti_warn("metrics http: render failed: %s", kvt_strerror(err));
-		return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+		return reply(h, c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 			     "metrics could not be rendered\n", 0);
 	}
 	r = MHD_create_response_from_buffer_with_free_callback(len, body,
@@ -182,6 +308,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, text_type);
 	ret = MHD_queue_response(c, MHD_HTTP_OK, r);
 	MHD_destroy_response(r);
+	conn_replied(h, c);
 	return ret;
 }
 
@@ -212,6 +339,10 @@ int kvtd_http_start(kvtd_http **out, const char *addr, kvtd_render_fn render,
 		return -ENOMEM;
 	h->render = render;
 	h->arg = arg;
+	for (int i = 0; i < HTTP_CONNS; i++)
+		h->conns[i].fd = -1;
+	pthread_mutex_init(&h->mu, NULL);
+	kvti_cond_init_mono(&h->cv);
 	fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		err = kvti_fail(-errno, "metrics address '%s': socket: %s",
@@ -238,13 +369,21 @@ int kvtd_http_start(kvtd_http **out, const char *addr, kvtd_render_fn render,
 			MHD_USE_ERROR_LOG,
 		0, NULL, NULL, handle, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
 		NULL, MHD_OPTION_LISTEN_SOCKET, fd,
-		MHD_OPTION_CONNECTION_LIMIT, (unsigned)16,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+		MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNS,
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_PER_IP,
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_S,
+		MHD_OPTION_NOTIFY_CONNECTION, conn_notify, h, MHD_OPTION_END);
 	if (!h->d) {
 		err = kvti_fail(-EIO, "metrics address '%s': libmicrohttpd "
 				"could not start (see the log)", addr);
 		goto err_close;
 	}
+	if ((err = -pthread_create(&h->watcher, NULL, watcher_main, h))) {
+		MHD_stop_daemon(h->d); /* closes fd */
+		err = kvti_fail(err, "metrics: thread: %s", strerror(-err));
+		goto err_free;
+	}
+	h->have_watcher = 1;
 	if (!is_loopback(sa))
 		kvti_warn("metrics served on %s, not a loopback address: "
 			  "anyone who can reach it reads them", addr);
@@ -254,6 +393,8 @@ int kvtd_http_start(kvtd_http **out, const char *addr, kvtd_render_fn render,
 err_close:
 	close(fd);
 err_free:
+	pthread_mutex_destroy(&h->mu);
+	pthread_cond_destroy(&h->cv);
 	kvt_free(h);
 	return err;
 }
@@ -267,7 +408,15 @@ void kvtd_http_stop(kvtd_http *h)
 {
 	if (!h)
 		return;
+	pthread_mutex_lock(&h->mu);
+	h->stop = 1;
+	pthread_cond_broadcast(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+	if (h->have_watcher)
+		pthread_join(h->watcher, NULL);
 	MHD_stop_daemon(h->d); /* joins its thread, closes the socket */
+	pthread_mutex_destroy(&h->mu);
+	pthread_cond_destroy(&h->cv);
 	kvt_free(h);
 }
 

@@ -293,7 +293,9 @@ int kvtd_http_parse_addr(const char *addr, struct sockaddr *sa,
  * kvtd_http_start() - serve GET (and HEAD) /metrics on @addr from a thread
  * of its own: 200 with @render's body as text/plain; version=0.0.4, 404 for
  * any other path, 405 (Allow: GET, HEAD) for other methods, 500 when
- * @render fails. At most 16 connections, 10 s idle timeout. A non-loopback
+ * @render fails. At most 64 connections, 8 from one address, 5 s idle,
+ * and a request must arrive whole within 3 s of the accept or of the last
+ * reply, or the connection is shut down (slow clients: http.c). A non-loopback
  * address is served (it was asked for) with a warning in the log.
  * Returns 0 and *@out, or KVT_ECONFIG (malformed address), -EADDRINUSE,
  * -EACCES, -errno when the socket cannot be bound, KVT_ENOTBUILT (a build
