@@ -331,6 +331,31 @@ static void extras(void)
 	CHECK(xs1.dev_hashed[KVT_XFER_FLOW_RESTORE] > 0);
 	CHECK(xs1.dev_failed >= 2);
 	CHECK(xs1.dev_verified > 0);
+	/* a device without batched copies (CUDA < 12.8): a store the
+	 * engine chose the method for goes one copy per chunk, counted; a
+	 * forced cuda-batch is refused, not substituted */
+	if (kvti_dev_is_emu(DEV)) {
+		unsigned caps = D->caps;
+
+		D->caps &= ~(unsigned)KVTI_DEV_CAP_BATCH;
+		d = (kvt_xfer_desc){ .src = hbm, .dst = pin2, .src_slots = s,
+				     .dst_slots = s, .npages = N };
+		CHECK_OK(kvt_xfer_submit(x, &d, &j));
+		CHECK_OK(kvt_xfer_wait(j, -1));
+		kvt_xfer_status_get(j, &st);
+		CHECK_EQ(st.method, KVT_XFER_CUDA_CHUNK);
+		kvt_xfer_job_free(j);
+		kvt_xfer_stat_get(x, &xs1);
+		CHECK_EQ(xs1.method_substituted - xs0.method_substituted, 1);
+		d.method = KVT_XFER_CUDA_BATCH;
+		if (!kvt_xfer_submit(x, &d, &j)) {
+			CHECK_ERR(kvt_xfer_wait(j, -1), KVT_ENOTBUILT);
+			kvt_xfer_job_free(j);
+		}
+		kvt_xfer_stat_get(x, &xs1);
+		CHECK_EQ(xs1.method_substituted - xs0.method_substituted, 1);
+		D->caps = caps;
+	}
 	/* unregistered host memory is refused, for every method */
 	for (int m = KVT_XFER_CUDA_CHUNK; m <= KVT_XFER_CUDA_KERNEL; m++) {
 		d = (kvt_xfer_desc){ .src = plain, .dst = hbm, .src_slots = s,
