@@ -5,6 +5,7 @@
  * any check failed, so one run shows every broken expectation.
  *
  *   CHECK(cond)              a condition
+ *   TCHECK(cond)             a condition, checked on any thread
  *   CHECK_EQ(a, b)           two integers (printed when they differ)
  *   CHECK_OK(call)           a kvtier call returns 0 (prints kvt_errdetail)
  *   CHECK_ERR(call, code)    a kvtier call fails with @code
@@ -18,11 +19,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static int kvt_test_failures;
+/* TCHECK's failures, from any thread; TEST_DONE() counts them */
+static atomic_int kvt_test_tfailures __attribute__((unused));
 
 #define CHECK(c)                                                            \
 	do {                                                                \
@@ -30,6 +34,15 @@ static int kvt_test_failures;
 			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, \
 				__LINE__, #c);                              \
 			kvt_test_failures++;                                \
+		}                                                           \
+	} while (0)
+
+#define TCHECK(c)                                                           \
+	do {                                                                \
+		if (!(c)) {                                                 \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, \
+				__LINE__, #c);                              \
+			atomic_fetch_add(&kvt_test_tfailures, 1);           \
 		}                                                           \
 	} while (0)
 
@@ -73,6 +86,7 @@ static int kvt_test_failures;
 
 #define TEST_DONE()                                                         \
 	do {                                                                \
+		kvt_test_failures += atomic_exchange(&kvt_test_tfailures, 0); \
 		if (kvt_test_failures)                                      \
 			fprintf(stderr, "%d check(s) failed\n",             \
 				kvt_test_failures);                         \

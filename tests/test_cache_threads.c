@@ -32,18 +32,8 @@ static kvt_geom geom;
 static kvt_cache *cache;
 static eng engine;
 static kvt_page_key keys[NS][SP];
-static atomic_int fails;
 static atomic_long n_stores, n_loads, n_load_pages, n_absent, n_full,
 	n_cancelled, from_low;
-
-#define TCHECK(c)                                                           \
-	do {                                                                \
-		if (!(c)) {                                                 \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, \
-				__LINE__, #c);                              \
-			atomic_fetch_add(&fails, 1);                        \
-		}                                                           \
-	} while (0)
 
 static void do_store(uint32_t *b, uint64_t *seed)
 {
@@ -202,7 +192,6 @@ static void run(const char *dir, unsigned flags)
 		CHECK(pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t) == 0);
 	for (int t = 0; t < NT; t++)
 		pthread_join(th[t], NULL);
-	kvt_test_failures += atomic_load(&fails);
 
 	test_phase = "quiesce and verify";
 	kvt_cache_quiesce(cache);

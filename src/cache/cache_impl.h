@@ -105,6 +105,8 @@ struct move {
 				way): marks taken at decision */
 	uint32_t ss, ds;
 	uint32_t wave;
+	uint8_t last;        /* the batch's last write of (dst, ds): the one
+				that commits it (mover.c, move_end()) */
 	int err;
 };
 

@@ -16,8 +16,11 @@
  *   batch_run()                 in batch id order (one batch runs at a
  *                                 time), wave by wave: one xfer job per
  *                                 (source, destination) tier pair, each
- *                                 page verified; a wave's moves end (marks
- *                                 dropped, destination OK or BAD) together
+ *                                 page verified; a wave's moves end
+ *                                 together (marks dropped; a destination
+ *                                 the batch writes for the last time goes
+ *                                 OK or BAD, an earlier write of it stays
+ *                                 PEND)
  *
  * Every copy the index asks for joins the batch of the current hold of
  * c->mu; the thread that drops the lock runs it (a store, a job's unpin on
@@ -27,6 +30,16 @@
  * move goes one wave after any earlier move of the batch that wrote its
  * source or read or wrote its destination (the slot reuse of a demotion
  * chain).
+ *
+ * A demotion chain writes one slot several times in one batch: making room
+ * for page a in dram evicts dram slot s (its page to ssd, wave 0), a goes
+ * into s (wave 1); making room for b evicts s again (a to ssd, wave 2), b
+ * goes into s (wave 3), and so on. The index and s's sums name the last
+ * page from the moment it is decided, so s commits only when the batch's
+ * last write of it ends: a load that found it OK after wave 1 would read
+ * a's bytes as that last page's (a checksum failure, or worse without
+ * verification). A write that fails in the middle of a chain fails the
+ * batch's later reads of that slot (struct slotmap.failed), not the slot.
  *
  * Who waits for whom:
  *  - batches run one at a time in the order they were decided (ids taken
@@ -113,10 +126,14 @@ void kvti_cache_mover_release(void *arg, kvt_tier_kind tier, uint32_t slot)
 	pthread_mutex_unlock(&c->smu);
 }
 
-/* Slot -> last wave that read / wrote it within one batch. */
+/* Per slot a batch touches: the last wave that read / wrote it, the move
+ * that writes it last, and whether what the batch last wrote there failed
+ * (so the batch's later reads of it fail too). */
 struct slotmap {
 	uint64_t *key;
 	int32_t *rd, *wr;
+	size_t *last;
+	uint8_t *failed;
 	size_t mask;
 };
 
@@ -125,6 +142,8 @@ static void slotmap_free(struct slotmap *m)
 	kvt_free(m->key);
 	kvt_free(m->rd);
 	kvt_free(m->wr);
+	kvt_free(m->last);
+	kvt_free(m->failed);
 }
 
 static int slotmap_init(struct slotmap *m, size_t n)
@@ -136,7 +155,9 @@ static int slotmap_init(struct slotmap *m, size_t n)
 	m->key = kvt_malloc(cap * sizeof(*m->key));
 	m->rd = kvt_malloc(cap * sizeof(*m->rd));
 	m->wr = kvt_malloc(cap * sizeof(*m->wr));
-	if (!m->key || !m->rd || !m->wr) {
+	m->last = kvt_malloc(cap * sizeof(*m->last));
+	m->failed = kvt_calloc(cap, sizeof(*m->failed));
+	if (!m->key || !m->rd || !m->wr || !m->last || !m->failed) {
 		slotmap_free(m);
 		return -ENOMEM;
 	}
@@ -156,14 +177,16 @@ static size_t slotmap_at(struct slotmap *m, uint8_t tier, uint32_t slot)
 		m->key[i] = k;
 		m->rd[i] = -1;
 		m->wr[i] = -1;
+		m->last[i] = SIZE_MAX;
 	}
 	return i;
 }
 
 /* Order a batch in dependency waves: a move goes one wave after any
  * earlier move that wrote its source or read or wrote its destination
- * (the slot reuse of a demotion chain). Uses @m (freed by the caller).
- * Returns the number of waves, or -ENOMEM. */
+ * (the slot reuse of a demotion chain), and mark each slot's last write
+ * (mv->last). Uses @m (freed by the caller). Returns the number of waves,
+ * or -ENOMEM. */
 static int assign_waves(struct batch *b, struct slotmap *m)
 {
 	uint32_t top = 0;
@@ -178,10 +201,15 @@ static int assign_waves(struct batch *b, struct slotmap *m)
 		int32_t w = KVT_MAX(m->wr[s], KVT_MAX(m->rd[d], m->wr[d])) + 1;
 
 		mv->wave = (uint32_t)w;
+		mv->last = 0;
 		m->rd[s] = KVT_MAX(m->rd[s], w);
 		m->wr[d] = w;
+		m->last[d] = i;
 		top = KVT_MAX(top, (uint32_t)w + 1);
 	}
+	for (size_t i = 0; i <= m->mask; i++)
+		if (m->key[i] != UINT64_MAX && m->last[i] != SIZE_MAX)
+			b->mv[m->last[i]].last = 1;
 	return (int)top;
 }
 
@@ -269,14 +297,20 @@ out:
 	kvt_free(bad);
 }
 
-/* Release a move's marks and commit its destination (smu held). */
+/* Release a move's marks and, if it is the batch's last write of its
+ * destination, commit it (smu held). An earlier write of the same slot in
+ * the batch (a demotion chain through one slot: page a in, a out, b in,
+ * ...) leaves it PEND: the slot's sums and the index already belong to the
+ * last page written there, so committing on an earlier write would serve
+ * another page's bytes as that page's. */
 static void move_end(kvt_cache *c, struct move *mv, uint32_t batch)
 {
 	struct meta *d = &c->m[mv->dst];
 
 	c->m[mv->src].rd[mv->ss]--;
 	d->wr[mv->ds]--;
-	if (d->state[mv->ds] == ST_PEND && d->pby[mv->ds] == batch) {
+	if (mv->last && d->state[mv->ds] == ST_PEND &&
+	    d->pby[mv->ds] == batch) {
 		if (mv->err) {
 			kvti_cache_slot_bad(c, mv->dst, mv->ds);
 		} else {
@@ -307,6 +341,7 @@ static void batch_run(kvt_cache *c, struct batch *b, uint32_t batch)
 		pthread_mutex_lock(&c->smu);
 		for (size_t i = 0; i < b->n; i++) {
 			b->mv[i].err = nw;
+			b->mv[i].last = 1; /* every destination fails */
 			move_end(c, &b->mv[i], batch);
 		}
 		goto out;
@@ -319,7 +354,8 @@ static void batch_run(kvt_cache *c, struct batch *b, uint32_t batch)
 			/* an earlier write of its source (an earlier wave, an
 			 * earlier batch) failed: nothing to copy */
 			if (mv->wave == (uint32_t)w &&
-			    c->m[mv->src].state[mv->ss] == ST_BAD)
+			    (m.failed[slotmap_at(&m, mv->src, mv->ss)] ||
+			     c->m[mv->src].state[mv->ss] == ST_BAD))
 				mv->err = KVT_ECORRUPT;
 		}
 		pthread_mutex_unlock(&c->smu);
@@ -331,8 +367,11 @@ static void batch_run(kvt_cache *c, struct batch *b, uint32_t batch)
 		for (size_t i = 0; i < b->n; i++) {
 			struct move *mv = &b->mv[i];
 
-			if (mv->wave == (uint32_t)w)
-				move_end(c, mv, batch);
+			if (mv->wave != (uint32_t)w)
+				continue;
+			m.failed[slotmap_at(&m, mv->dst, mv->ds)] =
+				mv->err != 0;
+			move_end(c, mv, batch);
 		}
 		pthread_cond_broadcast(&c->scv);
 		pthread_mutex_unlock(&c->smu);

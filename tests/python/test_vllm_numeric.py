@@ -20,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 
@@ -80,7 +79,6 @@ def run_b(sock, tokens, workdir, ref, name, *args):
 
 
 def test_restored_prefix_gives_exact_logits(workdir):
-    t0 = time.monotonic()
     rng = np.random.default_rng(17)
     prompt = [int(t) for t in rng.integers(0, 256, 12 * P)]   # 12 pages
     longer = prompt + [int(t) for t in rng.integers(0, 256, 2 * P + 3)]
@@ -163,7 +161,6 @@ def test_restored_prefix_gives_exact_logits(workdir):
             assert len(invalid) >= 1, mode
             with kvtier.Client(geo, socket=sock) as cl:
                 assert cl.stats()["cache"]["checksum_failures"] > before
-    assert time.monotonic() - t0 < 60
 
 
 def test_layouts_exact_logits(workdir):
