@@ -399,7 +399,10 @@ static void test_emu_only(kvti_dev *d)
 	CHECK_OK(kvti_dev_import(d, &h, &imp));
 	CHECK_OK(kvti_dev_import(d, &h, &imp)); /* counted, one mapping */
 	kvti_dev_unimport(d, imp);
-	kvti_dev_emu_set_delay(d, 200u * 1000 * 1000); /* 200 ms per MiB */
+	/* 1 s per MiB: the first copy is still in its DMA time when the
+	 * release comes even if this thread is descheduled for most of a
+	 * second (at 200 ms a loaded machine let it land first: one fault) */
+	kvti_dev_emu_set_delay(d, 1000u * 1000 * 1000);
 	CHECK_OK(OPS(d)->copy(s, imp, a, n));
 	CHECK_OK(OPS(d)->copy(s, imp, a, n));
 	CHECK_OK(OPS(d)->event_record(ev, s));
