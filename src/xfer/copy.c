@@ -32,6 +32,7 @@
  * orders them before the atomic that publishes the unit as done.
  */
 #include "xfer/xfer_impl.h"
+#include "dev/xxh3.h"
 
 #include <string.h>
 
@@ -142,7 +143,90 @@ __attribute__((target("avx2"))) static void multi_avx2(char *const *d,
 	}
 }
 
+/*
+ * Copy and hash in one pass (kvti_copy_xxh3): XXH3-64 (seed 0, the
+ * default secret) of the concatenation of @nseg segments of @n bytes each,
+ * s[0] .. s[nseg-1], each copied to d[k] with streaming stores; the hash
+ * is accumulated from the very registers the stores write, so it is the
+ * hash of what landed, with no second read of source or destination.
+ * The long hash of XXH3 (src/dev/xxh3.h draws it): 64-byte stripes, 16 a
+ * block, a scramble after each full block, the last stripe again with its
+ * own secret, the merge; AVX2 does a stripe as two 256-bit lanes.
+ */
+__attribute__((target("avx2"))) static void acc_stripe(__m256i *acc,
+						       __m256i v0, __m256i v1,
+						       const uint8_t *sec)
+{
+	const __m256i k0 = _mm256_loadu_si256((const __m256i *)sec);
+	const __m256i k1 = _mm256_loadu_si256((const __m256i *)(sec + 32));
+	__m256i dk0 = _mm256_xor_si256(v0, k0), dk1 = _mm256_xor_si256(v1, k1);
+	__m256i p0 = _mm256_mul_epu32(dk0, _mm256_srli_epi64(dk0, 32));
+	__m256i p1 = _mm256_mul_epu32(dk1, _mm256_srli_epi64(dk1, 32));
+
+	/* acc[i ^ 1] += v[i]: swap the 64-bit words of each 128-bit half */
+	acc[0] = _mm256_add_epi64(acc[0], _mm256_add_epi64(p0,
+				  _mm256_shuffle_epi32(v0, 0x4E)));
+	acc[1] = _mm256_add_epi64(acc[1], _mm256_add_epi64(p1,
+				  _mm256_shuffle_epi32(v1, 0x4E)));
+}
+
+__attribute__((target("avx2"))) static void acc_scramble(__m256i *acc,
+							 const uint8_t *sec)
+{
+	const __m256i prime = _mm256_set1_epi32((int)KVT_P32_1);
+
+	for (int h = 0; h < 2; h++) {
+		__m256i a = acc[h];
+		__m256i k = _mm256_loadu_si256((const __m256i *)(sec + 32 * h));
+		__m256i lo, hi;
+
+		a = _mm256_xor_si256(a, _mm256_srli_epi64(a, 47));
+		a = _mm256_xor_si256(a, k);
+		lo = _mm256_mul_epu32(a, prime);
+		hi = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), prime);
+		acc[h] = _mm256_add_epi64(lo, _mm256_slli_epi64(hi, 32));
+	}
+}
+
+__attribute__((target("avx2"))) static uint64_t copy_xxh3_avx2(
+	char *const *d, const char *const *s, int nseg, size_t n)
+{
+	const uint8_t *sec = kvt_xxh3_ksecret_h;
+	const size_t len = (size_t)nseg * n;
+	const size_t nstripes = len / KVT_XXH3_STRIPE;
+	uint64_t a[8];
+	__m256i acc[2], v0 = _mm256_setzero_si256(), v1 = v0;
+	size_t st = 0;
+
+	for (unsigned i = 0; i < 8; i++)
+		a[i] = kvt_xxh3_init_acc(i);
+	acc[0] = _mm256_loadu_si256((const __m256i *)a);
+	acc[1] = _mm256_loadu_si256((const __m256i *)(a + 4));
+	for (int k = 0; k < nseg; k++)
+		for (size_t o = 0; o < n; o += KVT_XXH3_STRIPE, st++) {
+			v0 = _mm256_loadu_si256((const __m256i *)(s[k] + o));
+			v1 = _mm256_loadu_si256((const __m256i *)(s[k] + o + 32));
+			_mm256_stream_si256((__m256i *)(d[k] + o), v0);
+			_mm256_stream_si256((__m256i *)(d[k] + o + 32), v1);
+			/* every stripe but the last is in a block; the last
+			 * is hashed below with the last stripe's secret */
+			if (st + 1 == nstripes)
+				break;
+			acc_stripe(acc, v0, v1, sec + 8 * (st %
+						   KVT_XXH3_BLOCK_STRIPES));
+			if (st % KVT_XXH3_BLOCK_STRIPES ==
+			    KVT_XXH3_BLOCK_STRIPES - 1)
+				acc_scramble(acc, sec + KVT_XXH3_SECRET_BYTES -
+					     KVT_XXH3_STRIPE);
+		}
+	acc_stripe(acc, v0, v1, sec + KVT_XXH3_LAST_SECRET);
+	_mm256_storeu_si256((__m256i *)a, acc[0]);
+	_mm256_storeu_si256((__m256i *)(a + 4), acc[1]);
+	return kvt_xxh3_merge(a, len, sec);
+}
+
 static xfer_multi_fn multi_fn = multi_sse2;
+static int have_avx2;
 
 xfer_copy_fn kvti_copy_nt_pick(const char **isa)
 {
@@ -150,6 +234,7 @@ xfer_copy_fn kvti_copy_nt_pick(const char **isa)
 	if (__builtin_cpu_supports("avx2")) {
 		*isa = "avx2";
 		multi_fn = multi_avx2;
+		have_avx2 = 1;
 		return copy_nt_avx2;
 	}
 	*isa = "sse2";
@@ -165,6 +250,22 @@ void kvti_copy_multi(char *const *d, const char *const *s, int nb, size_t n,
 void kvti_copy_fence(void)
 {
 	_mm_sfence();
+}
+
+int kvti_copy_xxh3(char *const *d, const char *const *s, int nseg, size_t n,
+		   uint64_t *h)
+{
+	const size_t len = (size_t)nseg * n;
+	int aligned = 1;
+
+	for (int k = 0; k < nseg; k++)
+		aligned &= ((uintptr_t)d[k] & 31) == 0;
+	/* whole stripes, a long input, 32-byte aligned destinations */
+	if (!have_avx2 || n % KVT_XXH3_STRIPE || len <= KVT_XXH3_MIDSIZE_MAX ||
+	    !aligned)
+		return -1;
+	*h = copy_xxh3_avx2(d, s, nseg, n);
+	return 0;
 }
 
 #else /* no streaming stores we know of: plain memcpy */
@@ -190,6 +291,17 @@ void kvti_copy_multi(char *const *d, const char *const *s, int nb, size_t n,
 {
 	for (int k = 0; k < nb; k++)
 		memcpy(d[k], s[k], n);
+}
+
+int kvti_copy_xxh3(char *const *d, const char *const *s, int nseg, size_t n,
+		   uint64_t *h)
+{
+	(void)d;
+	(void)s;
+	(void)nseg;
+	(void)n;
+	(void)h;
+	return -1;
 }
 
 #endif

@@ -4,10 +4,12 @@
  *
  * A job is cut into tasks of about task_bytes. Two orders:
  *
- *   ORDER_LAYER (to or from layer-first memory, no checksums)
+ *   ORDER_LAYER (to or from layer-first memory; no page sums)
  *     task = (layer l, pages [a, b)); tasks run layer by layer, so layer l
  *     of every page lands before layer l+1 starts, and layer_left[l]
- *     reaching 0 reports layer l ready. Stores use it too: several pages'
+ *     reaching 0 reports layer l ready. With per-layer sums (LSUM,
+ *     LVERIFY) each page's layer is copied and hashed in one pass, from
+ *     the registers the streaming stores write (layer_sums_task()). Stores use it too: several pages'
  *     chunks of one layer at a time beat several chunks of one page
  *     (about 0.8 vs 0.5 of memcpy for 1-token pages on the dev machine).
  *
@@ -42,6 +44,7 @@
 #include "geom/rows.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define NT_MIN_RUN (16u << 10)
@@ -224,17 +227,47 @@ static inline void chunk_add(struct run *r, const kvt_layout *dl, char *d,
 
 /* ---- tasks ---------------------------------------------------------- */
 
-/* Layer @layer of pages [a, b) with per-layer sums: page by page, each
- * chunk copied with plain stores (so it stays in cache) and hashed right
- * away where it landed. Plain stores cost a read for ownership that
- * streaming stores avoid; reading the destination back after streaming
- * stores costs the same read from memory, and hashing only the source
- * would not check what landed. */
-static void layer_sums_task(struct kvt_xfer_job *j, uint32_t layer, size_t a,
+/*
+ * Layer @layer of pages [a, b) with per-layer sums of what landed.
+ *
+ * By default each page's layer is copied with streaming stores and hashed
+ * in the same pass from the registers the stores write (kvti_copy_xxh3()):
+ * the hash is of exactly the bytes that landed, and nothing is read twice
+ * — no read for ownership of the destination (plain stores), no read back
+ * of it from memory (after streaming stores), no second read of the
+ * source. What this does not see is a byte that changes in memory after it
+ * was written (ECC's job) or a store to the wrong place (the layout tests
+ * compare every path with the byte-at-a-time reference).
+ *
+ * The variants measured against it stay selectable, for benchmarks and
+ * tests only (KVT_XFER_VERIFY_VARIANT; docs/PERFORMANCE.md, "Copy and
+ * verify"): 1 one chunk at a time, memcpy then a hash of what landed while
+ * in cache (the code before); 2 batches of MULTI_WIDTH chunks with plain
+ * stores, each batch's pages hashed after it, from L2; 3 the same with
+ * streaming stores and the destination read back. Pages the fused copy
+ * cannot take (no AVX2, chunks not whole 64-byte stripes, 240 bytes or
+ * less, unaligned destinations) go one chunk at a time.
+ */
+static int verify_variant = -1;
+
+static int lsum_variant(void)
+{
+	int v = __atomic_load_n(&verify_variant, __ATOMIC_RELAXED);
+
+	if (v < 0) {
+		const char *e = getenv("KVT_XFER_VERIFY_VARIANT");
+
+		v = e && *e >= '0' && *e <= '3' ? *e - '0' : 0;
+		__atomic_store_n(&verify_variant, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+
+/* One chunk at a time: memcpy, then hash it where it landed. */
+static void layer_sums_each(struct kvt_xfer_job *j, uint32_t layer, size_t a,
 			    size_t b)
 {
 	const kvt_layout *sl = j->sl, *dl = j->dl;
-
 	XXH3_state_t h;
 
 	for (size_t p = a; p < b && !kvti_job_stopped(j); p++) {
@@ -251,6 +284,99 @@ static void layer_sums_task(struct kvt_xfer_job *j, uint32_t layer, size_t a,
 		}
 		kvti_job_lsum(j, p, layer, XXH3_64bits_digest(&h));
 	}
+}
+
+/* The chunks of pages [p, p + np) into @d / @s; returns how many. */
+static int batch_fill(struct kvt_xfer_job *j, uint32_t layer, size_t p,
+		      size_t np, char **d, const char **s)
+{
+	const kvt_layout *sl = j->sl, *dl = j->dl;
+	int n = 0;
+
+	for (size_t i = p; i < p + np; i++)
+		for (uint32_t k = 0; k < sl->kv; k++) {
+			if (d)
+				d[n] = chunk_at(dl, j->dbufs,
+						job_dst_slot(j, i), layer, k);
+			s[n++] = chunk_at(sl, j->sbufs, job_src_slot(j, i),
+					  layer, k);
+		}
+	return n;
+}
+
+/* Variants 2 and 3: batches of MULTI_WIDTH chunks (plain stores; @want_nt:
+ * streaming stores, the destination read back from memory), each batch's
+ * pages hashed after it. */
+static void layer_sums_batched(struct kvt_xfer_job *j, uint32_t layer,
+			       size_t a, size_t b, int want_nt)
+{
+	const kvt_layout *sl = j->sl, *dl = j->dl;
+	size_t ppb = KVT_MAX(MULTI_WIDTH / sl->kv, 1);
+	char *d[KVTI_MULTI_MAX];
+	const char *s[KVTI_MULTI_MAX], *pf[KVTI_MULTI_MAX];
+	XXH3_state_t h;
+
+	for (size_t p = a; p < b && !kvti_job_stopped(j); p += ppb) {
+		size_t np = KVT_MIN(ppb, b - p), nn = 0;
+		int n = batch_fill(j, layer, p, np, d, s), npf = 0, nt = want_nt;
+
+		if (p + np < b) {
+			nn = KVT_MIN(ppb, b - p - np);
+			npf = batch_fill(j, layer, p + np, nn, NULL, pf);
+		}
+		for (int i = 0; nt && i < n; i++)
+			nt = ((uintptr_t)d[i] & 31) == 0;
+		kvti_copy_multi(d, s, n, sl->chunk_bytes, nt, pf, npf);
+		if (nt)
+			kvti_copy_fence();
+		for (size_t i = 0; i < np; i++) {
+			XXH3_64bits_reset(&h);
+			for (uint32_t k = 0; k < sl->kv; k++)
+				XXH3_64bits_update(&h, chunk_at(dl, j->dbufs,
+						   job_dst_slot(j, p + i),
+						   layer, k), sl->chunk_bytes);
+			kvti_job_lsum(j, p + i, layer, XXH3_64bits_digest(&h));
+		}
+	}
+}
+
+/* The default: each page's layer copied with streaming stores and hashed
+ * from the registers the stores write (kvti_copy_xxh3()); a page it
+ * cannot take goes one chunk at a time. */
+static void layer_sums_fused(struct kvt_xfer_job *j, uint32_t layer, size_t a,
+			     size_t b)
+{
+	const kvt_layout *sl = j->sl;
+	char *d[2];
+	const char *s[2];
+	uint64_t h;
+
+	for (size_t p = a; p < b && !kvti_job_stopped(j); p++) {
+		batch_fill(j, layer, p, 1, d, s);
+		if (kvti_copy_xxh3(d, s, (int)sl->kv, sl->chunk_bytes, &h))
+			layer_sums_each(j, layer, p, p + 1);
+		else
+			kvti_job_lsum(j, p, layer, h);
+	}
+	kvti_copy_fence();
+}
+
+static void layer_sums_task(struct kvt_xfer_job *j, uint32_t layer, size_t a,
+			    size_t b)
+{
+	const kvt_layout *sl = j->sl;
+	int v = lsum_variant();
+
+	/* the fused and batched copies take whole chunks: strided rows
+	 * (kvt_layout_init_rows()) go one chunk at a time, row by row */
+	if (!kvti_chunk_packed(j->dl, sl))
+		layer_sums_each(j, layer, a, b);
+	else if (v == 0 && sl->kv <= 2)
+		layer_sums_fused(j, layer, a, b);
+	else if (v == 1 || sl->chunk_bytes % 64) /* batches: whole lines */
+		layer_sums_each(j, layer, a, b);
+	else
+		layer_sums_batched(j, layer, a, b, v == 3);
 	atomic_fetch_add(&j->bytes_done, (b - a) * sl->kv * sl->chunk_bytes);
 }
 

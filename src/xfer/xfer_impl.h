@@ -268,6 +268,14 @@ typedef void (*xfer_multi_fn)(char *const *d, const char *const *s, int nb,
 			      int npf);
 void kvti_copy_multi(char *const *d, const char *const *s, int nb, size_t n,
 		     int nt, const char *const *pf, int npf);
+/* Copy @nseg segments of @n bytes, s[k] -> d[k], with streaming stores,
+ * and hash them on the way: *@h = XXH3-64 (seed 0) of s[0] .. s[nseg-1]
+ * concatenated, taken from the registers the stores write (what landed).
+ * 0, or -1 where this CPU or these arguments cannot (n % 64, a total of
+ * 240 bytes or less, a destination not 32-byte aligned, no AVX2): the
+ * caller copies and hashes another way. Then kvti_copy_fence(). */
+int kvti_copy_xxh3(char *const *d, const char *const *s, int nseg, size_t n,
+		   uint64_t *h);
 
 /* ---- io lane (io.c) ---------------------------------------------------- */
 

@@ -34,7 +34,7 @@ DOC = os.path.join(ROOT, "docs", "ENGINES.md")
 UNIT = os.path.join(ROOT, "contrib", "kvtierd.service")
 
 
-def tested_blocks():
+def documented_blocks():
     """{name: text} of the fenced blocks after `<!-- tested: NAME ... -->`."""
     with open(DOC, encoding="utf-8") as f:
         text = f.read()
@@ -102,7 +102,7 @@ def run_engine(argv, env, tokens, out, gen_env, role=None):
 
 def test_documented_flags(scratch, workdir):
     rewrite, etc, run = scratch
-    blocks = tested_blocks()
+    blocks = documented_blocks()
     assert {"kvtierd.conf", "vllm", "sglang"} <= set(blocks), blocks.keys()
     # the daemon: the unit's ExecStart, its config file as documented
     argv = exec_start()
