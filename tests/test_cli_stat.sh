@@ -24,7 +24,8 @@ has "$TMP/table.txt" "kvtier daemon 0." "clients 3, leases 7 (56 pages pinned)" 
 # the data path: the restore path's CPU copies, movers by flow, the devices
 has "$TMP/table.txt" "data path: restore bytes copied by a CPU 0 B; device checksums 2048, failed 1" \
 	"device emu:0 (emulated: CPU copies): copy engines 128.00 MiB, kernels 256.00 MiB" \
-	"faults 0, allocations open 1"
+	"faults 0, allocations open 1" \
+	"device jobs by another method than chosen (batched copies not built: one copy per chunk): 2"
 grep -qE "^  save +0 B +0 B +128.00 MiB +0 B " "$TMP/table.txt" || fail "the save row"
 # read failures and checksum failures are their own columns, apart from misses
 grep -qE "^  ssd +310 +2 +0 +0 +1 " "$TMP/table.txt" || fail "alice's ssd row"

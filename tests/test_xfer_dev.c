@@ -289,6 +289,35 @@ static void extras(void)
 	kvt_xfer_job_free(j);
 	((unsigned char *)kvt_tier_slot_ptr(pin, s[3]))[
 		kvt_tier_layout(pin)->page_bytes / g.layers * 5 + 9] ^= 4;
+	/* what is verified is what LANDED, not the source: on the emulated
+	 * device one copy lands damaged (its source intact) and, by every
+	 * load method, exactly one page fails its layer — a checksum of the
+	 * source (the old cuda lane's layer_src_sums) would pass it */
+	for (int m = KVT_XFER_CUDA_CHUNK; kvti_dev_is_emu(DEV) &&
+	     m <= KVT_XFER_CUDA_KERNEL; m++) {
+		int nbad = 0;
+
+		memset(bad, 0, sizeof(bad));
+		d = (kvt_xfer_desc){ .src = pin, .dst = hbm, .src_slots = s,
+				     .dst_slots = s, .npages = N, .method = m,
+				     .flags = KVT_XFER_LVERIFY, .sums = lsums,
+				     .bad = bad };
+		kvti_dev_emu_set_damage(D, 1);
+		CHECK_OK(run_job(x, &d));
+		kvti_dev_emu_set_damage(D, 0);
+		for (int i = 0; i < N; i++)
+			nbad += bad[i];
+		CHECK_EQ(nbad, 1);
+		for (int i = 0; i < N; i++) /* the source is intact */
+			for (uint32_t l = 0; l < g.layers; l += 5)
+				CHECK(lsums[i * g.layers + l] ==
+				      layer_xxh3(pin, s[i], l));
+		/* clean again: every page lands verified */
+		memset(bad, 0, sizeof(bad));
+		CHECK_OK(run_job(x, &d));
+		for (int i = 0; i < N; i++)
+			CHECK_EQ(bad[i], 0);
+	}
 	/* the counters: the device moved and hashed; no CPU thread hashed
 	 * a byte of the restore path */
 	kvt_xfer_stat_get(x, &xs1);
@@ -302,6 +331,31 @@ static void extras(void)
 	CHECK(xs1.dev_hashed[KVT_XFER_FLOW_RESTORE] > 0);
 	CHECK(xs1.dev_failed >= 2);
 	CHECK(xs1.dev_verified > 0);
+	/* a device without batched copies (CUDA < 12.8): a store the
+	 * engine chose the method for goes one copy per chunk, counted; a
+	 * forced cuda-batch is refused, not substituted */
+	if (kvti_dev_is_emu(DEV)) {
+		unsigned caps = D->caps;
+
+		D->caps &= ~(unsigned)KVTI_DEV_CAP_BATCH;
+		d = (kvt_xfer_desc){ .src = hbm, .dst = pin2, .src_slots = s,
+				     .dst_slots = s, .npages = N };
+		CHECK_OK(kvt_xfer_submit(x, &d, &j));
+		CHECK_OK(kvt_xfer_wait(j, -1));
+		kvt_xfer_status_get(j, &st);
+		CHECK_EQ(st.method, KVT_XFER_CUDA_CHUNK);
+		kvt_xfer_job_free(j);
+		kvt_xfer_stat_get(x, &xs1);
+		CHECK_EQ(xs1.method_substituted - xs0.method_substituted, 1);
+		d.method = KVT_XFER_CUDA_BATCH;
+		if (!kvt_xfer_submit(x, &d, &j)) {
+			CHECK_ERR(kvt_xfer_wait(j, -1), KVT_ENOTBUILT);
+			kvt_xfer_job_free(j);
+		}
+		kvt_xfer_stat_get(x, &xs1);
+		CHECK_EQ(xs1.method_substituted - xs0.method_substituted, 1);
+		D->caps = caps;
+	}
 	/* unregistered host memory is refused, for every method */
 	for (int m = KVT_XFER_CUDA_CHUNK; m <= KVT_XFER_CUDA_KERNEL; m++) {
 		d = (kvt_xfer_desc){ .src = plain, .dst = hbm, .src_slots = s,

@@ -230,6 +230,10 @@ static void print_datapath(const cJSON *root)
 	       bytes(num(dp, "restore_cpu_copy_bytes"), b1, sizeof(b1)),
 	       num(dp, "device_checksums"),
 	       num(dp, "device_checksum_failures"));
+	if (num(dp, "method_substituted") > 0)
+		printf("  device jobs by another method than chosen (batched "
+		       "copies not built: one copy per chunk): %.0f\n",
+		       num(dp, "method_substituted"));
 	printf("  %-8s %12s %12s %12s %12s %12s %12s\n", "flow", "cpu", "io",
 	       "copy-engine", "kernel", "cpu-hashed", "dev-hashed");
 	for (size_t f = 0; f < sizeof(flows) / sizeof(flows[0]); f++) {

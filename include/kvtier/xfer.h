@@ -358,6 +358,11 @@ typedef struct kvt_xfer_stat {
 				   device */
 	uint64_t dev_failed;    /* of which did not match (loads) */
 	uint64_t jobs, failed_jobs;
+	uint64_t method_substituted; /* device jobs whose method the engine
+				   chose and could not use there (cuda-batch
+				   without cudaMemcpyBatchAsync: one copy per
+				   chunk instead, still device DMA; said once
+				   per device at warning level) */
 } kvt_xfer_stat;
 KVT_API void kvt_xfer_stat_get(kvt_xfer *x, kvt_xfer_stat *st);
 

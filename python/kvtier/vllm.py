@@ -706,10 +706,20 @@ class KvtierConnector(KVConnectorBase_V1):
         self._mem = self._client.register_device(self._dev, *self._register[1:])
 
     def _store_event(self) -> Any:
-        """GPU: an IPC event recorded now on the compute stream, after
-        the step's KV writes (the daemon's store copies wait for it)."""
-        if not self._torch_dev:
+        """Device path: an IPC event recorded now on the compute stream,
+        after the step's KV writes (the daemon's store copies wait for
+        it). The emulated device takes the same path with a stream of its
+        own standing in for the compute stream (the emulated engine's
+        writes are CPU writes, done by now)."""
+        if self._dev is None:
             return None
+        if not self._torch_dev:
+            if self._ipc_event is None:
+                self._ipc_event = (self._client.event(self._dev),
+                                   self._dev.stream())
+            ev, stream = self._ipc_event
+            ev.record(stream)
+            return ev
         import torch
         from .torch_dev import ipc_event
         if self._ipc_event is None:

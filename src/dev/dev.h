@@ -361,5 +361,10 @@ void kvti_dev_emu_set_delay(kvti_dev *d, uint64_t ns_per_mib);
 /* How long a stream waits for an event or a value before the wait fails
  * (default 60 s; KVT_EMU_WAIT_MS). */
 void kvti_dev_emu_set_wait_limit(kvti_dev *d, uint64_t ns);
+/* The next @ncopies copies of @d's streams (a copy, one copy of a batch,
+ * one chunk of a gather) land with their first byte flipped, their source
+ * untouched: data damaged in flight, which only a checksum of what landed
+ * catches (0: none). */
+void kvti_dev_emu_set_damage(kvti_dev *d, uint64_t ncopies);
 
 #endif /* KVT_DEV_DEV_H */

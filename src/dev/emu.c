@@ -36,6 +36,12 @@
  * peer that reads without waiting for the copy's event reads the old
  * bytes — the missing-synchronisation case is deterministic in tests.
  *
+ * DAMAGE. kvti_dev_emu_set_damage(d, n): the next n copies (a copy, one
+ * copy of a batch, one chunk of a gather) land with their first byte
+ * flipped, the source untouched — a link that damages data in flight. A
+ * checksum of the source passes such a copy; only one of what landed
+ * catches it (the device lane's, dev_lane.c).
+ *
  * These copies are CPU copies made by the stream threads: the transfer
  * engine counts them as the device's (copy engine, kernel), as it would a
  * GPU's, and the emulated device says it is one (KVTI_DEV_CAP_EMULATED).
@@ -77,6 +83,7 @@ struct emu {
 	struct emu_range *ranges;
 	_Atomic uint64_t delay;      /* ns per MiB moved */
 	_Atomic uint64_t wait_limit; /* ns */
+	_Atomic uint64_t damage;     /* copies still to land damaged */
 };
 
 #define EV_BYTES 4096u
@@ -299,6 +306,12 @@ void kvti_dev_emu_set_wait_limit(kvti_dev *d, uint64_t ns)
 {
 	if (d->ops == &kvti_dev_emu_ops)
 		atomic_store(&E(d)->wait_limit, ns);
+}
+
+void kvti_dev_emu_set_damage(kvti_dev *d, uint64_t ncopies)
+{
+	if (d->ops == &kvti_dev_emu_ops)
+		atomic_store(&E(d)->damage, ncopies);
 }
 
 /* ---- memory ------------------------------------------------------------------ */
@@ -667,6 +680,16 @@ static void delay(struct emu *e, uint64_t bytes)
 	nanosleep(&ts, NULL);
 }
 
+/* Take one damaged landing if any is left (DAMAGE above). */
+static int damage_one(struct emu *e)
+{
+	uint64_t n = atomic_load_explicit(&e->damage, memory_order_relaxed);
+
+	while (n && !atomic_compare_exchange_weak(&e->damage, &n, n - 1))
+		;
+	return n != 0;
+}
+
 static int do_copy(kvti_dev_stream *s, void *dst, const void *src, size_t n)
 {
 	int err;
@@ -675,6 +698,8 @@ static int do_copy(kvti_dev_stream *s, void *dst, const void *src, size_t n)
 	    (err = access_ok(s->d, dst, n, 1)))
 		return err;
 	memcpy(dst, src, n);
+	if (n && damage_one(s->e))
+		*(volatile unsigned char *)dst ^= 0x5a;
 	return 0;
 }
 

@@ -119,6 +119,12 @@ int kvtd_dpath_text(const struct kvtd_dpath *dp, char **out)
 	    "checksum on the device (the blocks failed, never ready).");
 	tput(&t, "kvtier_device_checksum_failures_total %" PRIu64 "\n",
 	     dp->xs.dev_failed);
+	fam(&t, "kvtier_device_method_substituted_total", "counter",
+	    "Device jobs moved by another method than the one chosen for "
+	    "them (batched copies not built: one copy per chunk, still the "
+	    "device's DMA).");
+	tput(&t, "kvtier_device_method_substituted_total %" PRIu64 "\n",
+	     dp->xs.method_substituted);
 	fam(&t, "kvtier_device_info", "gauge",
 	    "A device the daemon's transfer engine runs on (always 1); "
 	    "emulated=\"1\": no hardware, its copies are CPU copies.");
@@ -180,6 +186,8 @@ int kvtd_dpath_json(const struct kvtd_dpath *dp, cJSON *root)
 		   (double)dp->xs.bytes[KVT_XFER_MOVER_CPU][KVT_XFER_FLOW_RESTORE]);
 	err |= num(o, "device_checksums", (double)dp->xs.dev_verified);
 	err |= num(o, "device_checksum_failures", (double)dp->xs.dev_failed);
+	err |= num(o, "method_substituted",
+		   (double)dp->xs.method_substituted);
 	if (!(a = cJSON_AddArrayToObject(o, "bytes")))
 		return -ENOMEM;
 	for (int m = 0; m < KVT_XFER_MOVER_COUNT; m++)

@@ -528,8 +528,10 @@ int kvti_dev_check(struct kvt_xfer *x, struct kvt_xfer_job *j, int slot)
 					 "later); %s has no batched copies",
 					 d->name);
 		/* the engine's choice where batches are not built: said
-		 * when the device's lanes started */
+		 * when the device's lanes started, counted per job */
 		j->method = KVT_XFER_CUDA_CHUNK;
+		atomic_fetch_add_explicit(&x->method_substituted, 1,
+					  memory_order_relaxed);
 	}
 	if ((j->d.flags & XFER_PAGE_SUMS) &&
 	    (uint64_t)j->layers * j->sl->kv > d->sum_maxseg)

@@ -239,6 +239,7 @@ void kvt_xfer_stat_get(kvt_xfer *x, kvt_xfer_stat *st)
 	st->dev_failed = atomic_load(&x->dev_failed);
 	st->jobs = atomic_load(&x->jobs);
 	st->failed_jobs = atomic_load(&x->failed_jobs);
+	st->method_substituted = atomic_load(&x->method_substituted);
 }
 
 /* The job is over: its callback runs first, then waiters are released

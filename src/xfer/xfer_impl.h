@@ -160,6 +160,7 @@ struct kvt_xfer {
 	_Atomic uint64_t cpu_hashed[KVT_XFER_FLOW_COUNT];
 	_Atomic uint64_t dev_hashed[KVT_XFER_FLOW_COUNT];
 	_Atomic uint64_t dev_verified, dev_failed, jobs, failed_jobs;
+	_Atomic uint64_t method_substituted;
 
 	/* measured rates per (source kind, destination kind) (rate.c) */
 	pthread_mutex_t rmu;
