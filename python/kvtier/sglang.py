@@ -494,7 +494,9 @@ class KvtierStorage(HiCacheStorage):
     def batch_exists(self, keys: List[str],
                      extra_info: Optional[HiCacheStorageExtraInfo] = None
                      ) -> int:
-        """The number of leading @keys the daemon can load now."""
+        """The number of leading @keys the daemon can load now: all of
+        them, whatever their tier (NOT BUILT, issue 22 item 6: only the
+        pages worth loading by cost; docs/ENGINES.md)."""
         if self.client is None:
             return 0
         try:

@@ -35,6 +35,10 @@ HOW IT MAPS
     must compute one), and answers (tokens beyond the locally computed
     ones, load_is_async=True); None ("ask again") while the next pages
     are being stored by someone (bounded by "inflight_wait_s").
+    NOT BUILT (issue 22 item 6): the answer is every page the daemon
+    holds, from any tier; kvtier's scheduler decision (load only what
+    lands before the prefill would have computed it, defer only when
+    waiting is cheaper) is not made here yet (docs/ENGINES.md).
     update_state_after_alloc() records the blocks vLLM gave the load;
     build_connector_meta() packs this step's loads, the stores of pages
     that this step completes, and the preempted requests; request_finished()
