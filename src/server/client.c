@@ -38,88 +38,7 @@
  * start after kvt_client_close() began are the caller's bug (the handles
  * are being freed); kvt_client_shutdown() is the call that may race them.
  */
-#include <kvtier/client.h>
-#include "dev/dev.h"
-#include "server/io.h"
-#include "server/proto.h"
-#include "core/core.h"
-
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <linux/futex.h>
-#include <poll.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <time.h>
-#include <unistd.h>
-
-#define SLOT_DEVS 8
-
-struct kvt_client_mem {
-	kvt_client *cl;
-	uint32_t id;
-	int device;           /* -1: host memory */
-	int fd;               /* ours (kvt_client_mem_alloc), or -1 */
-	void *map;
-	size_t len;
-	kvt_client_mem *next; /* cl->mu */
-};
-
-struct kvt_client_job {
-	kvt_client *cl;
-	uint32_t slot;
-	uint32_t gen;         /* the slot's generation for this job */
-	int device;           /* its memory's device (-1: host) */
-	int released;         /* cl->mu: RELEASE done, fields below valid */
-	int result;
-	kvt_cache_job_stat st;
-	uint32_t *failed;
-	long nfailed;
-	kvt_client_job *prev, *next; /* cl->mu */
-};
-
-struct kvt_client {
-	int fd;
-	pthread_mutex_t mu;   /* the socket, the lists, slot allocation */
-	uint32_t seq;
-	kvt_geom g;
-	uint32_t id, max_jobs, slot_bytes, lease_ms;
-	uint64_t page_bytes;
-	const uint8_t *slots;
-	size_t slots_len;
-	int efd;
-	uint8_t *used;        /* max_jobs */
-	uint32_t njobs;
-	kvt_client_job *jobs;
-	kvt_client_mem *mems;
-	kvt_client_event *events;
-	kvti_dev *slot_dev[SLOT_DEVS]; /* cl->mu: devices the slot page is
-					  registered with (stream waits) */
-	int slot_reg[SLOT_DEVS];       /* ...by us (unregistered at close) */
-	kvtd_buf out, in;
-	uint32_t timeout_ms;  /* per request */
-	int broken;           /* cl->mu: no more requests (see above) */
-	_Atomic int gone;     /* the daemon's end closed: it let go */
-	_Atomic int closing;  /* kvt_client_shutdown() ran */
-	int users;            /* cl->mu: threads inside a wait */
-	pthread_cond_t cv;    /* users dropped */
-};
-
-struct kvt_client_event {
-	kvt_client *cl;
-	kvti_dev *d;
-	kvti_dev_event *e;
-	uint32_t id;
-	kvt_client_event *next; /* cl->mu */
-};
+#include "server/client_impl.h"
 
 /* ---- requests ------------------------------------------------------------- */
 
@@ -131,7 +50,7 @@ static int is_job_start(uint16_t op)
 
 /* Read and drop what the daemon still sends until its end closes, by
  * @deadline: 1 once it has (cl->gone), else 0. */
-static int drain_to_eof(kvt_client *cl, uint64_t deadline)
+int kvti_client_drain_to_eof(kvt_client *cl, uint64_t deadline)
 {
 	char buf[4096];
 
@@ -154,7 +73,7 @@ static int drain_to_eof(kvt_client *cl, uint64_t deadline)
 
 /* cl->mu held: no more requests on this connection; tell the daemon (the
  * end of our stream makes it tear the connection down). */
-static void conn_break(kvt_client *cl)
+void kvti_client_conn_break(kvt_client *cl)
 {
 	if (!cl->broken) {
 		cl->broken = 1;
@@ -164,7 +83,7 @@ static void conn_break(kvt_client *cl)
 
 /* The daemon's lease plus one request's time: the longest a live daemon
  * takes to let go of a connection it was told to drop. */
-static uint64_t letgo_ns(const kvt_client *cl)
+uint64_t kvti_client_letgo_ns(const kvt_client *cl)
 {
 	return ((uint64_t)cl->lease_ms + cl->timeout_ms) * 1000000ull;
 }
@@ -173,7 +92,7 @@ static uint64_t letgo_ns(const kvt_client *cl)
  * reply into cl->in by the request's deadline; on status 0, *@rd reads the
  * reply body. A timeout or a reply out of step breaks the connection: it
  * is never left out of step. */
-static int rpc(kvt_client *cl, const int *fds, int nfds, kvtd_rd *rd)
+int kvti_client_rpc(kvt_client *cl, const int *fds, int nfds, kvtd_rd *rd)
 {
 	uint16_t op = (uint16_t)(cl->out.p ? cl->out.p[6] | cl->out.p[7] << 8
 					   : 0);
@@ -202,17 +121,17 @@ static int rpc(kvt_client *cl, const int *fds, int nfds, kvtd_rd *rd)
 	}
 	if (err == -EPIPE || err == -ECONNRESET) {
 		atomic_store(&cl->gone, 1);
-		conn_break(cl);
+		kvti_client_conn_break(cl);
 	}
 	if (err == -ETIMEDOUT) {
-		conn_break(cl);
+		kvti_client_conn_break(cl);
 		if (!is_job_start(op))
 			return kvti_fail(err, "client: %s #%u: no reply in %u ms:"
 					 " the connection is dropped (connect "
 					 "again)", kvtd_msg_name(op), cl->seq,
 					 cl->timeout_ms);
 		/* the daemon may have started the job: return once it let go */
-		if (drain_to_eof(cl, kvt_now_ns() + letgo_ns(cl)))
+		if (kvti_client_drain_to_eof(cl, kvt_now_ns() + kvti_client_letgo_ns(cl)))
 			return kvti_fail(err, "client: %s #%u: no reply in %u ms:"
 					 " the connection is dropped; the daemon"
 					 " has stopped its jobs and let go of "
@@ -223,7 +142,7 @@ static int rpc(kvt_client *cl, const int *fds, int nfds, kvtd_rd *rd)
 			  "has not let go of the connection %llu ms later: it "
 			  "may still write this client's memory",
 			  kvtd_msg_name(op), cl->seq, cl->timeout_ms,
-			  (unsigned long long)(letgo_ns(cl) / 1000000));
+			  (unsigned long long)(kvti_client_letgo_ns(cl) / 1000000));
 		return kvti_fail(err, "client: %s #%u: no reply, and the daemon "
 				 "has not let go: its blocks may still be "
 				 "written", kvtd_msg_name(op), cl->seq);
@@ -231,9 +150,9 @@ static int rpc(kvt_client *cl, const int *fds, int nfds, kvtd_rd *rd)
 	if (err)
 		return err;
 	if ((h.op & ~KVTD_REPLY) == 0) { /* our header was refused */
-		conn_break(cl);
+		kvti_client_conn_break(cl);
 	} else if ((h.op & ~KVTD_REPLY) != op || h.seq != cl->seq) {
-		conn_break(cl);
+		kvti_client_conn_break(cl);
 		return kvti_fail(KVT_EPROTO, "client: reply %s #%u to %s #%u: "
 				 "the connection is dropped",
 				 kvtd_msg_name(h.op), h.seq,
@@ -249,12 +168,12 @@ static int rpc(kvt_client *cl, const int *fds, int nfds, kvtd_rd *rd)
 	return 0;
 }
 
-static void begin(kvt_client *cl, uint16_t op)
+void kvti_client_begin(kvt_client *cl, uint16_t op)
 {
 	kvtd_begin(&cl->out, op, ++cl->seq);
 }
 
-static int body_end(kvtd_rd *rd)
+int kvti_client_body_end(kvtd_rd *rd)
 {
 	if (rd->err)
 		return kvti_fail(KVT_EPROTO, "client: a reply shorter than its "
@@ -368,7 +287,7 @@ int kvt_client_connect(kvt_client **out, const kvt_client_config *in)
 		goto fail;
 	if ((err = kvtd_set_timeout(cl->fd, cl->timeout_ms)))
 		goto fail;
-	begin(cl, KVTD_MSG_HELLO);
+	kvti_client_begin(cl, KVTD_MSG_HELLO);
 	kvtd_put_u32(&cl->out, cfg.tenant);
 	kvtd_put_u32(&cl->out, cl->g.tp_rank);
 	kvtd_put_u32(&cl->out, cl->g.tp_size);
@@ -419,7 +338,7 @@ int kvt_client_connect(kvt_client **out, const kvt_client_config *in)
 	slot_bytes = kvtd_get_u32(&rd);
 	cl->lease_ms = kvtd_get_u32(&rd);
 	cl->page_bytes = kvtd_get_u64(&rd);
-	if ((err = body_end(&rd)))
+	if ((err = kvti_client_body_end(&rd)))
 		goto fail;
 	if (nfds != 2 || !max_jobs || max_jobs > (1u << 20) ||
 	    slot_bytes < KVTD_SLOT_BYTES || slot_bytes > 4096) {
@@ -523,7 +442,7 @@ static int reg_segs(kvt_client *cl, int device, const uint8_t *uuid,
 					 "allocation %u of %u", l, layer_seg[l],
 					 nseg);
 	pthread_mutex_lock(&cl->mu);
-	begin(cl, rows ? KVTD_MSG_REGISTER_ROWS : KVTD_MSG_REGISTER);
+	kvti_client_begin(cl, rows ? KVTD_MSG_REGISTER_ROWS : KVTD_MSG_REGISTER);
 	kvtd_put_u32(&cl->out, (uint32_t)device);
 	kvtd_put_u32(&cl->out, nlayers);
 	kvtd_put_u64(&cl->out, nblocks);
@@ -543,10 +462,10 @@ static int reg_segs(kvt_client *cl, int device, const uint8_t *uuid,
 		kvtd_put_u32(&cl->out, layer_seg ? layer_seg[l] : 0);
 		kvtd_put_u64(&cl->out, layer_off[l]);
 	}
-	err = rpc(cl, fds, nfds, &rd);
+	err = kvti_client_rpc(cl, fds, nfds, &rd);
 	if (!err) {
 		*id = kvtd_get_u32(&rd);
-		err = body_end(&rd);
+		err = kvti_client_body_end(&rd);
 	}
 	pthread_mutex_unlock(&cl->mu);
 	return err;
@@ -784,9 +703,9 @@ static void mem_release(kvt_client_mem *m, int tell)
 	kvtd_rd rd;
 
 	if (tell) {
-		begin(cl, KVTD_MSG_UNREGISTER);
+		kvti_client_begin(cl, KVTD_MSG_UNREGISTER);
 		kvtd_put_u32(&cl->out, m->id);
-		rpc(cl, NULL, 0, &rd); /* a dead daemon has dropped it */
+		kvti_client_rpc(cl, NULL, 0, &rd); /* a dead daemon has dropped it */
 	}
 	if (m->map)
 		munmap(m->map, m->len);
@@ -825,11 +744,11 @@ int kvt_client_hash_tokens(kvt_client *cl, const uint32_t *tokens,
 	if ((ntokens && !tokens) || (want && !keys) || ntokens > UINT32_MAX)
 		return kvti_fail(-EINVAL, "client hash: bad arguments");
 	pthread_mutex_lock(&cl->mu);
-	begin(cl, KVTD_MSG_HASH);
+	kvti_client_begin(cl, KVTD_MSG_HASH);
 	kvtd_put_u32(&cl->out, (uint32_t)ntokens);
 	for (size_t i = 0; i < ntokens; i++)
 		kvtd_put_u32(&cl->out, tokens[i]);
-	err = rpc(cl, NULL, 0, &rd);
+	err = kvti_client_rpc(cl, NULL, 0, &rd);
 	if (!err && kvtd_get_u32(&rd) != want)
 		err = kvti_fail(KVT_EPROTO, "client hash: wrong key count");
 	for (size_t i = 0; !err && i < want; i++) {
@@ -837,7 +756,7 @@ int kvt_client_hash_tokens(kvt_client *cl, const uint32_t *tokens,
 		keys[i].hi = kvtd_get_u64(&rd);
 	}
 	if (!err)
-		err = body_end(&rd);
+		err = kvti_client_body_end(&rd);
 	pthread_mutex_unlock(&cl->mu);
 	return err;
 }
@@ -855,11 +774,11 @@ static int lookup(kvt_client *cl, const kvt_page_key *keys, size_t nkeys,
 	    (flags & KVTD_LOOKUP_RUNS) || (runs && (!max || !nruns)))
 		return kvti_fail(-EINVAL, "client lookup: bad arguments");
 	pthread_mutex_lock(&cl->mu);
-	begin(cl, KVTD_MSG_LOOKUP);
+	kvti_client_begin(cl, KVTD_MSG_LOOKUP);
 	kvtd_put_u32(&cl->out, flags | (runs ? KVTD_LOOKUP_RUNS : 0));
 	kvtd_put_u32(&cl->out, (uint32_t)nkeys);
 	kvtd_put_keys(&cl->out, keys, nkeys);
-	err = rpc(cl, NULL, 0, &rd);
+	err = kvti_client_rpc(cl, NULL, 0, &rd);
 	if (!err) {
 		memset(r, 0, sizeof(*r));
 		r->pages = kvtd_get_u64(&rd);
@@ -883,7 +802,7 @@ static int lookup(kvt_client *cl, const kvt_page_key *keys, size_t nkeys,
 			}
 			*nruns = rd.err ? 0 : n;
 		}
-		err = body_end(&rd);
+		err = kvti_client_body_end(&rd);
 	}
 	pthread_mutex_unlock(&cl->mu);
 	return err;
@@ -918,8 +837,8 @@ int kvt_client_rates(kvt_client *cl,
 	memset(rates, 0, sizeof(kvt_xfer_rate) * KVT_TIER_COUNT *
 			 KVT_TIER_COUNT);
 	pthread_mutex_lock(&cl->mu);
-	begin(cl, KVTD_MSG_RATES);
-	err = rpc(cl, NULL, 0, &rd);
+	kvti_client_begin(cl, KVTD_MSG_RATES);
+	err = kvti_client_rpc(cl, NULL, 0, &rd);
 	if (!err) {
 		uint32_t nt = kvtd_get_u32(&rd);
 
@@ -938,597 +857,10 @@ int kvt_client_rates(kvt_client *cl,
 				if (s < KVT_TIER_COUNT && t < KVT_TIER_COUNT)
 					rates[s][t] = x;
 			}
-		err = body_end(&rd);
+		err = kvti_client_body_end(&rd);
 	}
 	pthread_mutex_unlock(&cl->mu);
 	return err;
-}
-
-/* ---- jobs ------------------------------------------------------------------------ */
-
-static int job_start(kvt_client *cl, kvt_client_mem *m, int store,
-		     unsigned flags, uint32_t event, const kvt_page_key *keys,
-		     size_t nkeys, size_t first, const uint32_t *blocks,
-		     kvt_client_job **out)
-{
-	kvt_client_job *j;
-	kvtd_rd rd;
-	uint32_t s;
-	int err;
-
-	kvti_errclear();
-	if (!cl || !m || m->cl != cl || !out || (nkeys && !keys) ||
-	    first > nkeys || (nkeys > first && !blocks) || nkeys > UINT32_MAX ||
-	    (flags & ~KVT_CACHE_IO_EACH) ||
-	    ((flags & KVT_CACHE_IO_EACH) && first))
-		return kvti_fail(-EINVAL, "client %s: bad arguments",
-				 store ? "store" : "load");
-	if (!(j = kvt_calloc(1, sizeof(*j))))
-		return -ENOMEM;
-	j->cl = cl;
-	pthread_mutex_lock(&cl->mu);
-	for (s = 0; s < cl->max_jobs && cl->used[s]; s++)
-		;
-	if (s == cl->max_jobs) {
-		pthread_mutex_unlock(&cl->mu);
-		kvt_free(j);
-		return kvti_fail(KVT_EBUSY, "client: %u jobs not freed",
-				 cl->max_jobs);
-	}
-	if (flags & KVT_CACHE_IO_EACH)
-		begin(cl, store ? KVTD_MSG_STORE_EACH : KVTD_MSG_LOAD_EACH);
-	else
-		begin(cl, store ? KVTD_MSG_STORE : KVTD_MSG_LOAD);
-	kvtd_put_u32(&cl->out, m->id);
-	kvtd_put_u32(&cl->out, s);
-	kvtd_put_u32(&cl->out, (uint32_t)nkeys);
-	kvtd_put_u32(&cl->out, (uint32_t)first);
-	kvtd_put_u32(&cl->out, event);
-	kvtd_put_keys(&cl->out, keys, nkeys);
-	for (size_t i = first; i < nkeys; i++)
-		kvtd_put_u32(&cl->out, blocks[i - first]);
-	err = rpc(cl, NULL, 0, &rd);
-	if (!err) {
-		cl->used[s] = 1;
-		cl->njobs++;
-		j->slot = s;
-		j->device = m->device;
-		/* the daemon wrote the slot's generation before it replied */
-		j->gen = __atomic_load_n((const uint32_t *)(cl->slots +
-				(size_t)s * cl->slot_bytes + 12), __ATOMIC_ACQUIRE);
-		j->next = cl->jobs;
-		if (cl->jobs)
-			cl->jobs->prev = j;
-		cl->jobs = j;
-	}
-	pthread_mutex_unlock(&cl->mu);
-	if (err) {
-		kvt_free(j);
-		return err;
-	}
-	*out = j;
-	return 0;
-}
-
-int kvt_client_load(kvt_client *cl, kvt_client_mem *m,
-		    const kvt_page_key *keys, size_t nkeys, size_t first,
-		    const uint32_t *blocks, kvt_client_job **out)
-{
-	return job_start(cl, m, 0, 0, 0, keys, nkeys, first, blocks, out);
-}
-
-int kvt_client_store(kvt_client *cl, kvt_client_mem *m,
-		     const kvt_page_key *keys, size_t nkeys, size_t first,
-		     const uint32_t *blocks, kvt_client_job **out)
-{
-	return job_start(cl, m, 1, 0, 0, keys, nkeys, first, blocks, out);
-}
-
-int kvt_client_load_ex(kvt_client *cl, kvt_client_mem *m,
-		       const kvt_page_key *keys, size_t nkeys, size_t first,
-		       const uint32_t *blocks, unsigned flags,
-		       kvt_client_job **out)
-{
-	return job_start(cl, m, 0, flags, 0, keys, nkeys, first, blocks, out);
-}
-
-int kvt_client_store_ex(kvt_client *cl, kvt_client_mem *m,
-			const kvt_page_key *keys, size_t nkeys, size_t first,
-			const uint32_t *blocks, unsigned flags,
-			kvt_client_job **out)
-{
-	return job_start(cl, m, 1, flags, 0, keys, nkeys, first, blocks, out);
-}
-
-int kvt_client_load_ev(kvt_client *cl, kvt_client_mem *m,
-		       const kvt_page_key *keys, size_t nkeys, size_t first,
-		       const uint32_t *blocks, unsigned flags, uint32_t event,
-		       kvt_client_job **out)
-{
-	return job_start(cl, m, 0, flags, event, keys, nkeys, first, blocks,
-			 out);
-}
-
-int kvt_client_store_ev(kvt_client *cl, kvt_client_mem *m,
-			const kvt_page_key *keys, size_t nkeys, size_t first,
-			const uint32_t *blocks, unsigned flags, uint32_t event,
-			kvt_client_job **out)
-{
-	return job_start(cl, m, 1, flags, event, keys, nkeys, first, blocks,
-			 out);
-}
-
-/* ---- events ------------------------------------------------------------------ */
-
-int kvt_client_event_register(kvt_client *cl, int device, const uint8_t *uuid,
-			      uint32_t kind, const uint8_t handle[64], int fd,
-			      uint32_t *id)
-{
-	static const uint8_t zero[KVTD_UUID_BYTES + KVTD_HANDLE_BYTES];
-	kvtd_rd rd;
-	int err;
-
-	kvti_errclear();
-	if (!cl || !id || device < 0 ||
-	    (kind != KVT_CLIENT_EVENT_CUDA_IPC &&
-	     kind != KVT_CLIENT_EVENT_EMU_FD) ||
-	    ((kind == KVT_CLIENT_EVENT_EMU_FD) != (fd >= 0)))
-		return kvti_fail(-EINVAL, "client event: bad arguments");
-	pthread_mutex_lock(&cl->mu);
-	begin(cl, KVTD_MSG_EVENT);
-	kvtd_put_u32(&cl->out, (uint32_t)device);
-	kvtd_put_u32(&cl->out, kind);
-	kvtd_put_bytes(&cl->out, uuid ? uuid : zero, KVTD_UUID_BYTES);
-	kvtd_put_bytes(&cl->out, handle ? handle : zero, KVTD_HANDLE_BYTES);
-	err = rpc(cl, fd >= 0 ? &fd : NULL, fd >= 0, &rd);
-	if (!err) {
-		*id = kvtd_get_u32(&rd);
-		err = body_end(&rd);
-	}
-	pthread_mutex_unlock(&cl->mu);
-	return err;
-}
-
-int kvt_client_event_new(kvt_client *cl, kvt_dev *dev, kvt_client_event **out)
-{
-	kvti_dev *d = (kvti_dev *)dev;
-	kvt_client_event *e;
-	kvti_dev_handle h;
-	int err;
-
-	kvti_errclear();
-	if (!cl || !dev || !out)
-		return kvti_fail(-EINVAL, "client event: bad arguments");
-	if (!(e = kvt_calloc(1, sizeof(*e))))
-		return -ENOMEM;
-	e->cl = cl;
-	e->d = d;
-	if ((err = d->ops->event_create(d, KVTI_DEV_EV_IPC, &e->e)))
-		goto fail;
-	if ((err = kvti_dev_event_export(d, e->e, &h)) ||
-	    (err = kvt_client_event_register(cl, d->id, d->uuid,
-			h.kind == KVTI_DEV_H_EVENT_EMU ? KVT_CLIENT_EVENT_EMU_FD :
-			KVT_CLIENT_EVENT_CUDA_IPC, h.data,
-			h.kind == KVTI_DEV_H_EVENT_EMU ? h.fd : -1, &e->id))) {
-		d->ops->event_destroy(e->e);
-		goto fail;
-	}
-	pthread_mutex_lock(&cl->mu);
-	e->next = cl->events;
-	cl->events = e;
-	pthread_mutex_unlock(&cl->mu);
-	*out = e;
-	return 0;
-fail:
-	kvt_free(e);
-	return err;
-}
-
-int kvt_client_event_record(kvt_client_event *e, kvt_dev_stream *s)
-{
-	kvti_dev *d;
-	kvti_dev_stream *ks = kvti_dev_stream_of(s, &d);
-
-	kvti_errclear();
-	if (d != e->d)
-		return kvti_fail(-EINVAL, "client event of %s recorded on a "
-				 "stream of %s", e->d->name, d->name);
-	return d->ops->event_record(e->e, ks);
-}
-
-uint32_t kvt_client_event_id(const kvt_client_event *e)
-{
-	return e->id;
-}
-
-/* cl->mu held or the client closing. The daemon keeps its import until
- * the disconnect (jobs may still name it). */
-static void event_release(kvt_client_event *e)
-{
-	e->d->ops->event_destroy(e->e);
-	kvt_free(e);
-}
-
-void kvt_client_event_free(kvt_client_event *e)
-{
-	kvt_client *cl;
-
-	if (!e)
-		return;
-	cl = e->cl;
-	pthread_mutex_lock(&cl->mu);
-	for (kvt_client_event **p = &cl->events; *p; p = &(*p)->next)
-		if (*p == e) {
-			*p = e->next;
-			break;
-		}
-	event_release(e);
-	pthread_mutex_unlock(&cl->mu);
-}
-
-static const _Atomic uint32_t *word_of(kvt_client_job *j)
-{
-	return (const _Atomic uint32_t *)(j->cl->slots +
-					  (size_t)j->slot * j->cl->slot_bytes);
-}
-
-static int32_t slot_i32(kvt_client_job *j, int off)
-{
-	const uint8_t *p = j->cl->slots + (size_t)j->slot * j->cl->slot_bytes +
-			   off;
-	return __atomic_load_n((const int32_t *)p, __ATOMIC_RELAXED);
-}
-
-/* 1 once the daemon's end of the socket has gone. */
-static int daemon_gone(kvt_client *cl)
-{
-	struct pollfd p = { .fd = cl->fd, .events = POLLRDHUP };
-
-	if (atomic_load(&cl->gone))
-		return 1;
-	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP |
-						 POLLERR))) {
-		atomic_store(&cl->gone, 1);
-		return 1;
-	}
-	return 0;
-}
-
-/* A thread enters / leaves a wait on @cl (kvt_client_close() waits for
- * every one to leave before it frees). */
-static void user_enter(kvt_client *cl)
-{
-	pthread_mutex_lock(&cl->mu);
-	cl->users++;
-	pthread_mutex_unlock(&cl->mu);
-}
-
-static void user_leave(kvt_client *cl)
-{
-	pthread_mutex_lock(&cl->mu);
-	if (!--cl->users)
-		pthread_cond_broadcast(&cl->cv);
-	pthread_mutex_unlock(&cl->mu);
-}
-
-/* Wait until @ready(word) or the deadline; 0, -ETIMEDOUT, -ECONNRESET. */
-static int wait_word(kvt_client_job *j, int (*ready)(uint32_t, uint32_t),
-		     uint32_t arg, int64_t timeout_ns)
-{
-	uint64_t end = timeout_ns < 0 ? UINT64_MAX :
-		       kvt_now_ns() + (uint64_t)timeout_ns;
-	kvt_client *cl = j->cl;
-	int err;
-
-	for (;;) {
-		uint32_t w = atomic_load_explicit(word_of(j),
-						  memory_order_acquire);
-		uint64_t now, slice = 100 * 1000 * 1000ull;
-		struct timespec ts;
-
-		if (ready(w, arg)) {
-			err = 0;
-			break;
-		}
-		if (daemon_gone(cl)) {
-			err = -ECONNRESET;
-			break;
-		}
-		now = kvt_now_ns();
-		if (now >= end) {
-			err = -ETIMEDOUT;
-			break;
-		}
-		slice = KVT_MIN(slice, end - now);
-		ts.tv_sec = (time_t)(slice / 1000000000ull);
-		ts.tv_nsec = (long)(slice % 1000000000ull);
-		syscall(SYS_futex, word_of(j), FUTEX_WAIT, w, &ts, NULL, 0);
-	}
-	return err;
-}
-
-static int is_done(uint32_t w, uint32_t arg)
-{
-	(void)arg;
-	return !!(w & KVTD_SLOT_DONE);
-}
-
-static int layer_ready(uint32_t w, uint32_t layer)
-{
-	return (w & (KVTD_SLOT_DONE | KVTD_SLOT_FAILED)) ||
-	       (w & KVTD_SLOT_LAYERS) > layer;
-}
-
-static int wait_layer_in(kvt_client_job *j, uint32_t layer,
-			 int64_t timeout_ns)
-{
-	uint32_t w;
-	int err;
-
-	if (layer >= j->cl->g.layers)
-		return kvti_fail(-ERANGE, "client job: layer %u of %u", layer,
-				 j->cl->g.layers);
-	if (j->released) /* done and released: the final word is gone */
-		return j->result && j->nfailed == (long)j->st.pages ?
-		       j->result : 0;
-	if ((err = wait_word(j, layer_ready, layer, timeout_ns)))
-		return err;
-	w = atomic_load_explicit(word_of(j), memory_order_acquire);
-	if (w & KVTD_SLOT_FAILED)
-		return slot_i32(j, 8);
-	if ((w & KVTD_SLOT_DONE) && (w & KVTD_SLOT_LAYERS) <= layer &&
-	    slot_i32(j, 4) == -ECANCELED)
-		return -ECANCELED;
-	return 0;
-}
-
-int kvt_client_job_stream_wait(kvt_client_job *j, uint32_t layer,
-			       kvt_dev_stream *s)
-{
-	kvt_client *cl = j->cl;
-	kvti_dev *d;
-	kvti_dev_stream *ks = kvti_dev_stream_of(s, &d);
-	const uint32_t *word;
-	int err = 0, k;
-
-	kvti_errclear();
-	if (layer >= cl->g.layers)
-		return kvti_fail(-ERANGE, "client job: layer %u of %u", layer,
-				 cl->g.layers);
-	if (j->device != d->id)
-		return kvti_fail(-EINVAL, "client job: its memory is on %d, the "
-				 "stream on %s", j->device, d->name);
-	/* the slot page, read-only, registered with the device once */
-	pthread_mutex_lock(&cl->mu);
-	for (k = 0; k < SLOT_DEVS && cl->slot_dev[k] && cl->slot_dev[k] != d;
-	     k++)
-		;
-	if (k == SLOT_DEVS) {
-		err = kvti_fail(-ENOSPC, "client: stream waits on more than %d "
-				"devices", SLOT_DEVS);
-	} else if (!cl->slot_dev[k]) {
-		err = d->ops->host_register(d, (void *)cl->slots, cl->slots_len,
-					    KVTI_DEV_HOST_READONLY |
-					    KVTI_DEV_HOST_PORTABLE);
-		cl->slot_reg[k] = !err;
-		if (err == -EEXIST) /* CUDA: another GPU of ours did it */
-			err = 0;
-		if (!err && (err = kvti_dev_get(d->id, &cl->slot_dev[k])) &&
-		    cl->slot_reg[k])
-			d->ops->host_unregister(d, (void *)cl->slots);
-	}
-	pthread_mutex_unlock(&cl->mu);
-	if (err)
-		return err;
-	word = (const uint32_t *)(cl->slots + (size_t)j->slot * cl->slot_bytes +
-				  KVTD_SLOT_STREAM_OFF);
-	return kvti_dev_stream_wait_value(d, ks, word,
-					  KVTD_STREAM_WORD(j->gen, layer + 1));
-}
-
-static int wait_in(kvt_client_job *j, int64_t timeout_ns)
-{
-	int err;
-
-	if (j->released)
-		return j->result;
-	if ((err = wait_word(j, is_done, 0, timeout_ns)))
-		return err;
-	return slot_i32(j, 4);
-}
-
-/* The waits run counted (user_enter/leave) from start to end: the job is
- * not freed under them by kvt_client_close() in another thread. */
-int kvt_client_job_wait_layer(kvt_client_job *j, uint32_t layer,
-			      int64_t timeout_ns)
-{
-	kvt_client *cl = j->cl;
-	int err;
-
-	user_enter(cl);
-	err = wait_layer_in(j, layer, timeout_ns);
-	user_leave(cl);
-	return err;
-}
-
-int kvt_client_job_wait(kvt_client_job *j, int64_t timeout_ns)
-{
-	kvt_client *cl = j->cl;
-	int err;
-
-	user_enter(cl);
-	err = wait_in(j, timeout_ns);
-	user_leave(cl);
-	return err;
-}
-
-int kvt_client_job_poll(kvt_client_job *j)
-{
-	uint32_t w;
-
-	if (j->released)
-		return j->result;
-	w = atomic_load_explicit(word_of(j), memory_order_acquire);
-	if (w & KVTD_SLOT_DONE)
-		return slot_i32(j, 4);
-	return daemon_gone(j->cl) ? -ECONNRESET : -EINPROGRESS;
-}
-
-int kvt_client_job_cancel(kvt_client_job *j)
-{
-	kvt_client *cl = j->cl;
-	kvtd_rd rd;
-	int err;
-
-	if (kvt_client_job_poll(j) != -EINPROGRESS)
-		return -EALREADY;
-	pthread_mutex_lock(&cl->mu);
-	begin(cl, KVTD_MSG_CANCEL);
-	kvtd_put_u32(&cl->out, j->slot);
-	err = rpc(cl, NULL, 0, &rd);
-	pthread_mutex_unlock(&cl->mu);
-	return err;
-}
-
-/* cl->mu held; the job is done (or the daemon gone): RELEASE once. */
-static int job_release(kvt_client_job *j)
-{
-	kvt_client *cl = j->cl;
-	kvtd_rd rd;
-	uint32_t nt, nf;
-	int err;
-
-	if (j->released)
-		return 0;
-	/* no RELEASE to send: the job ended with the connection (its slot
-	 * result, if any, says nothing of which blocks failed) */
-	if (atomic_load(&cl->gone) || cl->broken) {
-		j->released = 1;
-		j->result = -ECONNRESET;
-		return 0;
-	}
-	begin(cl, KVTD_MSG_RELEASE);
-	kvtd_put_u32(&cl->out, j->slot);
-	if ((err = rpc(cl, NULL, 0, &rd))) {
-		if (atomic_load(&cl->gone) || cl->broken) {
-			j->released = 1;
-			j->result = -ECONNRESET;
-			return 0;
-		}
-		return err;
-	}
-	j->result = (int32_t)kvtd_get_u32(&rd);
-	j->st.pages = kvtd_get_u64(&rd);
-	j->st.copied = kvtd_get_u64(&rd);
-	j->st.skipped = kvtd_get_u64(&rd);
-	j->st.failed = kvtd_get_u64(&rd);
-	j->st.verified = kvtd_get_u64(&rd);
-	j->st.bytes = kvtd_get_u64(&rd);
-	nt = kvtd_get_u32(&rd);
-	for (uint32_t t = 0; t < nt && !rd.err; t++) {
-		uint64_t v = kvtd_get_u64(&rd);
-		if (t < KVT_TIER_COUNT)
-			j->st.from[t] = v;
-	}
-	j->st.wait_s = kvtd_get_f64(&rd);
-	j->st.layer0_s = kvtd_get_f64(&rd);
-	j->st.total_s = kvtd_get_f64(&rd);
-	nf = kvtd_get_u32(&rd);
-	if (!rd.err && nf > (rd.len - rd.off) / 4)
-		rd.err = KVT_EPROTO;
-	if ((err = body_end(&rd)))
-		return err;
-	if (nf && !(j->failed = kvt_malloc(nf * sizeof(*j->failed))))
-		return -ENOMEM;
-	for (uint32_t i = 0; i < nf; i++)
-		j->failed[i] = kvtd_get_u32(&rd);
-	j->nfailed = nf;
-	j->released = 1;
-	cl->used[j->slot] = 0;
-	cl->njobs--;
-	return 0;
-}
-
-static int job_fetch(kvt_client_job *j)
-{
-	int err = kvt_client_job_poll(j);
-
-	if (err == -EINPROGRESS)
-		return err;
-	pthread_mutex_lock(&j->cl->mu);
-	err = job_release(j);
-	pthread_mutex_unlock(&j->cl->mu);
-	return err;
-}
-
-long kvt_client_job_failed(kvt_client_job *j, uint32_t *blocks, size_t max)
-{
-	int err = job_fetch(j);
-
-	if (err)
-		return err;
-	for (long i = 0; i < j->nfailed && (size_t)i < max; i++)
-		blocks[i] = j->failed[i];
-	return j->nfailed;
-}
-
-void kvt_client_job_stat_get(kvt_client_job *j, kvt_cache_job_stat *st)
-{
-	if (job_fetch(j))
-		memset(st, 0, sizeof(*st));
-	else
-		*st = j->st;
-}
-
-/* cl->mu held. */
-static void job_unlink_free(kvt_client_job *j)
-{
-	kvt_client *cl = j->cl;
-
-	if (j->prev)
-		j->prev->next = j->next;
-	else
-		cl->jobs = j->next;
-	if (j->next)
-		j->next->prev = j->prev;
-	kvt_free(j->failed);
-	kvt_free(j);
-}
-
-void kvt_client_job_free(kvt_client_job *j)
-{
-	kvt_client *cl;
-
-	if (!j)
-		return;
-	cl = j->cl;
-	if (kvt_client_job_poll(j) == -EINPROGRESS) {
-		/* a live daemon ends a cancelled job within its lease */
-		kvt_client_job_cancel(j);
-		if (kvt_client_job_wait(j, (int64_t)letgo_ns(cl)) ==
-		    -ETIMEDOUT) {
-			/* hung: drop the connection, the daemon's teardown is
-			 * the only way left to end the job */
-			pthread_mutex_lock(&cl->mu);
-			conn_break(cl);
-			pthread_mutex_unlock(&cl->mu);
-			if (!drain_to_eof(cl, kvt_now_ns() + letgo_ns(cl)))
-				kvti_warn("client: job slot %u did not stop in "
-					  "%llu ms of a cancel, nor the daemon "
-					  "let go of the connection: freed while "
-					  "it may still run", j->slot,
-					  (unsigned long long)
-					  (2 * letgo_ns(cl) / 1000000));
-		}
-	}
-	pthread_mutex_lock(&cl->mu);
-	if (job_release(j) && !j->released) {
-		/* the daemon holds the slot: keep it out of use */
-		kvti_warn("client: job slot %u not released: %s", j->slot,
-			  kvt_errdetail());
-	}
-	job_unlink_free(j);
-	pthread_mutex_unlock(&cl->mu);
 }
 
 int kvt_client_stats(kvt_client *cl, char **json)
@@ -1542,12 +874,12 @@ int kvt_client_stats(kvt_client *cl, char **json)
 	if (!cl || !json)
 		return kvti_fail(-EINVAL, "client stats: bad arguments");
 	pthread_mutex_lock(&cl->mu);
-	begin(cl, KVTD_MSG_STATS);
-	err = rpc(cl, NULL, 0, &rd);
+	kvti_client_begin(cl, KVTD_MSG_STATS);
+	err = kvti_client_rpc(cl, NULL, 0, &rd);
 	if (!err) {
 		n = kvtd_get_u32(&rd);
 		p = kvtd_get_bytes(&rd, n);
-		if (!(err = body_end(&rd))) {
+		if (!(err = kvti_client_body_end(&rd))) {
 			*json = malloc((size_t)n + 1);
 			if (!*json) {
 				err = -ENOMEM;
@@ -1568,8 +900,8 @@ int kvt_client_quiesce(kvt_client *cl)
 
 	kvti_errclear();
 	pthread_mutex_lock(&cl->mu);
-	begin(cl, KVTD_MSG_QUIESCE);
-	err = rpc(cl, NULL, 0, &rd);
+	kvti_client_begin(cl, KVTD_MSG_QUIESCE);
+	err = kvti_client_rpc(cl, NULL, 0, &rd);
 	pthread_mutex_unlock(&cl->mu);
 	return err;
 }
@@ -1579,7 +911,7 @@ int kvt_client_quiesce(kvt_client *cl)
 static void wake_waiters(kvt_client *cl)
 {
 	for (kvt_client_job *j = cl->jobs; j; j = j->next)
-		syscall(SYS_futex, word_of(j), FUTEX_WAKE, INT_MAX, NULL, NULL,
+		syscall(SYS_futex, kvti_client_word_of(j), FUTEX_WAKE, INT_MAX, NULL, NULL,
 			0);
 }
 
@@ -1590,13 +922,13 @@ void kvt_client_shutdown(kvt_client *cl)
 	/* the end of our stream: the daemon cancels our jobs, waits for
 	 * their copies, unmaps our memory, then closes its end */
 	pthread_mutex_lock(&cl->mu);
-	conn_break(cl);
+	kvti_client_conn_break(cl);
 	pthread_mutex_unlock(&cl->mu);
-	if (!drain_to_eof(cl, kvt_now_ns() + letgo_ns(cl)))
+	if (!kvti_client_drain_to_eof(cl, kvt_now_ns() + kvti_client_letgo_ns(cl)))
 		kvti_warn("client: the daemon has not let go of the connection "
 			  "%llu ms after it was dropped (hung?): its jobs may "
 			  "still write this client's memory",
-			  (unsigned long long)(letgo_ns(cl) / 1000000));
+			  (unsigned long long)(kvti_client_letgo_ns(cl) / 1000000));
 	atomic_store(&cl->gone, 1);
 	pthread_mutex_lock(&cl->mu);
 	wake_waiters(cl);
@@ -1612,7 +944,7 @@ void kvt_client_close(kvt_client *cl)
 	while (cl->users) /* waits of other threads: they end now */
 		pthread_cond_wait(&cl->cv, &cl->mu);
 	while (cl->jobs)
-		job_unlink_free(cl->jobs);
+		kvti_client_job_unlink_free(cl->jobs);
 	while (cl->mems) {
 		kvt_client_mem *m = cl->mems;
 
@@ -1623,7 +955,7 @@ void kvt_client_close(kvt_client *cl)
 		kvt_client_event *e = cl->events;
 
 		cl->events = e->next;
-		event_release(e);
+		kvti_client_event_release(e);
 	}
 	for (int k = 0; k < SLOT_DEVS && cl->slot_dev[k]; k++) {
 		if (cl->slot_reg[k])
