@@ -48,8 +48,9 @@
  * library and the socket.
  *
  * POLICIES (docs/PERFORMANCE.md gives the source of each), on tiers of the
- * same sizes and backings, run one after another, the order alternating
- * between rates:
+ * same sizes and backings, run one after another, in an order that changes
+ * with each rate and each repeat (a balanced Latin square: over the repeats
+ * every policy runs in every position):
  *
  *   lmcache            LMCache's vLLM v1 connector: the hit, whole 256-token
  *                      chunks only, retrieved before the forward pass that

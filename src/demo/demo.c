@@ -462,8 +462,9 @@ static int demo_tmpdir(const kvt_demo_config *c, char *dir, size_t len,
 	return 0;
 }
 
-/* The passes to run, in order: for each rate (and repeat), each policy,
- * the order reversed every other group; then the ablation at @rate. */
+/* The passes to run, in order: for each repeat, each rate, each policy in
+ * the order kvti_demo_order() gives group (repeat + rate index); then the
+ * ablation at @rate. */
 struct plan_item {
 	unsigned bit;
 	uint32_t off;
@@ -485,13 +486,29 @@ static const struct {
 	{ KVT_SCHED_RECOMPUTE, "-recompute" },
 };
 
+/* A Latin square, balanced for an even n (Williams): row 0 is 0, 1, n-1, 2,
+ * n-2, ..., row r adds r (mod n). Over any n consecutive rows every policy
+ * runs once in every position; for an even n it also follows every other
+ * policy once. So neither the load's drift nor a policy's leftovers (page
+ * cache, warm ssd files) favour one policy, and since a rate's repeats are
+ * consecutive rows (repeat + rate index), they run in different orders. */
+uint32_t kvti_demo_order(uint32_t n, uint32_t row, uint32_t j)
+{
+	uint32_t k = (j + 1) / 2, x;
+
+	if (n < 2)
+		return 0;
+	x = j & 1 ? k : (n - k) % n; /* 0, 1, n-1, 2, n-2, ... */
+	return (x + row) % n;
+}
+
 static size_t plan_passes(const kvt_demo_config *c, struct plan_item *it)
 {
-	size_t n = 0, group = 0;
+	size_t n = 0;
 	uint32_t nr = c->nrates ? c->nrates : 1;
 
 	for (uint32_t rep = 0; rep < c->repeat; rep++)
-		for (uint32_t k = 0; k < nr; k++, group++) {
+		for (uint32_t k = 0; k < nr; k++) {
 			unsigned bits[KVT_ARRAY_SIZE(policies)];
 			uint32_t nb = 0;
 
@@ -499,7 +516,7 @@ static size_t plan_passes(const kvt_demo_config *c, struct plan_item *it)
 				if (c->policies & policies[i].bit)
 					bits[nb++] = policies[i].bit;
 			for (uint32_t j = 0; j < nb; j++) {
-				uint32_t x = group & 1 ? nb - 1 - j : j;
+				uint32_t x = kvti_demo_order(nb, rep + k, j);
 
 				it[n++] = (struct plan_item){
 					bits[x], 0,

@@ -117,6 +117,10 @@ struct kvti_demo_policy {
 };
 
 const struct kvti_demo_policy *kvti_demo_policy_of(unsigned bit);
+/* The index of the @j-th of @n policies to run in group @row of passes
+ * (group: repeat + rate index): a balanced Latin square, so over the
+ * repeats every policy runs in every position (demo.c says how). */
+uint32_t kvti_demo_order(uint32_t n, uint32_t row, uint32_t j);
 /* The scheduler's configuration of @p with features @off switched off. */
 void kvti_demo_sched(const struct kvti_demo_policy *p, uint32_t off,
 		     uint32_t budget, kvt_sched_config *out);
