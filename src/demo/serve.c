@@ -159,6 +159,8 @@ static int op_load(struct kvti_eng *e, struct kvti_ereq *er, uint32_t tokens)
 		return kvti_sv_fail(s, err, "load");
 	if ((err = add_job(s, r, 0, pf, pu, j, &x)))
 		return kvti_sv_fail(s, err, "load");
+	for (struct pjob *y = s->jobs; y; y = y->next)
+		s->bd_ld_stores += y->store;
 	for (uint32_t p = pf; p < pu; p++) {
 		uint32_t t = kvti_sv_tier_at(r, p);
 
@@ -624,6 +626,29 @@ static int serve_open(struct serve *s)
 static void serve_close(struct serve *s)
 {
 	struct kvti_eng *e = &s->eng;
+
+	if (getenv("KVT_ENG_BREAKDOWN") && s->bd_loads)
+		fprintf(stderr, "demo loads: %llu, per load: %.1f MB, %.2f ms "
+			"actual, %.2f ms at the measured rates; stores in "
+			"flight at a load's start %.2f\n",
+			(unsigned long long)s->bd_loads,
+			s->bd_ld_bytes / s->bd_loads / 1e6,
+			s->bd_ld_actual / s->bd_loads * 1e3,
+			s->bd_ld_expect / s->bd_loads * 1e3,
+			(double)s->bd_ld_stores / s->bd_loads);
+	for (int b = 0; b < 2 && getenv("KVT_ENG_BREAKDOWN"); b++)
+		if (s->bd_steps[b])
+			fprintf(stderr, "demo steps %s: %llu, per step ms: pre "
+				"%.3f model %.3f wall %.3f (load wait %.3f, "
+				"writes over %.3f, late sleep %.3f)\n",
+				b ? "jobs in flight" : "no jobs",
+				(unsigned long long)s->bd_steps[b],
+				s->bd_pre[b] / s->bd_steps[b] * 1e3,
+				s->bd_model[b] / s->bd_steps[b] * 1e3,
+				s->bd_wall[b] / s->bd_steps[b] * 1e3,
+				s->bd_wait[b] / s->bd_steps[b] * 1e3,
+				s->bd_write[b] / s->bd_steps[b] * 1e3,
+				s->bd_sleep[b] / s->bd_steps[b] * 1e3);
 
 	while (s->jobs) { /* after a failure: finish what runs */
 		struct pjob *x = s->jobs;

@@ -45,6 +45,19 @@ static void load_end(struct serve *s, struct pjob *x, int rc)
 
 	if (!r)
 		return;
+	s->bd_loads++;
+	{
+		kvt_cache_job_stat st;
+
+		kvti_dj_stat(x->j, &st);
+		s->bd_ld_actual += st.total_s;
+	}
+	for (int t = 0; t < KVT_TIER_COUNT; t++)
+		if (x->bytes[t] > 0) {
+			s->bd_ld_bytes += x->bytes[t];
+			s->bd_ld_expect += s->gbps[t] > 0 ?
+				x->bytes[t] / (s->gbps[t] * 1e9) : 0;
+		}
 	o = r->out;
 	nf = kvti_dj_failed(x->j, s->failed, x->end - x->first);
 	if (nf > 0) {
@@ -138,14 +151,15 @@ void kvti_sv_reap(struct serve *s)
 
 /* ---- the emulated GPU ------------------------------------------------------- */
 
-static void spend_until(uint64_t deadline)
+/* Spend the time until @deadline; returns how late it ended (ns). */
+static uint64_t spend_until(uint64_t deadline)
 {
 	for (;;) {
 		uint64_t now = kvt_now_ns();
 		struct timespec ts;
 
 		if (now >= deadline)
-			return;
+			return now - deadline;
 		if (deadline - now > SPIN_NS) {
 			uint64_t t = deadline - SPIN_NS;
 
@@ -157,17 +171,25 @@ static void spend_until(uint64_t deadline)
 }
 
 /* Wait for layer @l of every load of the step's requests (@whole: for the
- * whole loads, before layer 0). */
-static void wait_loads(struct serve *s, uint32_t l, int whole)
+ * whole loads, before layer 0). Returns 1 when one was not home yet (the
+ * wait blocked), 0 when all were. */
+static int wait_loads(struct serve *s, uint32_t l, int whole)
 {
+	int blocked = 0;
+
 	for (struct pjob *x = s->jobs; x; x = x->next) {
 		if (x->store || !x->r || !x->r->er.in_step)
 			continue;
+		if ((whole ? kvti_dj_wait(x->j, 0) :
+			     kvti_dj_wait_layer(x->j, l, 0)) != -ETIMEDOUT)
+			continue; /* home (or failed: go on) */
+		blocked = 1;
 		if (whole)
 			kvti_dj_wait(x->j, -1);
 		else
-			kvti_dj_wait_layer(x->j, l, -1); /* failed: go on */
+			kvti_dj_wait_layer(x->j, l, -1);
 	}
+	return blocked;
 }
 
 void kvti_sv_gpu_step(struct serve *s)
@@ -176,25 +198,37 @@ void kvti_sv_gpu_step(struct serve *s)
 	int overlap = e->overlap;
 	uint64_t t = kvt_now_ns(), t0 = t;
 	uint64_t per = (uint64_t)(e->compute_s / s->L * 1e9);
-	double wait0 = s->load_wait_s;
+	double wait0 = s->load_wait_s, over0 = s->overrun_s;
+	int busy = s->njobs != 0;
 
 	s->step_due = 0;
+	s->bd_steps[busy]++;
+	s->bd_pre[busy] += kvti_sv_now(s) - e->t0;
+	s->bd_model[busy] += e->compute_s;
 	if (!e->step_prefills) { /* decodes only */
-		spend_until(t + (uint64_t)(e->compute_s * 1e9));
+		s->bd_sleep[busy] += spend_until(t + (uint64_t)(e->compute_s *
+							      1e9)) / 1e9;
 		s->late_s += KVT_MAX(0.0, (double)(kvt_now_ns() - t) / 1e9 -
 					   e->compute_s);
+		s->bd_wall[busy] += (double)(kvt_now_ns() - t0) / 1e9;
 		return;
 	}
 	for (uint32_t l = 0; l < s->L; l++) {
 		uint64_t w0 = kvt_now_ns(), w1, end;
+		int blocked = 0;
 
 		if (!overlap && l == 0)
-			wait_loads(s, 0, 1);
+			blocked = wait_loads(s, 0, 1);
 		else if (overlap)
-			wait_loads(s, l, 0);
+			blocked = wait_loads(s, l, 0);
 		w1 = kvt_now_ns();
 		s->load_wait_s += (double)(w1 - w0) / 1e9;
-		end = KVT_MAX(t, w1) + per;
+		/* the GPU runs layer l from when the previous one ends (t, on
+		 * the modeled schedule) or, if its loads were not home, from
+		 * when they landed: a late wake-up of this thread (the sleep
+		 * below, descheduled on a loaded host) is not GPU time — a
+		 * GPU's layers run back to back whatever its host thread does */
+		end = (blocked ? KVT_MAX(t, w1) : t) + per;
 		for (uint32_t i = 0; i < e->nrun; i++) {
 			struct dreq *r = kvti_dq(e->run[i]);
 			uint32_t a, b;
@@ -214,9 +248,12 @@ void kvti_sv_gpu_step(struct serve *s)
 			s->overrun_s += (double)(w1 - end) / 1e9;
 			end = w1;
 		}
-		spend_until(end);
+		s->bd_sleep[busy] += spend_until(end) / 1e9;
 		t = end;
 	}
+	s->bd_wall[busy] += (double)(kvt_now_ns() - t0) / 1e9;
+	s->bd_wait[busy] += s->load_wait_s - wait0;
+	s->bd_write[busy] += s->overrun_s - over0;
 	s->late_s += KVT_MAX(0.0, (double)(kvt_now_ns() - t0) / 1e9 -
 				   e->compute_s - (s->load_wait_s - wait0));
 }

@@ -99,6 +99,12 @@ struct serve {
 	double plan_s;           /* the engine's own work between steps */
 	double late_s;           /* steps longer than modeled + their waits */
 	uint64_t plans;
+	/* where a step's time goes, [0] no job in flight, [1] some */
+	double bd_pre[2], bd_sleep[2], bd_wall[2], bd_model[2], bd_wait[2];
+	double bd_write[2];
+	uint64_t bd_steps[2];
+	double bd_ld_bytes, bd_ld_actual, bd_ld_expect;
+	uint64_t bd_loads, bd_ld_stores;
 	/* measured rates */
 	double gbps[KVT_TIER_COUNT];
 	uint64_t rates_at;

@@ -25,6 +25,8 @@
 #include "engine/engine.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint32_t whole(const struct kvti_eng *e, uint32_t tokens)
@@ -218,6 +220,8 @@ static int start_request(struct kvti_eng *e, struct kvti_ereq *r,
 	list_del(e->wait, &e->nwait, r);
 	kvti_eng_claim(e, r);
 	r->state = ER_PREFILL;
+	if (!r->started)
+		r->started = now(e);
 	r->done = it->reuse;
 	r->reused = it->reuse;
 	kvti_debug("engine %u %.6f: req %llu starts: prompt %u, hbm %u, reuse "
@@ -425,6 +429,12 @@ int kvti_eng_kick(struct kvti_eng *e)
 	}
 	e->steps++;
 	e->decode_only += !npf;
+	if (e->last_end > 0 && st->now > e->last_end)
+		e->bd.idle_s += st->now - e->last_end;
+	if (e->nwait) {
+		e->bd.steps_waiting++;
+		e->bd.waiting_sum += e->nwait;
+	}
 	e->t0 = st->now;
 	e->step_prefills = npf;
 	e->step_decodes = ndec;
@@ -489,6 +499,12 @@ static int first_token(struct kvti_eng *e, struct kvti_ereq *r)
 
 	if (!r->preempted || r->first_token <= 0) {
 		r->first_token = now(e);
+		e->bd.n++;
+		e->bd.queue_s += r->started - r->arrival;
+		e->bd.run_s += r->first_token - r->started;
+		e->bd.run_wall_s += r->bd_wall;
+		e->bd.run_model_s += r->bd_model;
+		e->bd.run_steps += r->bd_steps;
 		kvti_debug("engine %u %.6f: req %llu first token (TTFT %.1f "
 			   "ms)", e->idx, r->first_token,
 			   (unsigned long long)r->id,
@@ -586,6 +602,9 @@ int kvti_eng_step_end(struct kvti_eng *e, uint64_t gen)
 		return 0;
 	e->busy_s += e->compute_s;
 	e->stall_s += KVT_MAX(0.0, dur - e->compute_s);
+	e->bd.step_wall_s += dur;
+	e->bd.step_model_s += e->compute_s;
+	e->last_end = now(e);
 	for (uint32_t i = 0; i < e->nrun;) {
 		struct kvti_ereq *r = e->run[i];
 
@@ -594,6 +613,11 @@ int kvti_eng_step_end(struct kvti_eng *e, uint64_t gen)
 			continue;
 		}
 		r->in_step = 0;
+		if (r->state == ER_PREFILL) {
+			r->bd_wall += dur;
+			r->bd_model += e->compute_s;
+			r->bd_steps++;
+		}
 		if (r->state == ER_DECODE) {
 			uint32_t pages;
 
@@ -706,6 +730,24 @@ int kvti_eng_init(struct kvti_eng *e, const struct kvti_eng_config *c,
 
 void kvti_eng_fini(struct kvti_eng *e)
 {
+	if (getenv("KVT_ENG_BREAKDOWN") && e->bd.n) {
+		const struct kvti_eng_breakdown *b = &e->bd;
+
+		fprintf(stderr, "breakdown %s: n %llu queue %.1f ms run %.1f ms"
+			" | steps %llu wall %.3f ms model %.3f ms over %.3f ms "
+			"| idle-before-step %.3f ms | waiting %.2f | run: steps "
+			"%.2f wall %.1f model %.1f ms\n",
+			getenv("KVT_ENG_BREAKDOWN"), (unsigned long long)b->n,
+			b->queue_s / b->n * 1e3, b->run_s / b->n * 1e3,
+			(unsigned long long)e->steps,
+			b->step_wall_s / e->steps * 1e3,
+			b->step_model_s / e->steps * 1e3,
+			(b->step_wall_s - b->step_model_s) / e->steps * 1e3,
+			b->idle_s / e->steps * 1e3,
+			b->steps_waiting ? (double)b->waiting_sum / b->steps_waiting : 0,
+			(double)b->run_steps / b->n, b->run_wall_s / b->n * 1e3,
+			b->run_model_s / b->n * 1e3);
+	}
 	kvt_sched_destroy(e->sched);
 	kvt_free(e->wait);
 	kvt_free(e->run);

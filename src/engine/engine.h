@@ -47,6 +47,13 @@
  *
  * TIME. All times are the platform's clock in seconds (ops->now).
  *
+ * BREAKDOWN. The engine sums where its requests' TTFT went (e->bd: arrival
+ * to first start, first start to first token, the wall and priced time of
+ * the steps each prefilled in) on either clock; with KVT_ENG_BREAKDOWN=LABEL
+ * in the environment kvti_eng_fini() prints them to stderr, one line per
+ * engine (the demo's pass, then its --predict run): the diagnostic that
+ * docs/SIMULATOR.md section 7 reads.
+ *
  * THREADS. An engine is driven by one thread at a time; ops are called
  * from that thread, inside the engine's calls.
  */
@@ -99,6 +106,9 @@ struct kvti_ereq {
 	uint32_t preempted;       /* times preempted */
 	uint32_t resume;          /* after a preemption: tokens generated
 				   * before it (the prompt now includes them) */
+	double started;           /* its first start (clock; 0: not yet) */
+	double bd_wall, bd_model; /* steps it prefilled in: wall, priced */
+	uint32_t bd_steps;
 };
 
 struct kvti_eng;
@@ -210,6 +220,21 @@ struct kvti_eng {
 	uint64_t hit[KVT_TIER_COUNT];       /* reused tokens by source */
 	uint64_t recomputed[KVT_TIER_COUNT];/* cached tokens computed */
 	uint64_t computed;                  /* prefill tokens computed */
+	/* where TTFT goes (kvti_eng_breakdown()) */
+	struct kvti_eng_breakdown {
+		uint64_t n;           /* requests with a first token */
+		double queue_s;       /* arrival -> first start, summed */
+		double run_s;         /* first start -> first token, summed */
+		double step_wall_s;   /* steps: plan to end, summed */
+		double step_model_s;  /* their priced time (compute_s) */
+		double idle_s;        /* no step running, work waiting */
+		double run_wall_s;    /* the steps a request prefilled in */
+		double run_model_s;
+		uint64_t run_steps;
+		uint64_t steps_waiting; /* steps planned with requests waiting */
+		uint64_t waiting_sum; /* waiting requests at each plan, summed */
+	} bd;
+	double last_end;          /* when the last step ended */
 	int error;                /* first error; the engine stops */
 };
 
