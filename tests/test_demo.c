@@ -37,6 +37,35 @@ static void small(kvt_demo_config *c)
 	c->dram_bytes = 48ull << 20;
 }
 
+/* A profile with the demo's three tiers: testbed-a's (fabric, dram) from
+ * the source tree, plus an ssd tier. Into @path. */
+static void predict_profile(char *path, size_t len)
+{
+	char src[4096], *slash;
+	FILE *in, *out;
+	size_t n;
+
+	snprintf(src, sizeof(src), "%s", __FILE__);
+	slash = strrchr(src, '/');
+	snprintf(slash ? slash + 1 : src,
+		 sizeof(src) - (size_t)(slash ? slash + 1 - src : 0),
+		 "../profiles/testbed-a.prof");
+	snprintf(path, len, "%s/predict.prof", test_dir("demo-prof"));
+	in = fopen(src, "r");
+	out = fopen(path, "w");
+	CHECK(in && out);
+	if (in && out)
+		while ((n = fread(src, 1, sizeof(src), in)) > 0)
+			fwrite(src, 1, n, out);
+	if (out)
+		fputs("ssd.bytes = 64e9\nssd.read_gbps = 0.5\n"
+		      "ssd.write_gbps = 0.5\n", out);
+	if (in)
+		fclose(in);
+	if (out)
+		fclose(out);
+}
+
 static void on_alarm(int sig)
 {
 	static const char m[] = "test_demo: no progress in 240 s: a hang "
@@ -120,13 +149,26 @@ int main(void)
 
 	/* every policy, side by side */
 	small(&c);
+	/* and each pass predicted, on a profile and on the data plane it
+	 * measured (its mean load rates, its host time per step) */
+	predict_profile(c.predict, sizeof(c.predict));
 	CHECK_OK(kvt_demo_size(&c));
 	CHECK_OK(kvt_demo_run(&c, &r));
 	if (r) {
 		CHECK_EQ(r->npasses, 4);
 		CHECK_EQ(r->error[0], '\0');
-		for (int i = 0; i < r->npasses; i++)
-			check_pass(&r->pass[i], &c);
+		for (int i = 0; i < r->npasses; i++) {
+			const kvt_demo_pass *p = &r->pass[i];
+
+			check_pass(p, &c);
+			CHECK(p->predicted);
+			CHECK(p->predicted_env);
+			CHECK_EQ(p->penv_ttft_ms.n, p->nreqs);
+			CHECK(p->penv_cpu_f > 0);
+			CHECK(p->st.load_gbps_mean[KVT_TIER_FABRIC] > 0);
+			CHECK(p->penv_ttft_ms.mean > 0 &&
+			      p->penv_tokens_per_s > 0);
+		}
 		CHECK(!strcmp(r->pass[0].policy, "lmcache"));
 		/* group 0 of the Latin square: 0, 1, 3, 2 */
 		CHECK(!strcmp(r->pass[2].policy, "kvtier"));

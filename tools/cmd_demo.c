@@ -667,6 +667,10 @@ static cJSON *stat_json(const kvt_demo_pass *p)
 	for (int t = KVT_TIER_FABRIC; t < KVT_TIER_REMOTE; t++)
 		cJSON_AddNumberToObject(x, kvt_tier_kind_name((kvt_tier_kind)t),
 					s->load_gbps[t]);
+	x = cJSON_AddObjectToObject(o, "load_gbps_mean");
+	for (int t = KVT_TIER_FABRIC; t < KVT_TIER_REMOTE; t++)
+		cJSON_AddNumberToObject(x, kvt_tier_kind_name((kvt_tier_kind)t),
+					s->load_gbps_mean[t]);
 	return o;
 }
 
@@ -694,6 +698,14 @@ static cJSON *pass_json(const kvt_demo_pass *p)
 		cJSON_AddItemToObject(x, "tpot_ms", dist_json(&p->pred_tpot_ms));
 		cJSON_AddNumberToObject(x, "tokens_per_s", p->pred_tokens_per_s);
 		cJSON_AddNumberToObject(x, "loaded_tokens", (double)p->pred_loaded);
+	}
+	if (p->predicted_env) {
+		x = cJSON_AddObjectToObject(o, "predicted_measured_env");
+		cJSON_AddItemToObject(x, "ttft_ms", dist_json(&p->penv_ttft_ms));
+		cJSON_AddNumberToObject(x, "tokens_per_s", p->penv_tokens_per_s);
+		cJSON_AddNumberToObject(x, "cpu_copy_factor", p->penv_cpu_f);
+		cJSON_AddNumberToObject(x, "ssd_factor", p->penv_ssd_f);
+		cJSON_AddNumberToObject(x, "host_us", p->st.host_us_per_step);
 	}
 	if (p->stress_gbps > 0)
 		cJSON_AddNumberToObject(o, "stress_gbps", p->stress_gbps);

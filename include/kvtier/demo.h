@@ -258,6 +258,9 @@ typedef struct kvt_demo_stat {
 				      whose parent had gone): not cached */
 	double load_gbps[KVT_TIER_COUNT]; /* measured rate into engine memory
 				      at the end (kvt_cache_rates()) */
+	double load_gbps_mean[KVT_TIER_COUNT]; /* the same rate's mean over
+				      the pass (time-weighted, from the first
+				      measurement on; 0: none) */
 } kvt_demo_stat;
 
 typedef struct kvt_demo_pass {
@@ -288,6 +291,15 @@ typedef struct kvt_demo_pass {
 	kvt_dist pred_ttft_ms, pred_tpot_ms;
 	double pred_tokens_per_s;
 	uint64_t pred_recomputed, pred_loaded;
+	/* the same prediction on the data plane this pass measured: the
+	 * profile's CPU-copy rates scaled to the pass's mean fabric/dram load
+	 * rate, its ssd rates to its ssd load rate, engine.host_us its
+	 * host_us_per_step (the environment measured, not fitted: what the
+	 * model predicts when it knows the machine's load of the moment) */
+	int predicted_env;         /* 1: set */
+	kvt_dist penv_ttft_ms;
+	double penv_tokens_per_s;
+	double penv_cpu_f, penv_ssd_f; /* the factors applied */
 } kvt_demo_pass;
 
 typedef struct kvt_demo_result {

@@ -532,6 +532,51 @@ static size_t plan_passes(const kvt_demo_config *c, struct plan_item *it)
 	return n;
 }
 
+/* @hw with the data plane pass @p measured: every CPU-copy rate (links,
+ * copy curves, host.copy_gbps, the fabric link) scaled by the pass's mean
+ * fabric/dram load rate over the profile's link.gbps, the ssd rates by its
+ * ssd load rate over ssd.read_gbps, engine.host_us set to its host time
+ * per step. Into @out; 0, or 1 when the pass measured too little. */
+static int env_hw(const kvt_hw *hw, kvt_demo_pass *p, kvt_hw *out)
+{
+	const double *m = p->st.load_gbps_mean;
+	double cpu = 0, f_cpu, f_ssd = 1, from, to;
+	int n = 0;
+	char v[32];
+
+	for (int t = KVT_TIER_FABRIC; t <= KVT_TIER_DRAM; t++)
+		if (m[t] > 0) {
+			cpu += m[t];
+			n++;
+		}
+	if (!n || !(hw->link_gbps > 0) || !(p->st.host_us_per_step > 0))
+		return 1;
+	*out = *hw;
+	f_cpu = cpu / n / hw->link_gbps;
+	if (m[KVT_TIER_SSD] > 0 && hw->ssd_read_gbps > 0)
+		f_ssd = m[KVT_TIER_SSD] / hw->ssd_read_gbps;
+	for (size_t i = 0; kvt_hw_key_name(i); i++) {
+		const char *k = kvt_hw_key_name(i);
+		int cpu_key = !strcmp(k, "link.gbps") ||
+			      !strcmp(k, "link.raw_gbps") ||
+			      !strcmp(k, "host.copy_gbps") ||
+			      !strcmp(k, "fabric.link_gbps") ||
+			      (!strncmp(k, "copy.", 5) && !strstr(k, "_call_us"));
+
+		if (cpu_key)
+			kvt_hw_key_scale(out, i, f_cpu, &from, &to);
+		else if (!strcmp(k, "ssd.read_gbps") ||
+			 !strcmp(k, "ssd.write_gbps"))
+			kvt_hw_key_scale(out, i, f_ssd, &from, &to);
+	}
+	snprintf(v, sizeof(v), "%.1f", p->st.host_us_per_step);
+	if (kvt_hw_set(out, "engine.host_us", v))
+		return 1;
+	p->penv_cpu_f = f_cpu;
+	p->penv_ssd_f = f_ssd;
+	return 0;
+}
+
 /* The simulator's prediction of a pass (the same workload, engine and
  * policy, on the profile of this machine). */
 static void predict(const kvt_demo_config *c, const struct plan_item *it,
@@ -554,6 +599,17 @@ static void predict(const kvt_demo_config *c, const struct plan_item *it,
 		} else {
 			kvti_warn("demo: the prediction of %s failed: %s",
 				  p->policy, kvt_errdetail());
+		}
+	}
+	if (sc && sr && p->predicted && !env_hw(hw, p, &sc->hw)) {
+		if (!kvt_sim_run(sc, sr)) {
+			p->predicted_env = 1;
+			p->penv_ttft_ms = sr->ttft_ms;
+			p->penv_tokens_per_s = sr->throughput_tok_s;
+		} else {
+			kvti_warn("demo: the prediction of %s on its measured "
+				  "data plane failed: %s", p->policy,
+				  kvt_errdetail());
 		}
 	}
 	kvt_free(sc);

@@ -629,11 +629,14 @@ static void serve_close(struct serve *s)
 
 	if (getenv("KVT_ENG_BREAKDOWN") && s->bd_loads)
 		fprintf(stderr, "demo loads: %llu, per load: %.1f MB, %.2f ms "
-			"actual, %.2f ms at the measured rates; stores in "
-			"flight at a load's start %.2f\n",
+			"actual (layer 0 %.2f, waiting for room %.2f), %.2f "
+			"ms at the measured rates; stores in flight at a "
+			"load's start %.2f\n",
 			(unsigned long long)s->bd_loads,
 			s->bd_ld_bytes / s->bd_loads / 1e6,
 			s->bd_ld_actual / s->bd_loads * 1e3,
+			s->bd_ld_l0 / s->bd_loads * 1e3,
+			s->bd_ld_room / s->bd_loads * 1e3,
 			s->bd_ld_expect / s->bd_loads * 1e3,
 			(double)s->bd_ld_stores / s->bd_loads);
 	for (int b = 0; b < 2 && getenv("KVT_ENG_BREAKDOWN"); b++)
@@ -753,6 +756,9 @@ int kvti_demo_pass(const struct kvti_demo_pass_cfg *pc, kvt_demo_pass *out)
 		kvti_sv_rates(s);
 		for (int t = 0; t < KVT_TIER_COUNT; t++)
 			st->load_gbps[t] = s->gbps[t];
+		for (int t = 0; t < KVT_TIER_COUNT; t++)
+			st->load_gbps_mean[t] = s->gbps_s[t] > 0 ?
+				s->gbps_sum[t] / s->gbps_s[t] : 0;
 	}
 out:
 	if (err && !out->err) {

@@ -51,6 +51,8 @@ static void load_end(struct serve *s, struct pjob *x, int rc)
 
 		kvti_dj_stat(x->j, &st);
 		s->bd_ld_actual += st.total_s;
+		s->bd_ld_room += st.wait_s;
+		s->bd_ld_l0 += st.layer0_s;
 	}
 	for (int t = 0; t < KVT_TIER_COUNT; t++)
 		if (x->bytes[t] > 0) {

@@ -103,10 +103,13 @@ struct serve {
 	double bd_pre[2], bd_sleep[2], bd_wall[2], bd_model[2], bd_wait[2];
 	double bd_write[2];
 	uint64_t bd_steps[2];
-	double bd_ld_bytes, bd_ld_actual, bd_ld_expect;
+	double bd_ld_bytes, bd_ld_actual, bd_ld_expect, bd_ld_room, bd_ld_l0;
 	uint64_t bd_loads, bd_ld_stores;
 	/* measured rates */
 	double gbps[KVT_TIER_COUNT];
+	double gbps_sum[KVT_TIER_COUNT], gbps_s[KVT_TIER_COUNT]; /* the
+				   * measured rates' time integral, and over
+				   * how long (the pass's mean rate) */
 	uint64_t rates_at;
 	/* transient table */
 	struct tent *tt;

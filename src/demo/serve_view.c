@@ -111,6 +111,13 @@ void kvti_sv_rates(struct serve *s)
 
 	if (now - s->rates_at < RATES_EVERY_NS && s->rates_at)
 		return;
+	for (int t = KVT_TIER_FABRIC; t < KVT_TIER_REMOTE && s->rates_at; t++)
+		if (s->gbps[t] > 0) { /* the rate held since the last look */
+			double dt = (double)(now - s->rates_at) / 1e9;
+
+			s->gbps_sum[t] += s->gbps[t] * dt;
+			s->gbps_s[t] += dt;
+		}
 	s->rates_at = now;
 	if (kvti_dp_rates(&s->dp, rt))
 		return;
