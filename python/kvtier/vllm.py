@@ -2,10 +2,11 @@
 
 Targets vLLM's KV connector interface in two generations (docs/ENGINES.md
 "Pinned versions"): v0.12.0 (tag commit 86e178f7c4d8; base.py read at
-13f4ad0f55b0) and current vLLM (base.py at 003df2961dd8, scheduler.py at
-00024d314514, kv_connector_model_runner_mixin.py at 00f4240ee645). Where
-they differ, kvtier.vllm_compat decides by what vLLM passes; the method
-tables are tests/python/conformance/vllm.json. Loaded out of tree:
+13f4ad0f55b0) and current vLLM (base.py, kv_connector_model_runner_mixin.py
+and v1/worker/gpu/kv_connector.py at 00f4240ee645; scheduler.py at
+00024d314514). Where they differ, kvtier.vllm_compat decides by what vLLM
+passes; the method tables are tests/python/conformance/vllm.json. Loaded
+out of tree:
 
     PYTHONHASHSEED=0 vllm serve <model> --block-size 16 \\
         --kv-transfer-config '{"kv_connector": "KvtierConnector",
@@ -64,7 +65,9 @@ HOW IT MAPS
     is in them; NumPy arrays must already be views of host_kv_buffer()
     memory — or, with "device": "emu", of emu_kv_buffer() memory: the
     emulated device (CI), registered by handle like a GPU's.
-    start_load_kv() starts one load job per request;
+    start_load_kv() starts one load job per request (current vLLM calls
+    it after the forward unless the step has a synchronous load: layerwise
+    loads, load_is_async False, are started before it);
     async loads are reported by get_finished() when their job is done,
     their failed blocks by get_block_ids_with_load_errors() in the same
     step (vLLM recomputes them). With "load_mode": "layerwise" loads are
@@ -91,9 +94,14 @@ loads fail every block (recomputed), stores are counted as errors; both
 sides reconnect at most every 5 s, the worker registering its caches
 again.
 
+Current vLLM's get_transfer_results() gives get_finished()'s sets and no
+failed_recving (failures are per block); requires_kv_delivery is False (a
+best-effort cache); finish_forward, reset_capture_state,
+has_pending_block_frees keep the base's defaults.
+
 Not done: hybrid (HMA) models with several KV cache groups (refused at
-start, with the reason); KV events (take_events); layouts in rows on the
-device path (refused, above). The GPU path has run on the emulated device
+start, with the reason: vllm_compat.check_kv_cache_config); KV events
+(take_events); layouts in rows on the device path (refused, above). The GPU path has run on the emulated device
 only (CI); scripts/gpu-check runs it on a GPU.
 """
 from __future__ import annotations
@@ -107,6 +115,20 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import \
     KVConnectorStats
+
+try:    # current vLLM (not v0.12): the workers call get_transfer_results()
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import \
+        KVConnectorTransferResults
+    _TransferResults: Any = KVConnectorTransferResults
+except ImportError:
+    @dataclasses.dataclass
+    class KVConnectorTransferResults:   # type: ignore[no-redef]
+        """The fields of current vLLM's class, for releases without it
+        (which never call get_transfer_results)."""
+        finished_sending: Set[str] = dataclasses.field(default_factory=set)
+        finished_recving: Set[str] = dataclasses.field(default_factory=set)
+        failed_recving: Set[str] = dataclasses.field(default_factory=set)
+    _TransferResults = KVConnectorTransferResults
 
 from . import (KVT_ENOTBUILT, KVT_ENOTFOUND, Client, ConnectionLost,
                Geometry, Job, KvtierError)
@@ -953,6 +975,27 @@ class KvtierConnector(KVConnectorBase_V1):
                 not any(self._store_jobs.values()):
             self._close_retired()
         return (sending or None), (recving or None)
+
+    def get_transfer_results(self, finished_req_ids: Set[str]
+                             ) -> KVConnectorTransferResults:
+        """What current vLLM's workers call instead of get_finished():
+        get_finished()'s two sets, and failed_recving always empty — a
+        failed load is reported per block (get_block_ids_with_load_errors),
+        so vLLM keeps the pages that did land and recomputes from the first
+        failed block; failed_recving would make it recompute (or fail) the
+        whole request."""
+        sending, recving = self.get_finished(finished_req_ids)
+        return _TransferResults(finished_sending=set(sending or ()),
+                                finished_recving=set(recving or ()))
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        """False: a best-effort cache. A request preempted while its
+        stores run may finish (handle_preemptions stops the stores before
+        its blocks are reused; a dropped store is a later miss), which is
+        what current vLLM's base class asks of caches (its default, True
+        for kv_both, recomputes such requests)."""
+        return False
 
     def _close_retired(self) -> None:
         """Close connections replaced by a reconnect, once none of their
