@@ -17,6 +17,8 @@ generation and the upstream commit:
   "property" entry (read as an attribute upstream) must be a property of
   upstream's type. A method the connector does not define is answered by
   the engine's base class (the stand-in must have it).
+- test_declined: an interface the manifest lists as declined (with the
+  reason) is not defined by the connector.
 - test_standin_matches: the stand-in's base class (tests/python/shims) has
   exactly upstream's parameters (names, order, defaults; annotations where
   it gives one other than Any) and return annotation for the
@@ -208,3 +210,22 @@ def test_standin_matches(engine: str, gen: str, name: str) -> None:
     assert name == "__init__" or gr in ("", "Any") or gr == wr, (
         f"stand-in {name} returns {gr!r}, upstream {wr!r} "
         f"[{where(engine, gen)}]")
+
+
+DECLINED = [(e, n) for e, m in MANIFESTS.items()
+            for n in m.get("declined", {})]
+
+
+@pytest.mark.parametrize("engine,name", DECLINED,
+                         ids=[f"{e}-declined-{n}" for e, n in DECLINED])
+def test_declined(engine: str, name: str) -> None:
+    """An upstream interface the connector declines (the manifest says
+    why) is not half-implemented: the connector has no such method, so
+    the engine never takes it for one that supports it."""
+    m = MANIFESTS[engine]
+    spec = m["declined"][name]
+    assert spec.get("reason"), f"{name}: declined without a reason"
+    assert not hasattr(resolve(m["connector"]), name), (
+        f"{m['connector']} defines {name}, declined in the manifest "
+        f"({spec['reason'][:60]}...): move it to the generations' methods")
+

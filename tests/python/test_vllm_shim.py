@@ -593,8 +593,12 @@ def test_hybrid_model_refused(sock):
         KVCacheGroupSpec(["l0", "l1"], FullAttentionSpec(P, 2, 16)),
         KVCacheGroupSpec(["l2", "l3"], SlidingWindowSpec(P, 2, 16,
                                                          sliding_window=8))])
-    with pytest.raises(ValueError, match="disable-hybrid-kv-cache-manager"):
+    with pytest.raises(ValueError, match="disable-hybrid-kv-cache-manager"
+                       ) as e:
         kv_vllm.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, two)
+    # the reason: the interface allows it, kvtier's whole-model pages do not
+    assert "SupportsHMA" in str(e.value) and \
+        "all of the model's layers" in str(e.value)
     mamba = KVCacheConfig(64, [], [KVCacheGroupSpec(["l0"], MambaSpec(P))])
     with pytest.raises(ValueError, match="mamba"):
         kv_vllm.KvtierConnector(cfg, KVConnectorRole.WORKER, mamba)
