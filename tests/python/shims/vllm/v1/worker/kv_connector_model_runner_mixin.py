@@ -11,7 +11,9 @@
 # then the deferred start_load_kv, wait_for_save,
 # get_transfer_results(finished_req_ids) (finished_sending / _recving,
 # failed_recving), get_block_ids_with_load_errors, get_kv_connector_stats,
-# clear_connector_metadata. "v0.12" as in v0.12.0's gpu_model_runner
+# clear_connector_metadata. "v0.26" as the worker of docs.vllm.ai/en/v0.18.2
+# and /en/v0.26.0: handle_preemptions(metadata) every step, start_load_kv
+# before the forward, get_finished. "v0.12" as in v0.12.0's gpu_model_runner
 # (handle_preemptions(scheduler_output.preempted_req_ids) only in a step
 # that preempted, before the persistent batch is updated and before the
 # metadata is bound; start_load_kv before the forward; get_finished).
@@ -157,7 +159,7 @@ class KVConnectorModelRunner:
             if _GEN != "v0.12":
                 c.handle_preemptions(meta)
             c.bind_connector_metadata(meta)
-            if _GEN == "v0.12" or so.has_sync_kv_loads:
+            if _GEN != "current" or so.has_sync_kv_loads:
                 c.start_load_kv(ForwardContext(self.kv_caches))
                 load_started = True
         names = self.layer_names
@@ -177,7 +179,7 @@ class KVConnectorModelRunner:
             if done >= len(tokens_of(rid)):
                 sampled[rid] = tok
                 logits[rid] = lg
-        if c is not None and _GEN == "v0.12":
+        if c is not None and _GEN != "current":
             c.wait_for_save()
             sending, recving = c.get_finished(so.finished_req_ids)
             kvo = KVConnectorOutput(

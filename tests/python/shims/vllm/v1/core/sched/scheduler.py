@@ -304,7 +304,7 @@ class Scheduler:
         out = SchedulerOutput(new_data, cached, num_sched, total,
                               self.finished_req_ids,
                               {r.request_id for r in preempted})
-        out.has_sync_kv_loads = sync_loads and _GEN != "v0.12"
+        out.has_sync_kv_loads = sync_loads and _GEN == "current"
         if self.connector is not None:
             out.kv_connector_metadata = self.connector.build_connector_meta(out)
         for rid, n in num_sched.items():            # _update_after_schedule

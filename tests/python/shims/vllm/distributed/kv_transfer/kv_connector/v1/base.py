@@ -2,12 +2,14 @@
 # the generation $KVT_VLLM_GEN picks (vllm/__init__.py): "v0.12" as read at
 # 13f4ad0f55b08ca1d37d1459f50ce950feaeb547 (handle_preemptions(
 # preempted_req_ids: set[str]); kv_cache_config optional, a warning when
-# absent), "current" as read at 00f4240ee6458263d76cf51ca7901ce1350bb4d1
+# absent), "v0.26" as read at 003df2961dd8830c317a61f9745ccd557da9fa06
 # (handle_preemptions(kv_connector_metadata); kv_cache_config required;
-# on_new_request, has_pending_push_work, build_connector_worker_meta;
+# on_new_request, has_pending_push_work, build_connector_worker_meta; the
+# requires_kv_delivery property, by default the producer role), "current"
+# as read at 00f4240ee6458263d76cf51ca7901ce1350bb4d1 (all of v0.26's, and
 # KVConnectorTransferResults and get_transfer_results, whose default wraps
-# get_finished; finish_forward, reset_capture_state, has_pending_block_frees;
-# the requires_kv_delivery property, by default the producer role).
+# get_finished; finish_forward, reset_capture_state,
+# has_pending_block_frees).
 # Reproduces only KVConnectorRole, KVConnectorMetadata and
 # KVConnectorBase_V1's constructor, metadata binding, abstract methods and
 # the optional hooks' defaults (signatures as upstream, the method table in
@@ -36,7 +38,7 @@ class KVConnectorMetadata(ABC):  # noqa: B024
 
 from vllm import GENERATION as _GEN
 
-if _GEN != "v0.12":
+if _GEN == "current":
     @dataclasses.dataclass
     class KVConnectorTransferResults:
         """One worker's async transfer completions; failed receives are in
@@ -114,12 +116,13 @@ class KVConnectorBase_V1(ABC):
         def has_pending_push_work(self) -> bool:
             return False
 
-        def has_pending_block_frees(self) -> bool:
-            return False
-
         @property
         def requires_kv_delivery(self) -> bool:
             return self._kv_transfer_config.is_kv_producer
+
+    if _GEN == "current":
+        def has_pending_block_frees(self) -> bool:
+            return False
 
         def finish_forward(self) -> None:
             return
