@@ -997,6 +997,16 @@ class KvtierConnector(KVConnectorBase_V1):
         for kv_both, recomputes such requests)."""
         return False
 
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: Dict[str, Any]
+                                         ) -> bool:
+        """True in "layerwise" load mode: wait_for_layer_load() is a
+        layer-by-layer wait that a full CUDA graph cannot capture (it
+        would be skipped at replay, the layer's attention reading blocks
+        still being loaded), so vLLM must use PIECEWISE graphs. Async
+        loads wait for nothing inside the forward: False."""
+        return (extra_config or {}).get("load_mode", "async") == "layerwise"
+
     def _close_retired(self) -> None:
         """Close connections replaced by a reconnect, once none of their
         jobs is left (their staging memory is freed with them)."""

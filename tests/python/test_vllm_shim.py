@@ -544,6 +544,11 @@ def test_current_worker_order_and_transfer_results(sock, monkeypatch, mode):
     w = e.worker_conn
     assert w.requires_kv_delivery is False
     assert e.sched_conn.requires_kv_delivery is False
+    # layer-by-layer waits need PIECEWISE CUDA graphs (vLLM asks the class)
+    assert kv_vllm.KvtierConnector.requires_piecewise_for_cudagraph(
+        {"load_mode": mode}) is (mode == "layerwise")
+    assert kv_vllm.KvtierConnector.requires_piecewise_for_cudagraph(
+        {}) is False
     cl = e.sched_conn._client
     real = cl.lookup
 

@@ -5,7 +5,8 @@
 # absent), "v0.26" as read at 003df2961dd8830c317a61f9745ccd557da9fa06
 # (handle_preemptions(kv_connector_metadata); kv_cache_config required;
 # on_new_request, has_pending_push_work, build_connector_worker_meta; the
-# requires_kv_delivery property, by default the producer role), "current"
+# requires_kv_delivery property, by default the producer role;
+# requires_piecewise_for_cudagraph, False by default), "current"
 # as read at 00f4240ee6458263d76cf51ca7901ce1350bb4d1 (all of v0.26's, and
 # KVConnectorTransferResults and get_transfer_results, whose default wraps
 # get_finished; finish_forward, reset_capture_state,
@@ -119,6 +120,11 @@ class KVConnectorBase_V1(ABC):
         @property
         def requires_kv_delivery(self) -> bool:
             return self._kv_transfer_config.is_kv_producer
+
+        @classmethod
+        def requires_piecewise_for_cudagraph(cls, extra_config: Dict[str, Any]
+                                             ) -> bool:
+            return False
 
     if _GEN == "current":
         def has_pending_block_frees(self) -> bool:
