@@ -1,9 +1,10 @@
 """kvtier as a vLLM v1 KV connector: KvtierConnector.
 
-Targets vLLM's KV connector interface in two generations (docs/ENGINES.md
+Targets vLLM's KV connector interface in three generations (docs/ENGINES.md
 "Pinned versions"): v0.12.0 (tag commit 86e178f7c4d8; base.py read at
-13f4ad0f55b0) and current vLLM (base.py, kv_connector_model_runner_mixin.py
-and v1/worker/gpu/kv_connector.py at 00f4240ee645; scheduler.py at
+13f4ad0f55b0), the v0.16 - v0.28 one (base.py at 003df2961dd8) and current
+vLLM (base.py, kv_connector_model_runner_mixin.py and
+v1/worker/gpu/kv_connector.py at 00f4240ee645; scheduler.py at
 00024d314514). Where they differ, kvtier.vllm_compat decides by what vLLM
 passes; the method tables are tests/python/conformance/vllm.json. Loaded
 out of tree:
@@ -96,13 +97,15 @@ again.
 
 Current vLLM's get_transfer_results() gives get_finished()'s sets and no
 failed_recving (failures are per block); requires_kv_delivery is False (a
-best-effort cache); finish_forward, reset_capture_state,
-has_pending_block_frees keep the base's defaults.
+best-effort cache); requires_piecewise_for_cudagraph is True in layerwise
+mode; finish_forward, reset_capture_state, has_pending_block_frees keep
+the base's defaults.
 
 Not done: hybrid (HMA) models with several KV cache groups (refused at
 start, with the reason: vllm_compat.check_kv_cache_config); KV events
-(take_events); layouts in rows on the device path (refused, above). The GPU path has run on the emulated device
-only (CI); scripts/gpu-check runs it on a GPU.
+(take_events); layouts in rows on the device path (refused, above). The
+GPU path has run on the emulated device only (CI); scripts/gpu-check runs
+it on a GPU.
 """
 from __future__ import annotations
 
@@ -119,7 +122,6 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import \
 try:    # current vLLM (not v0.12): the workers call get_transfer_results()
     from vllm.distributed.kv_transfer.kv_connector.v1.base import \
         KVConnectorTransferResults
-    _TransferResults: Any = KVConnectorTransferResults
 except ImportError:
     @dataclasses.dataclass
     class KVConnectorTransferResults:   # type: ignore[no-redef]
@@ -128,7 +130,6 @@ except ImportError:
         finished_sending: Set[str] = dataclasses.field(default_factory=set)
         finished_recving: Set[str] = dataclasses.field(default_factory=set)
         failed_recving: Set[str] = dataclasses.field(default_factory=set)
-    _TransferResults = KVConnectorTransferResults
 
 from . import (KVT_ENOTBUILT, KVT_ENOTFOUND, Client, ConnectionLost,
                Geometry, Job, KvtierError)
@@ -985,8 +986,9 @@ class KvtierConnector(KVConnectorBase_V1):
         failed block; failed_recving would make it recompute (or fail) the
         whole request."""
         sending, recving = self.get_finished(finished_req_ids)
-        return _TransferResults(finished_sending=set(sending or ()),
-                                finished_recving=set(recving or ()))
+        return KVConnectorTransferResults(
+            finished_sending=set(sending or ()),
+            finished_recving=set(recving or ()))
 
     @property
     def requires_kv_delivery(self) -> bool:
