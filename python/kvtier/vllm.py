@@ -299,6 +299,17 @@ class KvtierConnector(KVConnectorBase_V1):
         if self._load_mode not in ("async", "layerwise"):
             raise ValueError(f"kvtier.vllm: load_mode must be \"async\" or "
                              f"\"layerwise\", not {self._load_mode!r}")
+        if self._load_mode == "layerwise" and not hasattr(
+                KVConnectorBase_V1, "requires_piecewise_for_cudagraph"):
+            # v0.12-era vLLM cannot be told: its full CUDA graphs would
+            # skip the per-layer waits at replay
+            log.warning("kvtier.vllm: load_mode \"layerwise\" waits per "
+                        "layer inside the forward, which a full CUDA graph "
+                        "skips at replay, and this vLLM has no "
+                        "requires_piecewise_for_cudagraph to be asked: run "
+                        "it with --compilation-config "
+                        "'{\"cudagraph_mode\": \"PIECEWISE\"}' (or "
+                        "--enforce-eager), or use load_mode \"async\"")
         self._save = bool(extra.get("save", True))
         self._inflight_wait = float(extra.get("inflight_wait_s", 2.0))
         self._timeout_ms = int(extra.get("timeout_ms", 10000))

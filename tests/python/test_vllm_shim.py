@@ -586,6 +586,20 @@ def test_current_worker_order_and_transfer_results(sock, monkeypatch, mode):
     e.shutdown()
 
 
+def test_layerwise_cuda_graph_warning(sock, caplog):
+    """Layerwise loads wait per layer in the forward, which a full CUDA
+    graph skips at replay: vLLM with requires_piecewise_for_cudagraph is
+    told (v0.26, current); v0.12 has no such hook, so the connector warns
+    at start, saying what to run instead."""
+    import logging
+    import vllm
+    with caplog.at_level(logging.WARNING, logger="kvtier.vllm"):
+        e = ve.Engine({"socket": sock, "load_mode": "layerwise"})
+        e.shutdown()
+    warned = any("cudagraph_mode" in r.getMessage() for r in caplog.records)
+    assert warned is (vllm.GENERATION == "v0.12")
+
+
 def test_hybrid_model_refused(sock):
     """Several KV cache groups (sliding-window or mamba layers beside full
     attention under vLLM's hybrid allocator) are refused at start, with
