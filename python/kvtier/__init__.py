@@ -23,14 +23,15 @@ from .client import (KVT_EBUSY, KVT_ECONFIG, KVT_ECORRUPT, KVT_EFULL,
                      KVT_EGEOM, KVT_ENODEV, KVT_ENOTBUILT, KVT_ENOTFOUND,
                      KVT_EPRESET, KVT_EPROTO, KVT_ESPEC, Client, ClientEvent,
                      ConnectionLost, Geometry, Job, JobStat, KvtierError,
-                     LookupResult, Memory, RequestTimeout, version)
+                     LookupResult, Memory, Rate, RequestTimeout,
+                     version)
 from .device import Device, DeviceMemory, Event, Stream
 from .keys import KEY_BYTES, Keys, keys_from_hashes
 
 __all__ = [
     "Client", "ClientEvent", "ConnectionLost", "Device", "DeviceMemory",
     "Event", "Stream", "Geometry", "Job", "JobStat", "KvtierError",
-    "LookupResult", "Memory", "RequestTimeout", "KEY_BYTES", "Keys",
+    "LookupResult", "Memory", "Rate", "RequestTimeout", "KEY_BYTES", "Keys",
     "keys_from_hashes", "version",
     "KVT_EBUSY", "KVT_ECONFIG", "KVT_ECORRUPT", "KVT_EFULL", "KVT_EGEOM",
     "KVT_ENODEV", "KVT_ENOTBUILT", "KVT_ENOTFOUND", "KVT_EPRESET",
