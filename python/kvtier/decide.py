@@ -167,17 +167,19 @@ class Decider:
     def decide(self, client: Any, found: Any, *, start: int, prompt: int,
                others: int = 0, transient: int = 0,
                transient_ready: Optional[float] = None,
-               rid: str = "") -> Decision:
+               rid: str = "", before: int = 0) -> Decision:
         """The decision for a request of @prompt tokens whose first @start
         pages the engine holds itself, given @found (a LookupResult with
         runs, pages from page 0). @transient: pages right after the hit
         someone else is computing or storing (the lookup's inflight ones
         are added here), expected home at @transient_ready
         (time.monotonic(); None: unknown, taken as now). @others:
-        sequences sharing the request's steps (running requests)."""
+        sequences sharing the request's steps (running requests).
+        @before: pages ahead of @found's page 0 the engine holds (a
+        storage backend asked about a later part of a prefix)."""
         P = self.page_tokens
         req = _lib.SchedReq(state=_lib.KVT_SREQ_WAITING, prompt=prompt,
-                            hbm=start * P)
+                            hbm=(before + start) * P)
         # the runs past the engine's own pages
         skip, n = start, 0
         for tier, pages in found.runs:
@@ -203,7 +205,8 @@ class Decider:
         trans = transient + max(0, found.pages + found.inflight -
                                 max(found.pages, start))
         now = time.monotonic()
-        req.transient = min(trans * P, max(0, prompt - start * P - loadable))
+        req.transient = min(trans * P,
+                            max(0, prompt - req.hbm - loadable))
         req.transient_ready = now if transient_ready is None else \
             transient_ready
         st = _lib.SchedState(now=now, free_pages=1 << 62)

@@ -147,7 +147,10 @@ def test_documented_flags(scratch, workdir):
             assert a["stored_pages"] == 5, a
             b = run_engine(sgl, env, stoks, os.path.join(workdir, "sb.json"),
                            g, "load")
-            assert b["cached"] == 5 * page, (gen, b)
+            # the documented config decides by cost: tinymodel's prefill
+            # is priced at nothing, so its 5 stored pages are not worth
+            # prefetching (test_decide.py has a model where they are)
+            assert b["cached"] == 0, (gen, b)
     finally:
         d.send_signal(signal.SIGTERM)
         rc = d.wait(timeout=30)
