@@ -12,6 +12,8 @@ the engine's GPU memory, verified on the device.
 Submodules (imported on demand, each needs its engine or its stand-in):
   kvtier.vllm      the vLLM v1 KV connector (KvtierConnector)
   kvtier.sglang    the SGLang HiCache storage backend (KvtierStorage)
+  kvtier.decide    their load-or-recompute and wait decisions (Decider:
+                   kvt_sched_decide() at the daemon's measured rates)
   kvtier.staging   GPU KV through host blocks (an explicit option only)
   kvtier.torch_dev PyTorch CUDA tensors and events by IPC handle
 

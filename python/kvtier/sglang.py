@@ -60,6 +60,17 @@ HOW IT MAPS
     daemon's tree is flat for SGLang pages: eviction is per-page LRU/LFU
     rather than leaves-first; SGLang's leading-run matching makes a page
     after a missing one useless, as it would be anyway.
+  * Load or recompute. batch_exists answers only the leading pages worth
+    prefetching, by kvtier's scheduler decision (kvtier.decide:
+    kvt_sched_decide() over the pages' tier runs, the daemon's measured
+    rates and the modeled prefill of "decide_profile"'s GPU for the model
+    "decide_model" names, by default SGLang's model path): at the pin the
+    controller prefetches that many and the scheduler computes the rest,
+    as after a miss. Pages being stored right after them are waited for
+    on the prefetch thread (at most "inflight_wait_s") when that is
+    cheaper than computing them. The request's length is not told to a
+    storage backend: one page of new tokens is assumed. "decide": false
+    answers every cached page. exists() is a presence check.
   * Results. batch_get_v1 / batch_set_v1 return one bool per key: a page
     absent, corrupt (its checksum failed in the daemon) or not done in
     io_timeout_s is False, and SGLang recomputes from the first False on.
