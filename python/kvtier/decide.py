@@ -180,9 +180,13 @@ class Decider:
         P = self.page_tokens
         req = _lib.SchedReq(state=_lib.KVT_SREQ_WAITING, prompt=prompt,
                             hbm=(before + start) * P)
-        # the runs past the engine's own pages
+        # the runs past the engine's own pages; a result without runs (a
+        # lookup that did not ask) is taken fastest tier first
+        runs = found.runs or tuple(
+            (t, found.tier_pages.get(t, 0)) for t in TIER_NAMES
+            if found.tier_pages.get(t, 0))
         skip, n = start, 0
-        for tier, pages in found.runs:
+        for tier, pages in runs:
             take = pages - min(skip, pages)
             skip -= min(skip, pages)
             if not take:
@@ -227,7 +231,7 @@ class Decider:
         log.debug("%s: request %s: hit %d pages after %d %s, %d in flight: "
                   "load %d (%.3f ms), recompute %s, compute %.3f ms, %s "
                   "(rates %s GB/s)", self.what, rid, loadable // P, start,
-                  list(found.runs), req.transient // P, d.load,
+                  list(runs), req.transient // P, d.load,
                   d.load_s * 1e3, d.recompute or "none", d.compute_s * 1e3,
                   "wait %.3f ms" % (d.wait_s * 1e3) if d.wait else "no wait",
                   self._gbps or "unmeasured")

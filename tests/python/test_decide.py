@@ -131,12 +131,17 @@ def test_decider():
     x = d.decide(Rates(dram=10), hit(8, 0), start=0, prompt=prompt,
                  transient=100, transient_ready=1e12)
     assert not x.wait
-    assert d.stats["decisions"] == 6
+    # a result without runs: its tiers fastest first
+    x = d.decide(Rates(dram=10, ssd=1e-4),
+                 LookupResult(128, {"dram": 64, "ssd": 64}, 0), start=0,
+                 prompt=prompt)
+    assert (x.load, x.recompute) == (64, {"ssd": 64})
+    assert d.stats["decisions"] == 7
     assert d.stats["decided_waits"] == 1
     assert d.stats["decided_waits_declined"] == 1
-    assert d.stats["decided_recompute_pages"] == 64 + 128 + 64
-    assert d.stats["decided_recompute_ssd_pages"] == 64 + 64 + 64
-    assert d.stats["decided_load_pages"] == 64 + 128 + 32 + 8
+    assert d.stats["decided_recompute_pages"] == 64 + 128 + 64 + 64
+    assert d.stats["decided_recompute_ssd_pages"] == 64 + 64 + 64 + 64
+    assert d.stats["decided_load_pages"] == 64 + 128 + 32 + 8 + 64
     d.close()
 
 
