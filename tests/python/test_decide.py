@@ -88,6 +88,16 @@ def test_runs_and_rates(sock):
         assert rt[("ssd", "hbm")].jobs + rt[("dram", "hbm")].jobs >= 1
         assert max(rt[("ssd", "hbm")].gbps, rt[("dram", "hbm")].gbps) > 0
         assert rt[("hbm", "dram")].gbps > 0     # the store
+        # and a decision reads them: the rates it priced with are the
+        # daemon's measurement
+        d = Decider(geo(), rates_every_s=0)
+        x = d.decide(cl, cl.lookup(keys, touch=False, runs=True), start=0,
+                     prompt=41 * P)
+        assert x.load + sum(x.recompute.values()) == 40
+        want = {t: rt[(t, "hbm")].gbps for t in ("dram", "ssd")
+                if rt[(t, "hbm")].gbps > 0}
+        assert want and d._gbps == pytest.approx(want, rel=1e-3)
+        d.close()
         m.free()
 
 
