@@ -108,6 +108,8 @@ class Decider:
         self._h = h.value
         self._every = float(rates_every_s)
         self._gbps: Dict[str, float] = {}
+        self._store_gbps = 0.0   # measured stores into the daemon's tiers
+        self._page_bytes = geometry.page_bytes
         self._rates_at = -1e30
         self._lock = threading.Lock()
         self.stats: Dict[str, int] = {k: 0 for k in STAT_KEYS}
@@ -162,6 +164,7 @@ class Decider:
             return self._gbps
         self._gbps = {t: rt[(t, "hbm")].gbps for t in TIER_NAMES[1:]
                       if rt[(t, "hbm")].gbps > 0}
+        self._store_gbps = max(rt[("hbm", t)].gbps for t in TIER_NAMES[1:])
         return self._gbps
 
     def decide(self, client: Any, found: Any, *, start: int, prompt: int,
@@ -171,9 +174,11 @@ class Decider:
         """The decision for a request of @prompt tokens whose first @start
         pages the engine holds itself, given @found (a LookupResult with
         runs, pages from page 0). @transient: pages right after the hit
-        someone else is computing or storing (the lookup's inflight ones
-        are added here), expected home at @transient_ready
-        (time.monotonic(); None: unknown, taken as now). @others:
+        someone else is computing, expected home at @transient_ready
+        (time.monotonic(); None: unknown). The lookup's inflight pages
+        (being stored) are added here, expected once stored at the
+        daemon's measured store rate (now while none was measured: the
+        daemon does not know when they land). @others:
         sequences sharing the request's steps (running requests).
         @before: pages ahead of @found's page 0 the engine holds (a
         storage backend asked about a later part of a prefix)."""
@@ -206,16 +211,23 @@ class Decider:
             req.tier[t] += take * P
         req.nruns = n
         loadable = sum(req.tier)
-        trans = transient + max(0, found.pages + found.inflight -
-                                max(found.pages, start))
+        storing = max(0, found.pages + found.inflight -
+                      max(found.pages, start))
         now = time.monotonic()
-        req.transient = min(trans * P,
+        req.transient = min((transient + storing) * P,
                             max(0, prompt - req.hbm - loadable))
-        req.transient_ready = now if transient_ready is None else \
-            transient_ready
         st = _lib.SchedState(now=now, free_pages=1 << 62)
         with self._lock:
-            for t, g in self._rates(client).items():
+            rates = self._rates(client)
+            # pages someone is storing: the daemon does not know when they
+            # land; at the measured store rate, if any, else now
+            ready = now
+            if storing and self._store_gbps > 0:
+                ready += storing * self._page_bytes / (self._store_gbps * 1e9)
+            if transient_ready is not None:
+                ready = max(ready, transient_ready)
+            req.transient_ready = ready
+            for t, g in rates.items():
                 st.tier_gbps[TIER_NAMES.index(t)] = g
                 st.tier_free_at[TIER_NAMES.index(t)] = now
             hit = _lib.SchedHit()

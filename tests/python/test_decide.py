@@ -141,17 +141,31 @@ def test_decider():
     x = d.decide(Rates(dram=10), hit(8, 0), start=0, prompt=prompt,
                  transient=100, transient_ready=1e12)
     assert not x.wait
+    # pages being stored: expected at the measured store rate — a slow
+    # one makes waiting dearer than computing them
+    class Slow(Rates):
+        def rates(self):
+            rt = super().rates()
+            rt[("hbm", "dram")] = Rate(self.store, 1, 1.0)
+            return rt
+    slow = Slow(dram=10)
+    slow.store = 1e-6
+    x = d.decide(slow, hit(8, 0, inflight=100), start=0, prompt=prompt)
+    assert not x.wait and x.wait_s > 1
+    slow.store = 10
+    x = d.decide(slow, hit(8, 0, inflight=100), start=0, prompt=prompt)
+    assert x.wait and x.wait_s < 1e-3
     # a result without runs: its tiers fastest first
     x = d.decide(Rates(dram=10, ssd=1e-4),
                  LookupResult(128, {"dram": 64, "ssd": 64}, 0), start=0,
                  prompt=prompt)
     assert (x.load, x.recompute) == (64, {"ssd": 64})
-    assert d.stats["decisions"] == 7
-    assert d.stats["decided_waits"] == 1
-    assert d.stats["decided_waits_declined"] == 1
+    assert d.stats["decisions"] == 9
+    assert d.stats["decided_waits"] == 2
+    assert d.stats["decided_waits_declined"] == 2
     assert d.stats["decided_recompute_pages"] == 64 + 128 + 64 + 64
     assert d.stats["decided_recompute_ssd_pages"] == 64 + 64 + 64 + 64
-    assert d.stats["decided_load_pages"] == 64 + 128 + 32 + 8 + 64
+    assert d.stats["decided_load_pages"] == 64 + 128 + 32 + 8 + 8 + 64
     d.close()
 
 
