@@ -351,11 +351,17 @@ class KvtierConnector(KVConnectorBase_V1):
             raise ValueError(f"kvtier.vllm: decide must be true or false, "
                              f"not {decide!r}")
         if decide and role == KVConnectorRole.SCHEDULER:
-            self._decider = Decider(
-                self._geom, profile=extra.get("decide_profile", "h100"),
-                overlap=self._load_mode == "layerwise",
-                rates_every_s=extra.get("decide_rates_s", 0.5),
-                what="kvtier.vllm")
+            try:
+                self._decider = Decider(
+                    self._geom, profile=extra.get("decide_profile", "h100"),
+                    overlap=self._load_mode == "layerwise",
+                    rates_every_s=extra.get("decide_rates_s", 0.5),
+                    what="kvtier.vllm")
+            except KvtierError as e:
+                raise KvtierError(e.code, "kvtier.vllm: the load-or-"
+                                  "recompute decision (decide_profile; "
+                                  "\"decide\": false loads every cached "
+                                  "page)", e.detail) from None
         # keys of pages this engine's running requests compute: {key:
         # request id}, for requests that would compute them again
         self._producing: Dict[bytes, str] = {}

@@ -264,6 +264,15 @@ def test_vllm_decision_off_loads_every_page(stored, monkeypatch):
     assert st["decisions"] == 0
 
 
+def test_vllm_bad_decide_config(sock, hash_seed):
+    with pytest.raises(kvtier.KvtierError, match="decide_profile"):
+        engine(sock, decide_profile="no-such-gpu")
+    with pytest.raises(ValueError, match="decide"):
+        engine(sock, decide="yes")
+    with pytest.raises(ValueError, match="decide_rates_s"):
+        engine(sock, decide_rates_s=-1)
+
+
 def test_vllm_transient_prefix_defers_then_hits(stored, monkeypatch):
     sock, toks, _ = stored
     set_rates(monkeypatch, dram=10, ssd=10)
