@@ -943,7 +943,9 @@ class Job(_Closable):
         block is in place and verified, or the job is over (then check
         its failed blocks before using them): work the engine enqueues
         after it (that layer's attention) starts then, without the CPU
-        (cuStreamWaitValue32 on the job slot's word)."""
+        (cuStreamWaitValue32 on the client's wait word for the job). A
+        daemon that dies meanwhile releases the wait: the job then fails
+        with every block (result -ECONNRESET)."""
         if not 0 <= layer < self._layers:
             raise IndexError(f"kvtier: layer {layer} of {self._layers}")
         rc = self._jcall(lib.kvt_client_job_stream_wait, layer,
@@ -999,6 +1001,11 @@ class Job(_Closable):
                 return self._closed_done()
             if got == -errno.EINPROGRESS:
                 raise RuntimeError("kvtier: the job is still running")
+            if got in _GONE:  # lost with the daemon before it was done
+                if self.result is None:
+                    self.result = int(got)
+                self._failed = list(self.blocks)
+                return list(self._failed)
             _check(int(got), "failed blocks")
             self._failed = [int(arr[i]) for i in range(min(got, n))]
         return list(self._failed)

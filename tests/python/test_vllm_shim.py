@@ -47,9 +47,10 @@ def prefix_h(tokens):
     return out
 
 
-def fake_forward(engine):
+def fake_forward(engine, layer=None):
     """K/V from the prefix; the sampled token sums K over every position
-    (restored ones included)."""
+    (restored ones included). @layer(l): layer l's (K, V) views
+    [blocks, P, H, D] (default engine.layer: NumPy)."""
     bs = engine.block_size
 
     def forward(rid, tokens, block_ids, c, wait, save):
@@ -58,7 +59,7 @@ def fake_forward(engine):
         for l in range(L):
             if wait:
                 wait(l)
-            k, v = engine.layer(l)
+            k, v = (layer or engine.layer)(l)
             for pos in range(c, len(tokens)):
                 b, t = block_ids[pos // bs], pos % bs
                 k[b, t] = hs[pos] + l

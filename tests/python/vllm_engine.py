@@ -98,7 +98,8 @@ class Engine:
                  backend: str = "FLASH_ATTN", kv_layout: str = "NHD",
                  cache_dtype: str = "auto", token_budget: int = 2048,
                  kv_config: Any = "default", ktc: Any = None,
-                 model: str = "tiny-llama", emu: bool = False) -> None:
+                 model: str = "tiny-llama", emu: bool = False,
+                 torch_device: str = "cpu") -> None:
         cfg = model_config or tinymodel.CONFIG
         self.model_config = cfg
         self.mla = "kv_lora_rank" in cfg
@@ -137,7 +138,8 @@ class Engine:
             num_blocks, block_size, heads, dim, dtype,
             allocator=None if staged else kvtier.vllm.emu_kv_buffer if emu
             else kvtier.vllm.host_kv_buffer,
-            use_torch=use_torch, cache_dtype=cache_dtype)
+            use_torch=use_torch, cache_dtype=cache_dtype,
+            torch_device=torch_device)
         from kvtier.layout import vllm_roles
         t0 = next(iter(self.kv.values()))
         self.roles = vllm_roles(tuple(t0.shape), block_size, heads, dim,
