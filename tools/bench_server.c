@@ -486,6 +486,8 @@ static void daemon_stop(pid_t pid)
  * and exits), both daemons, then what lives in this process. */
 static void teardown(struct bsrv *r)
 {
+	kvti_bs_children_close(r->ch, r->nch); /* both groups first: see */
+	kvti_bs_children_close(r->lt, r->nlt); /* kvti_bs_children_close() */
 	kvti_bs_children_reap(r->ch, r->nch);
 	kvti_bs_children_reap(r->lt, r->nlt);
 	daemon_stop(r->d);

@@ -179,7 +179,12 @@ int kvti_bs_child_start(struct child *ch, const struct sopt *o,
 int kvti_bs_child_read(struct child *ch, double *s);
 /* Read @n bytes whole from @fd: 0 or -1. */
 int kvti_bs_read_all(int fd, void *p, size_t n);
-/* Close the pipes of @n children and wait for each. */
+/* Closes the parent's pipe ends of @n children (each then sees EOF and
+ * exits); idempotent. Every group's pipes must be closed before any is
+ * reaped: a later group's children inherited an earlier group's write
+ * ends, so an earlier child sees EOF only once those have exited too. */
+void kvti_bs_children_close(struct child *ch, int n);
+/* kvti_bs_children_close(), then wait for each of the @n children. */
 void kvti_bs_children_reap(struct child *ch, int n);
 
 /* ---- the timed comparison (bench_server_load.c) -------------------------- */

@@ -104,11 +104,20 @@ int kvti_bs_read_all(int fd, void *p, size_t n)
 	return 0;
 }
 
-void kvti_bs_children_reap(struct child *ch, int n)
+void kvti_bs_children_close(struct child *ch, int n)
 {
 	for (int i = 0; i < n; i++) {
-		close(ch[i].go);
-		close(ch[i].back);
-		waitpid(ch[i].pid, NULL, 0);
+		if (ch[i].go >= 0)
+			close(ch[i].go);
+		if (ch[i].back >= 0)
+			close(ch[i].back);
+		ch[i].go = ch[i].back = -1;
 	}
+}
+
+void kvti_bs_children_reap(struct child *ch, int n)
+{
+	kvti_bs_children_close(ch, n);
+	for (int i = 0; i < n; i++)
+		waitpid(ch[i].pid, NULL, 0);
 }
