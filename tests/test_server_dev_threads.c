@@ -26,7 +26,14 @@
  *   - a daemon restarted over a persistent ssd tier: the pages come back
  *     into device memory through the page-locked bounce, verified on the
  *     device;
- *   - two engines on one device at once, each getting its own pages.
+ *   - two engines on one device at once, each getting its own pages;
+ *   - a daemon killed (kill -9) in the middle of a slow load on which the
+ *     engine's stream waits for the last layer: the client library sees
+ *     the connection gone and releases the wait itself (the client's wait
+ *     words), within a bounded time and without the stream's wait timing
+ *     out; the job reports the failure (-ECONNRESET, no failed-list of
+ *     zero blocks), and at the moment the stream goes on the engine sees
+ *     the job failed, never the missing layers as ready.
  */
 #include "server_util.h"
 #include "dev/dev.h"
@@ -192,6 +199,23 @@ static double moved(cJSON *r, const char *mover, const char *flow)
 	return -1;
 }
 
+/* Pages @keys of session @session into blocks 0..n-1, stored; blk2[] the
+ * blocks n..2n-1 to load them into. */
+static void fill_store(struct eng *e, uint32_t session, uint32_t n,
+		       kvt_page_key *keys, uint32_t *blk, uint32_t *blk2)
+{
+	kvt_client_job *j;
+
+	keys_of(e, session, n, keys);
+	for (uint32_t i = 0; i < n; i++) {
+		blk[i] = i;
+		blk2[i] = n + i;
+		srv_fill(&e->sm, blk[i], keys[i]);
+	}
+	CHECK_OK(kvt_client_store(e->cl, e->sm.m, keys, n, 0, blk, &j));
+	CHECK_OK(srv_job_end(j, NULL));
+}
+
 /* ---- register, store, load: no CPU copy, verified on the device ---------- */
 
 static void test_basic(void)
@@ -306,14 +330,7 @@ static void test_layers(void)
 		eng_close(&e);
 		return;
 	}
-	keys_of(&e, 2, N, keys);
-	for (uint32_t i = 0; i < N; i++) {
-		blk[i] = i;
-		blk2[i] = N + i;
-		srv_fill(&e.sm, blk[i], keys[i]);
-	}
-	CHECK_OK(kvt_client_store(e.cl, e.sm.m, keys, N, 0, blk, &j));
-	CHECK_OK(srv_job_end(j, &nf));
+	fill_store(&e, 2, N, keys, blk, blk2);
 	CHECK_OK(kvt_client_load(e.cl, e.sm.m, keys, N, 0, blk2, &j));
 	for (uint32_t l = 0; l < SRV_L; l++) {
 		lc[l] = (struct lcheck){ &e, j, keys, blk2, N, l, 0, 0 };
@@ -661,6 +678,89 @@ static void test_two_engines(void)
 	}
 }
 
+/* ---- a daemon killed while the engine's stream waits ---------------------- */
+
+struct woke {
+	kvt_client_job *j;
+	_Atomic uint64_t at;     /* ns: when the stream went on */
+	int poll;                /* the job, as the engine saw it then */
+};
+
+static void stream_woke(void *arg)
+{
+	struct woke *w = arg;
+
+	w->poll = kvt_client_job_poll(w->j);
+	atomic_store(&w->at, kvt_now_ns());
+}
+
+static void test_daemon_killed(void)
+{
+	enum { N = 64 };
+	kvt_page_key keys[N];
+	uint32_t blk[N], blk2[N], failed[N];
+	struct woke w = { 0 };
+	struct eng e;
+	kvt_client_job *j = NULL;
+	uint64_t t_kill;
+	pid_t d;
+	int st;
+
+	/* 1 s per MiB: 64 pages' layer (128 KiB) takes 125 ms, the load
+	 * half a second */
+	d = daemon_start("dram:4M", "1000000000", 0);
+	CHECK(d > 0);
+	if (d <= 0)
+		return;
+	if (eng_open(&e, 2 * N)) {
+		CHECK(0);
+		kill(d, SIGKILL);
+		waitpid(d, NULL, 0);
+		eng_close(&e);
+		return;
+	}
+	/* a stream wait the dead daemon fails to release must show as one:
+	 * the emulated device gives up on a value after 10 s here, not 60 */
+	kvti_dev_emu_set_wait_limit((kvti_dev *)e.dev, 10ull * 1000000000);
+	fill_store(&e, 8, N, keys, blk, blk2);
+	CHECK_OK(kvt_client_load(e.cl, e.sm.m, keys, N, 0, blk2, &j));
+	w.j = j;
+	CHECK_OK(kvt_client_job_stream_wait(j, SRV_L - 1, e.s));
+	CHECK_OK(kvt_dev_stream_host_fn(e.s, stream_woke, &w));
+	/* layer 0 is in: the load is under way; kill the daemon in it */
+	CHECK_OK(kvt_client_job_wait_layer(j, 0, 10ll * 1000000000));
+	CHECK_EQ(kvt_client_job_poll(j), -EINPROGRESS);
+	t_kill = kvt_now_ns();
+	kill(d, SIGKILL);
+	waitpid(d, &st, 0);
+	CHECK(WIFSIGNALED(st));
+	/* the stream goes on within a bounded time (here: 3 s; it takes
+	 * milliseconds), and not because its wait timed out */
+	while (!atomic_load(&w.at) && kvt_now_ns() - t_kill < 3000000000ull)
+		usleep(1000);
+	CHECK(atomic_load(&w.at) != 0);
+	if (atomic_load(&w.at))
+		fprintf(stderr, "daemon killed mid-load: the engine's stream "
+			"went on %.1f ms later\n",
+			(double)(atomic_load(&w.at) - t_kill) / 1e6);
+	CHECK_OK(kvt_dev_stream_sync(e.s));
+	/* the engine saw the job failed when its stream went on, and the
+	 * job says so: no layer past the kill is ready, no list of zero
+	 * failed blocks */
+	CHECK_EQ(w.poll, -ECONNRESET);
+	CHECK_EQ(kvt_client_job_wait_layer(j, SRV_L - 1, 1000000000),
+		 -ECONNRESET);
+	CHECK_EQ(kvt_client_job_wait(j, 1000000000), -ECONNRESET);
+	CHECK_EQ(kvt_client_job_failed(j, failed, N), -ECONNRESET);
+	/* a stream wait enqueued after the loss does not block either */
+	t_kill = kvt_now_ns();
+	CHECK_OK(kvt_client_job_stream_wait(j, SRV_L - 1, e.s));
+	CHECK_OK(kvt_dev_stream_sync(e.s));
+	CHECK(kvt_now_ns() - t_kill < 3000000000ull);
+	kvt_client_job_free(j);
+	eng_close(&e); /* the daemon is gone: no hang, no crash */
+}
+
 int main(int argc, char **argv)
 {
 	const char *tmp = getenv("KVT_TEST_TMP");
@@ -698,6 +798,7 @@ int main(int argc, char **argv)
 		CHECK_EQ(srv_stop(d), 0);
 	}
 	test_restart();
+	test_daemon_killed();
 	unlink(model);
 	TEST_DONE();
 }

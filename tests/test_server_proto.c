@@ -4,8 +4,9 @@
  * closed: the stream cannot be resynchronized); truncated or overlong
  * payloads, ops out of order, descriptors where none belong or missing,
  * memory that is not a sealed memfd or too small, slots, memories and
- * blocks that are not the client's (an error reply, the connection goes
- * on); a client that connects and says nothing (closed after hello_ms);
+ * blocks that are not the client's, wait words (WAITS) that are not a
+ * memfd, not sealed against shrinking and growing, of the wrong size or
+ * sent twice (an error reply, the connection goes on); a client that connects and says nothing (closed after hello_ms);
  * one that vanishes mid-message. After each, a well-behaved client is
  * still served, and the daemon counts what it refused.
  */
@@ -166,6 +167,27 @@ static void test_payloads(void)
 	still_serving();
 }
 
+/* A one-page job of memory 1 (@op, slot @slot, block @blk): the status. */
+static int raw_job1(int fd, uint16_t op, uint32_t seq, uint32_t slot,
+		    uint32_t blk)
+{
+	kvtd_buf b = { 0 };
+	kvt_page_key k = { 1, 2 };
+	int err;
+
+	kvtd_begin(&b, op, seq);
+	kvtd_put_u32(&b, 1);
+	kvtd_put_u32(&b, slot);
+	kvtd_put_u32(&b, 1);
+	kvtd_put_u32(&b, 0);
+	kvtd_put_u32(&b, 0);
+	kvtd_put_keys(&b, &k, 1);
+	kvtd_put_u32(&b, blk);
+	err = raw_send(fd, &b, NULL, 0);
+	kvtd_buf_free(&b);
+	return err ? err : raw_reply(fd, NULL);
+}
+
 static void test_register(void)
 {
 	uint64_t chunk = SRV_P * 2 * 64 * 2, nb = 8, layer = 2 * nb * chunk;
@@ -220,39 +242,112 @@ static void test_register(void)
 	close(mfd);
 	/* a block out of range, a slot out of range, a slot in use */
 	{
-		kvtd_buf b = { 0 };
-		kvt_page_key k = { 1, 2 };
 		uint32_t slot_blk[][2] = { { 0, 99 }, { 5000, 0 } };
 
-		for (int i = 0; i < 2; i++) {
-			kvtd_begin(&b, KVTD_MSG_STORE, 30);
-			kvtd_put_u32(&b, 1);
-			kvtd_put_u32(&b, slot_blk[i][0]);
-			kvtd_put_u32(&b, 1);
-			kvtd_put_u32(&b, 0);
-			kvtd_put_u32(&b, 0);
-			kvtd_put_keys(&b, &k, 1);
-			kvtd_put_u32(&b, slot_blk[i][1]);
-			CHECK_OK(raw_send(fd, &b, NULL, 0));
-			CHECK_EQ(raw_reply(fd, NULL), -EINVAL);
-		}
-		for (int i = 0; i < 2; i++) {
-			kvtd_begin(&b, KVTD_MSG_STORE, 31);
-			kvtd_put_u32(&b, 1);
-			kvtd_put_u32(&b, 3);
-			kvtd_put_u32(&b, 1);
-			kvtd_put_u32(&b, 0);
-			kvtd_put_u32(&b, 0);
-			kvtd_put_keys(&b, &k, 1);
-			kvtd_put_u32(&b, 0);
-			CHECK_OK(raw_send(fd, &b, NULL, 0));
-			/* the second finds slot 3 taken (done or not) */
-			CHECK_EQ(raw_reply(fd, NULL), i ? KVT_EBUSY : 0);
-		}
-		kvtd_buf_free(&b);
+		for (int i = 0; i < 2; i++)
+			CHECK_EQ(raw_job1(fd, KVTD_MSG_STORE, 30, slot_blk[i][0],
+					  slot_blk[i][1]), -EINVAL);
+		/* the second finds slot 3 taken (done or not) */
+		CHECK_EQ(raw_job1(fd, KVTD_MSG_STORE, 31, 3, 0), 0);
+		CHECK_EQ(raw_job1(fd, KVTD_MSG_STORE, 31, 3, 0), KVT_EBUSY);
 	}
 	/* vanish with the memory registered and a job in its slot */
 	close(fd);
+	still_serving();
+}
+
+/* WAITS of @nwords words with memfd @mfd (-1: none sent): the status */
+static int raw_waits(int fd, int mfd, uint32_t nwords)
+{
+	kvtd_buf b = { 0 };
+	int err;
+
+	kvtd_begin(&b, KVTD_MSG_WAITS, 40);
+	kvtd_put_u32(&b, nwords);
+	err = raw_send(fd, &b, mfd >= 0 ? &mfd : NULL, mfd >= 0);
+	kvtd_buf_free(&b);
+	return err ? err : raw_reply(fd, NULL);
+}
+
+static int words_memfd(size_t len, unsigned seals)
+{
+	int mfd = memfd_create("w", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	CHECK(mfd >= 0 && ftruncate(mfd, (off_t)len) == 0);
+	if (seals)
+		CHECK(fcntl(mfd, F_ADD_SEALS, seals) == 0);
+	return mfd;
+}
+
+static void test_waits(void)
+{
+	const unsigned all = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+	size_t len = KVTD_WAITS_BYTES(1024);
+	int fd = raw_hello(), mfd, pf[2];
+
+	if (fd < 0)
+		return;
+	CHECK_EQ(raw_waits(fd, -1, 1024), KVT_EPROTO);   /* no fd */
+	CHECK_EQ(raw_waits(fd, -1, 0), KVT_EPROTO);      /* no words */
+	CHECK(pipe(pf) == 0);
+	CHECK_EQ(raw_waits(fd, pf[0], 1024), -EINVAL);   /* not a memfd */
+	close(pf[0]);
+	close(pf[1]);
+	/* not sealed; shrinkable; growable; seals still open */
+	int bad[] = { 0, F_SEAL_GROW | F_SEAL_SEAL, F_SEAL_SHRINK | F_SEAL_SEAL,
+		      F_SEAL_SHRINK | F_SEAL_GROW };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		mfd = words_memfd(len, (unsigned)bad[i]);
+		CHECK_EQ(raw_waits(fd, mfd, 1024), -EINVAL);
+		close(mfd);
+	}
+	/* too small, too large, words the daemon's slots are not */
+	mfd = words_memfd(len / 2, all);
+	CHECK_EQ(raw_waits(fd, mfd, 1024), -EINVAL);
+	close(mfd);
+	mfd = words_memfd(2 * len, all);
+	CHECK_EQ(raw_waits(fd, mfd, 1024), -EINVAL);
+	close(mfd);
+	mfd = words_memfd(len, all);
+	CHECK_EQ(raw_waits(fd, mfd, 512), -EINVAL);
+	/* sealed against writes: the daemon cannot map it to write */
+	{
+		int ro = words_memfd(len, F_SEAL_SHRINK | F_SEAL_GROW |
+				     F_SEAL_WRITE | F_SEAL_SEAL);
+		CHECK_EQ(raw_waits(fd, ro, 1024), -EPERM);
+		close(ro);
+	}
+	/* right, once */
+	CHECK_EQ(raw_waits(fd, mfd, 1024), 0);
+	CHECK_EQ(raw_waits(fd, mfd, 1024), -EEXIST);
+	/* scribbled on by the client: the daemon writes on regardless */
+	{
+		uint32_t *w = mmap(NULL, len, PROT_READ | PROT_WRITE,
+				   MAP_SHARED, mfd, 0);
+
+		CHECK(w != MAP_FAILED);
+		if (w != MAP_FAILED) {
+			memset(w, 0xa5, len);
+			munmap(w, len);
+		}
+	}
+	close(mfd);
+	close(fd);
+	/* a connection that already runs a job may not send it */
+	fd = raw_hello();
+	if (fd >= 0) {
+		uint64_t chunk = SRV_P * 2 * 64 * 2, nb = 2;
+		uint64_t layer = 2 * nb * chunk;
+
+		mfd = words_memfd(layer * SRV_L, F_SEAL_SHRINK | F_SEAL_GROW);
+		CHECK_EQ(raw_register(fd, mfd, nb, layer, SRV_L), 0);
+		close(mfd);
+		CHECK_EQ(raw_job1(fd, KVTD_MSG_LOAD, 41, 0, 0), 0);
+		mfd = words_memfd(len, all);
+		CHECK_EQ(raw_waits(fd, mfd, 1024), KVT_EBUSY);
+		close(mfd);
+		close(fd);
+	}
 	still_serving();
 }
 
@@ -323,6 +418,7 @@ int main(void)
 		test_headers();
 		test_payloads();
 		test_register();
+		test_waits();
 		test_idle_and_vanish();
 		test_counted();
 		CHECK_EQ(srv_stop(d), 0);

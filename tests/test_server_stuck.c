@@ -81,12 +81,26 @@ static int client(kvt_client **cl, srv_mem *sm, uint64_t nb,
 	}
 	for (uint32_t b = 0; store && b < nb; b++) {
 		kvt_page_key k = { 0x5700 + b, 0x99 };
-		kvt_client_job *j = NULL;
+		int err = -ECANCELED;
 
 		srv_fill(sm, b, k);
-		CHECK_OK(kvt_client_store(*cl, sm->m, &k, 1, 0, &b, &j));
-		if (!j || srv_job_end(j, NULL))
+		/* a store outlives a lease of a few ms under load (ASan, a
+		 * busy machine): the reaper cancels it; set-up tries again */
+		for (int tries = 0; err == -ECANCELED && tries < 50; tries++) {
+			kvt_client_job *j = NULL;
+
+			CHECK_OK(kvt_client_store(*cl, sm->m, &k, 1, 0, &b,
+						  &j));
+			err = j ? srv_job_end(j, NULL) : -EIO;
+		}
+		if (err) {
+			fprintf(stderr, "set-up store of page %u: %s\n", b,
+				strerror(-err));
+			CHECK(0);
+			kvt_client_close(*cl);
+			*cl = NULL;
 			return -1;
+		}
 	}
 	return 0;
 }

@@ -50,14 +50,16 @@
  *   A load or store is one request; its progress (layers ready, done, the
  *   result) comes back through a slot of a shared memory page the daemon
  *   writes and the client waits on with a futex: wait_layer(l) costs no
- *   round trip. For device memory the same page serves the engine's
- *   stream: kvt_client_job_stream_wait() enqueues a wait on the slot's
- *   stream word (cuStreamWaitValue32), so layer l's attention starts as
- *   soon as layer l has landed and been verified, without the CPU. The failed-block list and statistics are fetched once, when
- *   the job is done, by the first call that needs them. A job holds its
- *   pages (a lease) until it is done, at most the daemon's lease time;
- *   when the client disconnects or dies, its jobs are cancelled and its
- *   memory unmapped by the daemon.
+ *   round trip. For device memory the engine's stream waits instead:
+ *   kvt_client_job_stream_wait() enqueues a wait on the slot's word in the
+ *   client's own wait words (cuStreamWaitValue32), so layer l's attention
+ *   starts as soon as layer l has landed and been verified, without the
+ *   CPU; a daemon that dies mid-job releases those waits (the job fails).
+ *   The failed-block list and statistics are fetched once, when the job
+ *   is done, by the first call that needs them. A job holds its pages (a
+ *   lease) until it is done, at most the daemon's lease time; when the
+ *   client disconnects or dies, its jobs are cancelled and its memory
+ *   unmapped by the daemon.
  *
  * THREADS
  *
@@ -374,9 +376,15 @@ KVT_API int kvt_client_store_ev(kvt_client *cl, kvt_client_mem *m,
  * place and verified, or the job is over (done, or every block failed:
  * the engine must then check the job's failed blocks before using them);
  * the work the engine enqueues after it (layer @layer's attention) runs
- * only then, with no CPU round trip. The job slot's page is registered
- * with the device (read-only) at the first call. -EOPNOTSUPP where the
- * device cannot wait on a value; -ERANGE for a layer out of range.
+ * only then, with no CPU round trip. The wait is on the client's own
+ * wait word for the job's slot (a memfd shared with the daemon at
+ * connect, PROTOCOL.md "Wait words"), registered with the device at the
+ * first call; that call also starts a thread that watches the connection:
+ * when the daemon dies (or closes the connection) mid-job, it sets the
+ * word of every job not done to its end value, so the stream goes on,
+ * and the job ends with -ECONNRESET (kvt_client_job_failed() returns it):
+ * the engine must not use its blocks. -EOPNOTSUPP where the device cannot
+ * wait on a value; -ERANGE for a layer out of range.
  */
 KVT_API int kvt_client_job_stream_wait(kvt_client_job *j, uint32_t layer,
 				       kvt_dev_stream *s);

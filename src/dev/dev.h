@@ -11,7 +11,7 @@
  *                                 cudaMemcpyBatchAsync, the SM-capped
  *                                 gather kernel, the checksum kernel, IPC
  *                                 events, cuStreamWaitValue32
- *   emu   (emu.c)                 an emulated device for CI and for machines
+ *   emu   (emu*.c)                an emulated device for CI and for machines
  *                                 without a GPU: its memory is a memfd
  *                                 shared between processes (the IPC handle
  *                                 is that fd, passed by SCM_RIGHTS), a

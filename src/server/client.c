@@ -7,7 +7,9 @@
  * needs no request: the daemon writes each job's slot in a shared page
  * (mapped read-only here) and wakes futex waiters; a waiter also wakes
  * every 100 ms to see whether the daemon's end of the socket has gone
- * (POLLRDHUP), so no wait outlives a dead daemon. A job's failed list and
+ * (POLLRDHUP), so no wait outlives a dead daemon. Device streams wait on
+ * our own wait words instead (WAITS, sent at connect), which a watch
+ * thread ends when the daemon goes (client_job.c). A job's failed list and
  * statistics come with RELEASE, sent once by the first call that needs
  * them after the job is done.
  *
@@ -277,7 +279,7 @@ int kvt_client_connect(kvt_client **out, const kvt_client_config *in)
 				 "than %d bytes", KVTD_NS_MAX);
 	if (!(cl = kvt_calloc(1, sizeof(*cl))))
 		return -ENOMEM;
-	cl->fd = cl->efd = -1;
+	cl->fd = cl->efd = cl->watch_efd = -1;
 	cl->timeout_ms = cfg.timeout_ms ? cfg.timeout_ms : 10000;
 	pthread_mutex_init(&cl->mu, NULL);
 	kvti_cond_init_mono(&cl->cv);
@@ -370,6 +372,9 @@ int kvt_client_connect(kvt_client **out, const kvt_client_config *in)
 		err = -ENOMEM;
 		goto fail;
 	}
+	/* an engine's wait words, before any job (a monitor has no jobs) */
+	if (cl->g.layers && (err = kvti_client_waits_make(cl, max_jobs)))
+		goto fail;
 	*out = cl;
 	return 0;
 fail:
@@ -940,6 +945,7 @@ void kvt_client_close(kvt_client *cl)
 	if (!cl)
 		return;
 	kvt_client_shutdown(cl);
+	kvti_client_watch_stop(cl);
 	pthread_mutex_lock(&cl->mu);
 	while (cl->users) /* waits of other threads: they end now */
 		pthread_cond_wait(&cl->cv, &cl->mu);
@@ -957,11 +963,11 @@ void kvt_client_close(kvt_client *cl)
 		cl->events = e->next;
 		kvti_client_event_release(e);
 	}
-	for (int k = 0; k < SLOT_DEVS && cl->slot_dev[k]; k++) {
-		if (cl->slot_reg[k])
-			cl->slot_dev[k]->ops->host_unregister(cl->slot_dev[k],
-							      (void *)cl->slots);
-		kvti_dev_put(cl->slot_dev[k]);
+	for (int k = 0; k < SLOT_DEVS && cl->wait_dev[k]; k++) {
+		if (cl->wait_reg[k])
+			cl->wait_dev[k]->ops->host_unregister(cl->wait_dev[k],
+							      cl->waits);
+		kvti_dev_put(cl->wait_dev[k]);
 	}
 	pthread_mutex_unlock(&cl->mu);
 	if (cl->fd >= 0)
@@ -970,6 +976,8 @@ void kvt_client_close(kvt_client *cl)
 		close(cl->efd);
 	if (cl->slots)
 		munmap((void *)cl->slots, cl->slots_len);
+	if (cl->waits)
+		munmap(cl->waits, cl->waits_len);
 	kvtd_buf_free(&cl->out);
 	kvtd_buf_free(&cl->in);
 	kvt_free(cl->used);

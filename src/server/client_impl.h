@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -48,6 +49,8 @@ struct kvt_client_job {
 	uint32_t gen;         /* the slot's generation for this job */
 	int device;           /* its memory's device (-1: host) */
 	int released;         /* cl->mu: RELEASE done, fields below valid */
+	int lost;             /* cl->mu: ...or not: lost, not done, with the
+				 connection (every block failed) */
 	int result;
 	kvt_cache_job_stat st;
 	uint32_t *failed;
@@ -70,9 +73,17 @@ struct kvt_client {
 	kvt_client_job *jobs;
 	kvt_client_mem *mems;
 	kvt_client_event *events;
-	kvti_dev *slot_dev[SLOT_DEVS]; /* cl->mu: devices the slot page is
+	uint32_t *waits;      /* our wait words (WAITS, proto.h): word[slot]
+				 is the slot's stream value, written by the
+				 daemon and, once it is lost, by us */
+	size_t waits_len;
+	kvti_dev *wait_dev[SLOT_DEVS]; /* cl->mu: devices the wait words are
 					  registered with (stream waits) */
-	int slot_reg[SLOT_DEVS];       /* ...by us (unregistered at close) */
+	int wait_reg[SLOT_DEVS];       /* ...by us (unregistered at close) */
+	pthread_t watch;      /* watches the socket while stream waits may
+				 be pending (client_job.c) */
+	int watching;         /* cl->mu: the thread runs */
+	int watch_efd;        /* tells it to stop */
 	kvtd_buf out, in;
 	uint32_t timeout_ms;  /* per request */
 	int broken;           /* cl->mu: no more requests (see above) */
@@ -101,6 +112,8 @@ int kvti_client_body_end(kvtd_rd *rd);               /* the reply was whole */
 
 /* client_job.c: what close, shutdown and the stream-wait registration use */
 const _Atomic uint32_t *kvti_client_word_of(kvt_client_job *j);
+int kvti_client_waits_make(kvt_client *cl, uint32_t nwords); /* WAITS */
+void kvti_client_watch_stop(kvt_client *cl);   /* cl->mu not held */
 void kvti_client_job_unlink_free(kvt_client_job *j); /* cl->mu held */
 void kvti_client_event_release(kvt_client_event *e);
 

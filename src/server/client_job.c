@@ -346,14 +346,185 @@ static int wait_layer_in(kvt_client_job *j, uint32_t layer,
 	return 0;
 }
 
+/* ---- wait words, and the watch that ends their waits ---------------------- */
+
+/*
+ * The wait words (WAITS, proto.h) are a memfd we make and share once, right
+ * after HELLO: the daemon writes each job's stream value into word[slot],
+ * the engine's streams wait on it (kvt_client_job_stream_wait()). Unlike
+ * the slot page we may write it too, and that is the point: a daemon that
+ * dies mid-load leaves a stream wait on its value pending for good (CUDA
+ * has no timeout), so when the connection is lost we set every pending
+ * job's word to its end value ourselves — each wait of it is released, and
+ * the job itself reports -ECONNRESET (kvt_client_job_failed() too), so
+ * the engine sees a failure, never an unverified layer as ready.
+ *
+ * Who notices: a thread (the watch) started by the first stream wait,
+ * blocked in poll() for the daemon's end of the socket (POLLRDHUP: the
+ * daemon closed it or died; our own SHUT_WR does not raise it). The daemon
+ * closes a connection only after it freed its jobs (conn.c), so after
+ * that no one but us writes the words. CPU waits need no watch: they poll
+ * the socket themselves (wait_word()).
+ */
+int kvti_client_waits_make(kvt_client *cl, uint32_t nwords)
+{
+	const int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+	size_t len = KVTD_WAITS_BYTES(nwords);
+	kvtd_rd rd;
+	void *p;
+	int fd, err;
+
+	fd = memfd_create("kvtier-waits", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return kvti_fail(-errno, "client: wait words: memfd_create: %s",
+				 strerror(errno));
+	if (ftruncate(fd, (off_t)len) || fcntl(fd, F_ADD_SEALS, seals)) {
+		err = kvti_fail(-errno, "client: wait words: sizing and "
+				"sealing %zu bytes: %s", len, strerror(errno));
+		close(fd);
+		return err;
+	}
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		err = kvti_fail(-errno, "client: wait words: mmap: %s",
+				strerror(errno));
+		close(fd);
+		return err;
+	}
+	cl->waits = p;
+	cl->waits_len = len;
+	pthread_mutex_lock(&cl->mu);
+	kvti_client_begin(cl, KVTD_MSG_WAITS);
+	kvtd_put_u32(&cl->out, nwords);
+	err = kvti_client_rpc(cl, &fd, 1, &rd);
+	pthread_mutex_unlock(&cl->mu);
+	close(fd);
+	return err;
+}
+
+/* The connection is lost: every job not released has its stream word set
+ * to its end (its streams go on) and ends with -ECONNRESET. */
+static void waits_abort(kvt_client *cl)
+{
+	atomic_store(&cl->gone, 1);
+	pthread_mutex_lock(&cl->mu);
+	for (kvt_client_job *j = cl->jobs; j; j = j->next) {
+		uint32_t *w = &cl->waits[j->slot];
+
+		if (j->released)
+			continue;
+		if (!kvtd_stream_advance(w, KVTD_STREAM_WORD(j->gen,
+							     KVTD_STREAM_END)))
+			/* only our own scribbling could do this */
+			__atomic_store_n(w, KVTD_STREAM_WORD(j->gen,
+				KVTD_STREAM_END), __ATOMIC_RELEASE);
+		syscall(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+		syscall(SYS_futex, kvti_client_word_of(j), FUTEX_WAKE, INT_MAX,
+			NULL, NULL, 0);
+	}
+	pthread_mutex_unlock(&cl->mu);
+}
+
+static void *watch_main(void *arg)
+{
+	kvt_client *cl = arg;
+	struct pollfd p[2] = { { .fd = cl->fd, .events = POLLRDHUP },
+			       { .fd = cl->watch_efd, .events = POLLIN } };
+
+	for (;;) {
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			kvti_warn("client: the connection watch stops: poll: "
+				  "%s (a daemon that dies will leave stream "
+				  "waits pending)", strerror(errno));
+			return NULL;
+		}
+		if (p[1].revents)
+			return NULL; /* kvt_client_close() */
+		if (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR))
+			break;
+	}
+	waits_abort(cl);
+	return NULL;
+}
+
+/* cl->mu held: start the watch once. */
+static int watch_start(kvt_client *cl)
+{
+	int e;
+
+	if (cl->watching)
+		return 0;
+	if (cl->watch_efd < 0 &&
+	    (cl->watch_efd = eventfd(0, EFD_CLOEXEC)) < 0)
+		return kvti_fail(-errno, "client: the connection watch: "
+				 "eventfd: %s", strerror(errno));
+	e = kvti_fault() ? EAGAIN : pthread_create(&cl->watch, NULL,
+						    watch_main, cl);
+	if (e)
+		return kvti_fail(-e, "client: the connection watch thread: %s "
+				 "(stream waits are refused without it: a "
+				 "daemon that died would hold them for good)",
+				 strerror(e));
+	cl->watching = 1;
+	return 0;
+}
+
+void kvti_client_watch_stop(kvt_client *cl)
+{
+	uint64_t one = 1;
+	int watching;
+
+	pthread_mutex_lock(&cl->mu);
+	watching = cl->watching;
+	cl->watching = 0;
+	pthread_mutex_unlock(&cl->mu);
+	if (watching) {
+		if (write(cl->watch_efd, &one, sizeof(one)) != sizeof(one))
+			kvti_warn("client: stopping the connection watch: %s",
+				  strerror(errno));
+		pthread_join(cl->watch, NULL);
+	}
+	if (cl->watch_efd >= 0)
+		close(cl->watch_efd);
+	cl->watch_efd = -1;
+}
+
+/* cl->mu held: the wait words registered with @d (once per device). */
+static int waits_on(kvt_client *cl, kvti_dev *d)
+{
+	int k, err = 0;
+
+	if (!cl->waits)
+		return kvti_fail(-EINVAL, "client: a monitoring connection has "
+				 "no jobs to wait on");
+	for (k = 0; k < SLOT_DEVS && cl->wait_dev[k] && cl->wait_dev[k] != d;
+	     k++)
+		;
+	if (k == SLOT_DEVS)
+		return kvti_fail(-ENOSPC, "client: stream waits on more than %d "
+				 "devices", SLOT_DEVS);
+	if (cl->wait_dev[k])
+		return 0;
+	err = d->ops->host_register(d, cl->waits, cl->waits_len,
+				    KVTI_DEV_HOST_PORTABLE);
+	cl->wait_reg[k] = !err;
+	if (err == -EEXIST) /* CUDA: another GPU of ours did it */
+		err = 0;
+	if (!err && (err = kvti_dev_get(d->id, &cl->wait_dev[k])) &&
+	    cl->wait_reg[k])
+		d->ops->host_unregister(d, cl->waits);
+	return err;
+}
+
 int kvt_client_job_stream_wait(kvt_client_job *j, uint32_t layer,
 			       kvt_dev_stream *s)
 {
 	kvt_client *cl = j->cl;
 	kvti_dev *d;
 	kvti_dev_stream *ks = kvti_dev_stream_of(s, &d);
-	const uint32_t *word;
-	int err = 0, k;
+	int err;
 
 	kvti_errclear();
 	if (layer >= cl->g.layers)
@@ -362,31 +533,15 @@ int kvt_client_job_stream_wait(kvt_client_job *j, uint32_t layer,
 	if (j->device != d->id)
 		return kvti_fail(-EINVAL, "client job: its memory is on %d, the "
 				 "stream on %s", j->device, d->name);
-	/* the slot page, read-only, registered with the device once */
 	pthread_mutex_lock(&cl->mu);
-	for (k = 0; k < SLOT_DEVS && cl->slot_dev[k] && cl->slot_dev[k] != d;
-	     k++)
-		;
-	if (k == SLOT_DEVS) {
-		err = kvti_fail(-ENOSPC, "client: stream waits on more than %d "
-				"devices", SLOT_DEVS);
-	} else if (!cl->slot_dev[k]) {
-		err = d->ops->host_register(d, (void *)cl->slots, cl->slots_len,
-					    KVTI_DEV_HOST_READONLY |
-					    KVTI_DEV_HOST_PORTABLE);
-		cl->slot_reg[k] = !err;
-		if (err == -EEXIST) /* CUDA: another GPU of ours did it */
-			err = 0;
-		if (!err && (err = kvti_dev_get(d->id, &cl->slot_dev[k])) &&
-		    cl->slot_reg[k])
-			d->ops->host_unregister(d, (void *)cl->slots);
-	}
+	if (!(err = waits_on(cl, d)))
+		err = watch_start(cl);
 	pthread_mutex_unlock(&cl->mu);
 	if (err)
 		return err;
-	word = (const uint32_t *)(cl->slots + (size_t)j->slot * cl->slot_bytes +
-				  KVTD_SLOT_STREAM_OFF);
-	return kvti_dev_stream_wait_value(d, ks, word,
+	/* a connection lost before the watch began: its poll sees it at
+	 * once and ends the wait enqueued here */
+	return kvti_dev_stream_wait_value(d, ks, &cl->waits[j->slot],
 					  KVTD_STREAM_WORD(j->gen, layer + 1));
 }
 
@@ -454,6 +609,21 @@ int kvt_client_job_cancel(kvt_client_job *j)
 	return err;
 }
 
+/* cl->mu held: no RELEASE can be sent, the job ended with the connection.
+ * One not done then failed as a whole: -ECONNRESET here and from every
+ * later kvt_client_job_failed() (never a list of no failed blocks); one
+ * done keeps its result, though the slot says nothing of which of its
+ * blocks failed. */
+static int job_lost(kvt_client_job *j)
+{
+	j->released = 1;
+	j->result = -ECONNRESET;
+	j->lost = !(atomic_load_explicit(kvti_client_word_of(j),
+					 memory_order_acquire) & KVTD_SLOT_DONE);
+	return j->lost ? kvti_fail(-ECONNRESET, "client: the job was lost "
+				   "with the connection") : 0;
+}
+
 /* cl->mu held; the job is done (or the daemon gone): RELEASE once. */
 static int job_release(kvt_client_job *j)
 {
@@ -463,22 +633,15 @@ static int job_release(kvt_client_job *j)
 	int err;
 
 	if (j->released)
-		return 0;
-	/* no RELEASE to send: the job ended with the connection (its slot
-	 * result, if any, says nothing of which blocks failed) */
-	if (atomic_load(&cl->gone) || cl->broken) {
-		j->released = 1;
-		j->result = -ECONNRESET;
-		return 0;
-	}
+		return j->lost ? kvti_fail(-ECONNRESET, "client: the job was "
+					   "lost with the connection") : 0;
+	if (atomic_load(&cl->gone) || cl->broken)
+		return job_lost(j);
 	kvti_client_begin(cl, KVTD_MSG_RELEASE);
 	kvtd_put_u32(&cl->out, j->slot);
 	if ((err = kvti_client_rpc(cl, NULL, 0, &rd))) {
-		if (atomic_load(&cl->gone) || cl->broken) {
-			j->released = 1;
-			j->result = -ECONNRESET;
-			return 0;
-		}
+		if (atomic_load(&cl->gone) || cl->broken)
+			return job_lost(j);
 		return err;
 	}
 	j->result = (int32_t)kvtd_get_u32(&rd);

@@ -258,6 +258,9 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, const int *fds,
 		kvtd_put_u32(&c->out, id);
 		return kvti_reply_send(c, NULL, 0);
 	}
+	case KVTD_MSG_WAITS:
+		return kvti_reply_status(c, h, kvti_waits_register(c, &q,
+								  fds[0]));
 	case KVTD_MSG_UNREGISTER: {
 		struct cmem *cm = kvti_mem_find(c, q.u.id);
 
@@ -421,6 +424,7 @@ void kvti_conn_free(struct conn *c)
 		if (c->mems[i].id)
 			kvti_mem_drop(c, &c->mems[i]);
 	kvti_events_drop(c); /* no job is left to wait on them */
+	kvti_waits_drop(c);  /* nor to write a stream value */
 	if (c->slots)
 		munmap(c->slots, (size_t)MAX_JOBS * KVTD_SLOT_BYTES);
 	if (c->slot_fd >= 0)

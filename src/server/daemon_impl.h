@@ -153,6 +153,9 @@ struct conn {
 	uint32_t rank, itenant, id;
 	int slot_fd, efd;
 	uint8_t *slots;
+	uint32_t *waits;             /* the client's wait words (WAITS), or
+					NULL: set before the first job, by
+					the conn thread */
 	pthread_mutex_t mu;          /* jobs[] */
 	struct job *jobs[MAX_JOBS];
 	int njobs;
@@ -277,6 +280,10 @@ int kvti_job_cancel(struct conn *c, uint32_t s);
 int kvti_job_release(struct conn *c, const kvtd_hdr *h, uint32_t s);
 /* Free the job in slot @s, if any (cancels and waits if it runs). */
 void kvti_job_free(struct conn *c, uint32_t s);
+/* WAITS: map the client's wait-word memfd @fd (checked: sealed, its size
+ * exactly KVTD_WAITS_BYTES(MAX_JOBS)); kvti_waits_drop() at the end. */
+int kvti_waits_register(struct conn *c, const kvtd_req *q, int fd);
+void kvti_waits_drop(struct conn *c);
 
 /* @n wire keys at @p as kvt_page_keys (kvt_malloc'd), or NULL. */
 kvt_page_key *kvti_keys_copy(const uint8_t *p, uint32_t n);

@@ -11,7 +11,11 @@
  *   RELEASE s --> result, stats, failed blocks; the slot is free again
  *
  * The slot page (MAX_JOBS * KVTD_SLOT_BYTES, proto.h) is written by the
- * daemon only. A job is made and freed by its connection thread only
+ * daemon only. Each slot's stream value also goes to the client's wait
+ * words when it gave us some (WAITS): memory the client writes too (it
+ * ends its streams' waits when it loses us), so the daemon only advances
+ * those words (kvtd_stream_advance(), bounded) and never reads them for
+ * anything else: a client scribbling there hurts only its own streams. A job is made and freed by its connection thread only
  * (c->jobs[] written under c->mu, for the reaper and close); the reaper
  * may cancel it (daemon.c). kvti_job_free() cancels a job still running
  * and waits for it, so its progress callback never outlives it.
@@ -19,10 +23,13 @@
 #include "server/daemon_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -46,6 +53,18 @@ static void slot_put(struct conn *c, uint32_t s, int off, int32_t v)
 static void futex_wake(_Atomic uint32_t *w)
 {
 	syscall(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Slot @s's stream value: the slot page's word, and the client's wait
+ * word when there are wait words (WAITS). */
+static void stream_set(struct conn *c, uint32_t s, uint32_t v)
+{
+	atomic_store_explicit(stream_word(c, s), v, memory_order_release);
+	futex_wake(stream_word(c, s));
+	if (c->waits) {
+		kvtd_stream_advance(&c->waits[s], v);
+		futex_wake((_Atomic uint32_t *)&c->waits[s]);
+	}
 }
 
 /* The cache's threads, under the cache job's lock: publish progress. */
@@ -79,13 +98,10 @@ static void on_progress(void *arg, const kvt_cache_progress *p)
 				     kvt_now_ns() - j->t0);
 	}
 	atomic_store_explicit(slot_word(c, j->slot), w, memory_order_release);
-	/* the word an engine's stream waits on: layers, or the end */
-	atomic_store_explicit(stream_word(c, j->slot), KVTD_STREAM_WORD(j->gen,
-			      p->done || p->failed ? KVTD_STREAM_END :
-			      KVT_MIN(p->layers, KVTD_STREAM_END - 1)),
-			      memory_order_release);
 	futex_wake(slot_word(c, j->slot));
-	futex_wake(stream_word(c, j->slot));
+	/* the word an engine's stream waits on: layers, or the end */
+	stream_set(c, j->slot, KVTD_STREAM_WORD(j->gen, p->done || p->failed ?
+			KVTD_STREAM_END : KVT_MIN(p->layers, KVTD_STREAM_END - 1)));
 	if (p->done) {
 		uint64_t one = 1;
 		if (write(c->efd, &one, sizeof(one)) < 0) {
@@ -219,8 +235,7 @@ int kvti_job_start(struct conn *c, const kvtd_req *q, int store, int each)
 	slot_put(c, s, 4, 0);
 	slot_put(c, s, 8, 0);
 	atomic_store_explicit(slot_word(c, s), 0, memory_order_release);
-	atomic_store_explicit(stream_word(c, s), KVTD_STREAM_WORD(j->gen, 0),
-			      memory_order_release);
+	stream_set(c, s, KVTD_STREAM_WORD(j->gen, 0));
 	io.mem = cm->m;
 	io.progress = on_progress;
 	io.arg = j;
@@ -342,4 +357,68 @@ int kvti_job_cancel(struct conn *c, uint32_t s)
 					   "CANCEL: no job in slot %u", s));
 	err = kvt_cache_job_cancel(j->cj);
 	return err == -EALREADY ? 0 : err;
+}
+
+/* ---- wait words (WAITS) ---------------------------------------------------- */
+
+/*
+ * The client's wait words: hostile input like everything else. The daemon
+ * maps the memfd only when nothing can make the mapping fault: a regular
+ * file that says its seals (a memfd), sealed against shrinking and growing
+ * (and against new seals), of exactly the size it expects. Whatever the
+ * client writes into it later the daemon never reads except to advance a
+ * word (kvtd_stream_advance(), bounded).
+ */
+int kvti_waits_register(struct conn *c, const kvtd_req *q, int fd)
+{
+	const int need = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+	size_t len = KVTD_WAITS_BYTES(MAX_JOBS);
+	struct stat st;
+	uint32_t *w;
+	int seals, njobs;
+
+	pthread_mutex_lock(&c->mu);
+	njobs = c->njobs;
+	pthread_mutex_unlock(&c->mu);
+	if (c->waits)
+		return kvti_perr(c, KVTD_PERR_ORDER, kvti_fail(-EEXIST,
+				 "WAITS: this connection has its wait words"));
+	if (njobs)
+		return kvti_perr(c, KVTD_PERR_ORDER, kvti_fail(KVT_EBUSY,
+				 "WAITS: %d jobs are running (send WAITS "
+				 "before the first LOAD or STORE)", njobs));
+	if (q->u.id != MAX_JOBS)
+		return kvti_perr(c, KVTD_PERR_MALFORMED, kvti_fail(-EINVAL,
+				 "WAITS: %u words, the daemon has %u job slots",
+				 q->u.id, MAX_JOBS));
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode))
+		return kvti_perr(c, KVTD_PERR_MALFORMED, kvti_fail(-EINVAL,
+				 "WAITS: the descriptor is not a memfd"));
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || (seals & need) != need)
+		return kvti_perr(c, KVTD_PERR_MALFORMED, kvti_fail(-EINVAL,
+				 "WAITS: the memfd must be sealed with "
+				 "F_SEAL_SHRINK, F_SEAL_GROW and F_SEAL_SEAL "
+				 "(it has %#x): one that could shrink would "
+				 "fault the daemon's writes", seals < 0 ? 0 :
+				 (unsigned)seals));
+	if ((uint64_t)st.st_size != len)
+		return kvti_perr(c, KVTD_PERR_MALFORMED, kvti_fail(-EINVAL,
+				 "WAITS: a memfd of %lld bytes (%zu expected)",
+				 (long long)st.st_size, len));
+	w = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (w == MAP_FAILED)
+		return kvti_perr(c, KVTD_PERR_MALFORMED, kvti_fail(-errno,
+				 "WAITS: mapping the memfd: %s (sealed against "
+				 "writes?)", strerror(errno)));
+	c->waits = w; /* jobs made after this see it */
+	return 0;
+}
+
+/* The conn thread, once every job is freed. */
+void kvti_waits_drop(struct conn *c)
+{
+	if (c->waits)
+		munmap(c->waits, KVTD_WAITS_BYTES(MAX_JOBS));
+	c->waits = NULL;
 }

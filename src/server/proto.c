@@ -21,6 +21,7 @@ static const char *op_names[] = {
 	[KVTD_MSG_STORE_EACH] = "STORE_EACH", [KVTD_MSG_EVENT] = "EVENT",
 	[KVTD_MSG_RATES] = "RATES",
 	[KVTD_MSG_REGISTER_ROWS] = "REGISTER_ROWS",
+	[KVTD_MSG_WAITS] = "WAITS",
 };
 
 const char *kvtd_msg_name(uint16_t op)
@@ -33,7 +34,7 @@ int kvtd_msg_fds(uint16_t op)
 {
 	return op == KVTD_MSG_REGISTER || op == KVTD_MSG_REGISTER_ROWS ?
 	       KVTD_MAX_SEGS :
-	       op == KVTD_MSG_EVENT ? 1 : 0;
+	       op == KVTD_MSG_EVENT || op == KVTD_MSG_WAITS ? 1 : 0;
 }
 
 int kvtd_req_fds(const kvtd_req *q)
@@ -44,6 +45,8 @@ int kvtd_req_fds(const kvtd_req *q)
 		return (int)q->u.reg.nfds;
 	case KVTD_MSG_EVENT:
 		return q->u.event.kind == KVTD_EV_EMU_FD;
+	case KVTD_MSG_WAITS:
+		return 1;
 	default:
 		return 0;
 	}
@@ -225,6 +228,12 @@ int kvtd_req_decode(const uint8_t *buf, size_t len, kvtd_req *q)
 	case KVTD_MSG_CANCEL:
 	case KVTD_MSG_RELEASE:
 		q->u.id = kvtd_get_u32(&r);
+		break;
+	case KVTD_MSG_WAITS:
+		q->u.id = kvtd_get_u32(&r);
+		if (!r.err && (!q->u.id || q->u.id > (1u << 20)))
+			return kvti_fail(KVT_EPROTO, "protocol: WAITS of %u "
+					 "words (1..%u)", q->u.id, 1u << 20);
 		break;
 	case KVTD_MSG_HASH:
 		q->u.hash.ntokens = kvtd_get_u32(&r);

@@ -80,6 +80,10 @@
  *     reply    u32 ntiers, ntiers * ntiers * (f64 gbps, f64 bytes,
  *              f64 busy_s, u64 jobs, f64 total_bytes), source-major
  *              (kvt_cache_rates())
+ *   WAITS      u32 nwords (= max_jobs); fd: the client's wait-word memfd
+ *              (WAIT WORDS below), before the connection's first job
+ *     reply    (none): from now on the daemon writes each slot's stream
+ *              value into word[slot] too
  *
  * JOB SLOTS (the HELLO memfd; written by the daemon only)
  *
@@ -96,6 +100,21 @@
  *                     comparison: a later job's word satisfies an
  *                     earlier job's wait at once)
  *    20   12  (zero)
+ *
+ * WAIT WORDS (the WAITS memfd; made by the client, written by both)
+ *
+ *   KVTD_WAITS_BYTES(max_jobs) bytes (nwords * 4 rounded up to 4096):
+ *   word[s] (u32 at 4 * s) carries slot s's stream value, as above. The
+ *   client makes it (memfd, sealed F_SEAL_SHRINK | F_SEAL_GROW |
+ *   F_SEAL_SEAL: the daemon refuses it otherwise, or of any other size,
+ *   so it can never shrink under the daemon's mapping), and its engine's
+ *   streams wait on it. Unlike the slot page the client may write it: when
+ *   the connection is lost (the daemon died) the client sets each pending
+ *   job's word to its end value, so no stream waits for ever. Both sides
+ *   only ever advance a word (kvtd_stream_advance(): a cyclic "greater
+ *   than", a bounded number of tries); the daemon never reads anything
+ *   else from it, so a client that scribbles on it stalls only its own
+ *   streams.
  *
  * Every decoder here is total: any byte string gives a decoded message or
  * KVT_EPROTO with a reason, never a read out of bounds (fuzzed by
@@ -124,6 +143,8 @@
 #define KVTD_HANDLE_BYTES 64
 #define KVTD_UUID_BYTES 16
 #define KVTD_SEG_BYTES (4 + 8 + KVTD_HANDLE_BYTES)
+#define KVTD_WAITS_BYTES(nwords) \
+	((((size_t)(nwords) * 4) + 4095) & ~(size_t)4095)
 
 #define KVTD_SLOT_DONE (1u << 31)
 #define KVTD_SLOT_FAILED (1u << 30)
@@ -168,7 +189,8 @@ enum kvtd_msg {
 	KVTD_MSG_EVENT = 14,
 	KVTD_MSG_RATES = 15,
 	KVTD_MSG_REGISTER_ROWS = 16,
-	KVTD_MSG_MAX = 16,
+	KVTD_MSG_WAITS = 17,
+	KVTD_MSG_MAX = 17,
 };
 
 /* LOOKUP flag on the wire only: the reply carries the tier runs too */
@@ -218,7 +240,8 @@ typedef struct kvtd_req {
 			const uint8_t *keys;
 			const uint8_t *blocks; /* nkeys - first u32 */
 		} job;
-		uint32_t id; /* UNREGISTER mem_id; CANCEL, RELEASE slot */
+		uint32_t id; /* UNREGISTER mem_id; CANCEL, RELEASE slot;
+				WAITS nwords */
 	} u;
 } kvtd_req;
 
@@ -289,6 +312,27 @@ static inline uint64_t kvtd_layer_off(const kvtd_req *q, uint32_t l)
 	const uint8_t *p = q->u.reg.layers + (size_t)l * 12 + 4;
 
 	return kvtd_u32_at(p, 0) | (uint64_t)kvtd_u32_at(p, 1) << 32;
+}
+
+/*
+ * kvtd_stream_advance() - set the stream word @w to @v unless it already is
+ * at or past @v (cyclically: (int32_t)(cur - v) >= 0), by compare-and-swap,
+ * giving up after a few lost races: the word may be shared with a process
+ * that writes it too (WAIT WORDS), and one that keeps scribbling on it
+ * must not stall the caller. 1 if @w holds a value at or past @v after.
+ */
+static inline int kvtd_stream_advance(uint32_t *w, uint32_t v)
+{
+	uint32_t cur = __atomic_load_n(w, __ATOMIC_RELAXED);
+
+	for (int tries = 0; tries < 8; tries++) {
+		if ((int32_t)(cur - v) >= 0)
+			return 1;
+		if (__atomic_compare_exchange_n(w, &cur, v, 0, __ATOMIC_RELEASE,
+						__ATOMIC_RELAXED))
+			return 1;
+	}
+	return 0;
 }
 
 /* ---- building messages --------------------------------------------------- */

@@ -35,6 +35,17 @@
  *   decrements that count.
  * - A job is freed when its refs (the caller's and the engine's) are gone.
  *
+ * THE FILES
+ *
+ *   xfer.c      create/destroy, the queues, info, pause (x->mu)
+ *   submit.c    kvt_xfer_submit: checks, lane and method, plan, queueing
+ *   job.c       a job's life: layers landed, units done, the one finish,
+ *               the counters; poll, wait, cancel, status, free
+ *   sum.c       checksums: record or verify, per page or per layer
+ *   cpu.c, io.c, dev_lane.c   the lanes; copy.c the copy routines;
+ *   rate.c      measured rates; contig.c the one-copy limit; stress.c
+ *               the memory stressor
+ *
  * LOCKING
  *
  * x->mu guards the queues, claiming (next_task, next_page, queued),
@@ -179,7 +190,47 @@ struct kvt_xfer {
 	atomic_int io_fail_writes;         /* every write fails with this */
 };
 
-/* ---- engine core (xfer.c) --------------------------------------------- */
+/* ---- the engine (xfer.c): queues, x->mu held ------------------------- */
+
+/* Bump one of the engine's relaxed counters (kvt_xfer_stat). */
+#define XFER_ADD(a, v) \
+	atomic_fetch_add_explicit(&(a), (v), memory_order_relaxed)
+
+/* Append @j to its queue, q[j->lane][j->prio]. */
+void kvti_queue_push(struct kvt_xfer *x, struct kvt_xfer_job *j);
+struct kvt_xfer_job *kvti_queue_head(struct kvt_xfer *x, int lane);
+void kvti_queue_remove(struct kvt_xfer *x, struct kvt_xfer_job *j);
+/* Claim the next unit of an io lane job, x->mu held: the page index, the
+ * job leaving its queue when its last page is claimed. */
+size_t kvti_io_claim(struct kvt_xfer *x, struct kvt_xfer_job *j);
+/* Take the units of @j nobody claimed out of its queue; their count (the
+ * caller counts them down with kvti_job_units_done() after x->mu). */
+size_t kvti_retire_unclaimed(struct kvt_xfer *x, struct kvt_xfer_job *j);
+/* Wake the threads of @lane. */
+void kvti_lane_kick(struct kvt_xfer *x, int lane);
+/* Find out once whether CUDA works here: x->cuda_state (1 usable, -1 not)
+ * and x->cuda_note, for reports. Starts nothing. */
+void kvti_cuda_probe(struct kvt_xfer *x);
+
+/* A tier's name, for messages. */
+static inline const char *kvti_xfer_tier_name(kvt_tier *t)
+{
+	kvt_tier_desc d;
+
+	kvt_tier_info(t, &d);
+	return d.name;
+}
+
+/* A tier in a GPU's memory (not host memory standing in for one). */
+static inline int kvti_xfer_is_gpu(kvt_tier *t)
+{
+	kvt_tier_desc d;
+
+	kvt_tier_info(t, &d);
+	return d.kind == KVT_TIER_HBM && !d.hostdev;
+}
+
+/* ---- a job's life (job.c) --------------------------------------------- */
 
 /* Record @err as the job's error (the first one wins) with a detail. */
 void kvti_job_fail(struct kvt_xfer_job *j, int err, const char *fmt, ...)
@@ -197,12 +248,10 @@ void kvti_job_units_done(struct kvt_xfer_job *j, size_t n);
 /* Every page of layer @layer landed (ORDER_LAYER jobs and the cuda lane):
  * advance layers_ready and deliver callbacks in order. */
 void kvti_job_layer_landed(struct kvt_xfer_job *j, uint32_t layer);
-/* Queue helpers, x->mu held. */
-struct kvt_xfer_job *kvti_queue_head(struct kvt_xfer *x, int lane);
-void kvti_queue_remove(struct kvt_xfer *x, struct kvt_xfer_job *j);
-/* Claim the next unit of an io lane job, x->mu held: the page index, the
- * job leaving its queue when its last page is claimed. */
-size_t kvti_io_claim(struct kvt_xfer *x, struct kvt_xfer_job *j);
+/* Drop a reference; the last one frees the job. */
+void kvti_job_put(struct kvt_xfer_job *j);
+/* @n page layers (or pages) were checksummed on a device. */
+void kvti_xfer_count_dev_sums(struct kvt_xfer_job *j, uint64_t n);
 
 /* Page i's source and destination slots. */
 static inline uint32_t job_src_slot(const struct kvt_xfer_job *j, size_t i)
@@ -214,25 +263,8 @@ static inline uint32_t job_dst_slot(const struct kvt_xfer_job *j, size_t i)
 	return j->slots[j->d.npages + i];
 }
 
-/* ---- measured rates (rate.c) ------------------------------------------ */
+/* ---- checksums (sum.c) ------------------------------------------------ */
 
-/* Account a job that ended without error (t_start / t_end set). */
-void kvti_rate_job_done(struct kvt_xfer *x, const struct kvt_xfer_job *j);
-
-/* ---- cpu lane (cpu.c) ------------------------------------------------ */
-
-/* Fill in the task split of a cpu lane job. 0 or -ENOMEM. */
-int kvti_cpu_plan(struct kvt_xfer *x, struct kvt_xfer_job *j);
-/* Worker thread body. */
-void *kvti_cpu_worker(void *arg);
-/* Copy one page between a page-first buffer @pf and its place in the
- * job's layer-first (or other) side: @to_pf gathers into @pf. Used by the
- * io lane for bounce buffers. @h: optional XXH3 state updated in
- * page-first order (NULL: none). */
-void kvti_page_convert(const kvt_layout *l, void *const *bufs, uint32_t slot,
-		       void *pf, int to_pf, void *h);
-/* XXH3-64 of page-first page @i's bytes as held by side (@l, @bufs, slot). */
-uint64_t kvti_page_sum(const kvt_layout *l, void *const *bufs, uint32_t slot);
 /* Check/record page @i's sum; KVT_ECORRUPT recorded on mismatch. */
 void kvti_job_sum(struct kvt_xfer_job *j, size_t i, uint64_t h);
 /* Per-layer sum @h of layer @layer of page @i (LSUM: record; LVERIFY:
@@ -253,6 +285,25 @@ uint64_t kvti_layer_sum(const kvt_layout *l, void *const *bufs, uint32_t slot,
 #define XFER_LAYER_SUMS (KVT_XFER_LSUM | KVT_XFER_LVERIFY)
 #define XFER_ANY_SUMS (XFER_PAGE_SUMS | XFER_LAYER_SUMS)
 
+/* ---- measured rates (rate.c) ------------------------------------------ */
+
+/* Account a job that ended without error (t_start / t_end set). */
+void kvti_rate_job_done(struct kvt_xfer *x, const struct kvt_xfer_job *j);
+
+/* ---- cpu lane (cpu.c) ------------------------------------------------ */
+
+/* Fill in the task split of a cpu lane job. 0 or -ENOMEM. */
+int kvti_cpu_plan(struct kvt_xfer *x, struct kvt_xfer_job *j);
+/* Worker thread body. */
+void *kvti_cpu_worker(void *arg);
+/* Copy one page between a page-first buffer @pf and its place in the
+ * job's layer-first (or other) side: @to_pf gathers into @pf. Used by the
+ * io lane for bounce buffers. @h: optional XXH3 state updated in
+ * page-first order (NULL: none). */
+void kvti_page_convert(const kvt_layout *l, void *const *bufs, uint32_t slot,
+		       void *pf, int to_pf, void *h);
+/* XXH3-64 of page-first page @i's bytes as held by side (@l, @bufs, slot). */
+uint64_t kvti_page_sum(const kvt_layout *l, void *const *bufs, uint32_t slot);
 /* ---- copies (copy.c) --------------------------------------------------- */
 
 /* The best non-temporal copy this CPU has; *@isa names it. */
@@ -320,7 +371,4 @@ void kvti_dev_stop(struct kvt_xfer *x);
 /* One synchronous copy on device @id, timed (the device's limit). */
 int kvti_dev_contig(int id, void *dst, const void *src, uint64_t n,
 		    double *seconds);
-/* @n page layers (or pages) were checksummed on a device. */
-void kvti_xfer_count_dev_sums(struct kvt_xfer_job *j, uint64_t n);
-
 #endif

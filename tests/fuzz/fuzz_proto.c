@@ -55,6 +55,7 @@ static void encode(kvtd_buf *b, const kvtd_req *q)
 	case KVTD_MSG_UNREGISTER:
 	case KVTD_MSG_CANCEL:
 	case KVTD_MSG_RELEASE:
+	case KVTD_MSG_WAITS:
 		kvtd_put_u32(b, q->u.id);
 		break;
 	case KVTD_MSG_HASH:

@@ -2,11 +2,13 @@
 device (the same calls a GPU engine makes with torch CUDA tensors;
 kvtier.torch_dev turns those into the handles used here): KV in device
 memory registered by handle, stores ordered after the engine's writes by
-an IPC event, loads with per-layer stream waits, failed blocks, and the
+an IPC event, loads with per-layer stream waits, failed blocks, the
 daemon's own counters: no CPU copy or hash of a page byte on the restore
-path."""
+path, and a daemon killed under a waiting stream: the stream goes on, the
+job fails whole."""
 from __future__ import annotations
 
+import errno
 import time
 
 import numpy as np
@@ -128,6 +130,42 @@ def test_events_and_stream_waits(emu_daemon):
         with pytest.raises(IndexError):
             cl.load(kv.reg, keys, [8, 9, 10, 11]).stream_wait(g.layers, s)
         ev.close()
+        s.close()
+
+
+def test_daemon_killed_releases_stream_waits(workdir, monkeypatch):
+    """kill -9 of the daemon in the middle of a load whose last layer the
+    engine's stream waits for: the client library releases the wait (its
+    own wait words) within a bounded time, not the emulated device's wait
+    limit (10 s here); the job fails with every block."""
+    g = kvtier.Geometry.from_config(tinymodel.CONFIG, page_tokens=P)
+    n = 64
+    # the daemon's device copies: ~150 ms a layer of the load
+    per_layer = n * g.page_bytes / g.layers / (1 << 20)
+    monkeypatch.setenv("KVT_EMU_DELAY_NS_PER_MIB", str(int(0.15e9 / per_layer)))
+    monkeypatch.setenv("KVT_EMU_WAIT_MS", "10000")
+    with kvt_testutil.daemon(workdir, tinymodel.CONFIG, page_tokens=P,
+                             args=("--devices", "emu")) as d, \
+            kvtier.Client(g, socket=d) as cl, kvtier.Device("emu") as dev:
+        kv = EmuKV(cl, dev, 2 * n)
+        keys = keys_of(cl, 4, n)
+        for i in range(n):
+            kv.write(i, 400 + i)
+        with cl.store(kv.reg, keys, list(range(n))) as j:
+            assert j.wait() == []
+        s = dev.stream()
+        went = []
+        j = cl.load(kv.reg, keys, list(range(n, 2 * n)))
+        j.stream_wait(g.layers - 1, s)
+        s.host_fn(lambda: went.append(time.monotonic()))
+        assert j.wait_layer(0, timeout=10)
+        t = time.monotonic()
+        d.kill()
+        s.sync()  # raises if the wait timed out instead
+        assert went and went[0] - t < 3, went
+        assert j.wait(timeout=5) == list(range(n, 2 * n))
+        assert j.result == -errno.ECONNRESET
+        j.close()
         s.close()
 
 

@@ -47,23 +47,26 @@ def prefix_h(tokens):
     return out
 
 
-def fake_forward(engine):
+def fake_forward(engine, layer=None):
     """K/V from the prefix; the sampled token sums K over every position
-    (restored ones included)."""
+    (restored ones included). @layer(l): layer l's (K, V) views
+    [blocks, P, H, D] (default engine.layer: NumPy)."""
+    bs = engine.block_size
+
     def forward(rid, tokens, block_ids, c, wait, save):
         hs = prefix_h(tokens)
         total = 0
         for l in range(L):
             if wait:
                 wait(l)
-            k, v = engine.layer(l)
+            k, v = (layer or engine.layer)(l)
             for pos in range(c, len(tokens)):
-                b, t = block_ids[pos // P], pos % P
+                b, t = block_ids[pos // bs], pos % bs
                 k[b, t] = hs[pos] + l
                 v[b, t] = -hs[pos]
             if save:
                 save(l)
-            total += int(sum(int(k[block_ids[p // P], p % P, 0, 0])
+            total += int(sum(int(k[block_ids[p // bs], p % bs, 0, 0])
                              for p in range(len(tokens))))
         return total % 256, None
     return forward

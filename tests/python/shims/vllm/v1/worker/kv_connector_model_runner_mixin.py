@@ -92,12 +92,14 @@ class KVConnectorModelRunner:
                             kv_heads: int, head_dim: int, dtype: Any,
                             allocator: Optional[Callable[[int], Any]] = None,
                             use_torch: bool = False,
-                            cache_dtype: str = "auto") -> Dict[str, Any]:
+                            cache_dtype: str = "auto",
+                            torch_device: str = "cpu") -> Dict[str, Any]:
         """Per layer the backend's shape, in its physical stride order;
         with @allocator (NumPy) every layer's bytes come from one raw
         buffer allocator(nbytes), as upstream views one raw int8 tensor per
         layer. fp8 caches are 1-byte (uint8) elements, as upstream stores
-        them."""
+        them. With @use_torch the caches are torch tensors on
+        @torch_device ("cuda:0": GPU KV caches, as vLLM's)."""
         shape = self.backend.get_kv_cache_shape(num_blocks, block_size,
                                                 kv_heads, head_dim,
                                                 cache_dtype)
@@ -109,8 +111,8 @@ class KVConnectorModelRunner:
             import torch
             dt = getattr(torch, store) if store else dtype
             for name in self.layer_names:
-                self.kv_caches[name] = torch.zeros(phys, dtype=dt).permute(
-                    *inv)
+                self.kv_caches[name] = torch.zeros(
+                    phys, dtype=dt, device=torch_device).permute(*inv)
         else:
             import numpy as np
             dt = np.dtype(store or dtype)
