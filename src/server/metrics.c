@@ -40,6 +40,7 @@ struct kvtd_mtenant {
 	char name[KVTD_METRICS_NAME_MAX + 1];
 	actr hits[NTU], read_fail[NTU], evict[NTU], demote[NTU], csum[NTU];
 	actr misses;
+	actr fpconf;                      /* fingerprint conflicts (FPRINT) */
 	actr bytes[KVTD_END_COUNT][KVTD_END_COUNT]; /* [from][to] */
 	actr lease[KVTD_LEASE_END_COUNT];
 	actr perr[KVTD_PERR_COUNT];
@@ -269,6 +270,11 @@ void kvtd_metrics_miss(kvtd_metrics *m, kvtd_mtenant *t, uint64_t pages)
 	add(&BLOCK(m, t)->misses, pages);
 }
 
+void kvtd_metrics_fp_conflict(kvtd_metrics *m, kvtd_mtenant *t)
+{
+	add(&BLOCK(m, t)->fpconf, 1);
+}
+
 void kvtd_metrics_read_failure(kvtd_metrics *m, kvtd_mtenant *t,
 			       kvt_tier_kind tier, uint64_t pages)
 {
@@ -374,6 +380,7 @@ struct snap_tenant {
 	int node;
 	uint64_t hits[NTU], read_fail[NTU], evict[NTU], demote[NTU], csum[NTU];
 	uint64_t misses;
+	uint64_t fpconf;
 	uint64_t bytes[KVTD_END_COUNT][KVTD_END_COUNT];
 	uint64_t lease[KVTD_LEASE_END_COUNT];
 	uint64_t perr[KVTD_PERR_COUNT];
@@ -421,6 +428,7 @@ static void snap_block(struct snap_tenant *s, kvtd_mtenant *b)
 	s->pages_set = atomic_load_explicit(&b->pages_set,
 					    memory_order_relaxed);
 	any |= s->misses = ld(&b->misses);
+	any |= s->fpconf = ld(&b->fpconf);
 	for (int i = 0; i < KVTD_END_COUNT; i++)
 		for (int j = 0; j < KVTD_END_COUNT; j++)
 			any |= s->bytes[i][j] = ld(&b->bytes[i][j]);
@@ -800,6 +808,14 @@ static void text_tenants(struct sb *b, const struct snap *s)
 		if (shown(&s->t[i], s->t[i].misses))
 			sample_t(b, "kvtier_misses_total", &s->t[i], "",
 				 s->t[i].misses);
+	family(b, "kvtier_fingerprint_conflicts_total", "counter",
+	       "Engines of a tenant that published page-hash fingerprints "
+	       "differing from one already published: their pages never "
+	       "match.");
+	for (int i = 0; i < s->nt; i++)
+		if (shown(&s->t[i], s->t[i].fpconf))
+			sample_t(b, "kvtier_fingerprint_conflicts_total",
+				 &s->t[i], "", s->t[i].fpconf);
 	tier_family(b, s, "kvtier_read_failures_total",
 		    "Pages a tier held but a load could not read (not misses).",
 		    offsetof(struct snap_tenant, read_fail));
@@ -981,6 +997,7 @@ static void json_tenant(struct jb *j, cJSON *arr, const struct snap *s,
 	if (!cJSON_AddStringToObject(o, "name", t->name))
 		j->ok = 0;
 	jnum(j, o, "misses", (double)t->misses);
+	jnum(j, o, "fingerprint_conflicts", (double)t->fpconf);
 	x = jobj(j, o, "tiers");
 	for (int k = 0; x && k < NTU; k++) {
 		if (!(s->tiers & (1u << k)))
