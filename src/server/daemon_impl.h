@@ -100,6 +100,8 @@ struct tenant {
 					   may register in all */
 	_Atomic uint64_t mem_used;      /* registered now (mem.c) */
 	uint64_t quota[KVT_TIER_COUNT]; /* bytes per owned tier; 0: none */
+	char rkey[256];                 /* rkey=PATH: its own remote MAC key
+					   file ("": the namespace's key) */
 	uint64_t evicted[KVT_TIER_COUNT]; /* collect(): evictions seen */
 	kvtd_mtenant *mt;
 	/* FPRINT (fprint.c; d->mu): the distinct fingerprints its engines

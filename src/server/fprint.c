@@ -23,8 +23,9 @@
  * long as the daemon. A tenant's own processes can make its other
  * engines warn: they could as well store garbage under its keys.
  *
- * Locking: d->mu guards every tenant's @fps, @nfp, @fp_warned, @fp_conflicts (held for
- * a scan of at most KVTI_FP_KEEP entries, never across I/O).
+ * Locking: d->mu guards every tenant's @fps, @nfp, @fp_warned and
+ * @fp_conflicts (held for a scan of at most KVTI_FP_KEEP entries, never
+ * across I/O).
  */
 #include "server/daemon_impl.h"
 
