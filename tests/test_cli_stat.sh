@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_cli_stat — kvtier stat's formatter on metrics JSON from the daemon's
-# renderer (tests/metrics_sample.json: made by src/server/metrics.c's
+# renderer (tests/metrics_sample.json: made by src/server/metrics_json.c's
 # kvtd_metrics_render_json over a real cache; test_metrics checks it still
 # has every field the renderer writes), --watch/--count, and bad input.
 . "$(dirname "$0")/cli_lib.sh" stat "$@"

@@ -2,7 +2,7 @@
  * cmd_stat.c — kvtier stat [--socket PATH] [--json] [--watch SECS]
  * [--count N] [--tenant NAME]: the node daemon's metrics for a person.
  *
- * The daemon renders its metrics as JSON (src/server/metrics.c, format in
+ * The daemon renders its metrics as JSON (src/server/metrics_json.c, format in
  * docs/METRICS.md) and sends them on a STATS request; this command asks
  * through the client library and prints a table per tier and per tenant
  * (or the JSON itself with --json). The same numbers are served to

@@ -31,7 +31,15 @@ HOW IT MAPS
     buffer page-locked again (cudaHostRegister), and the pool's per-layer
     pointer tables are rebuilt. It then checks the pool's own
     get_page_buffer_meta() pointers against the registered layout (MHA
-    layer_first, page_first, page_first_direct).
+    layer_first, page_first, page_first_direct; the MLA pool's layer_first,
+    page_first, page_first_direct as SGLang 01c0ede38cc9 gives them).
+    The MLA pool's latent row is its kv_cache_dim (SGLang's
+    override_kv_cache_dim may make it wider than kv_lora_rank +
+    qk_rope_head_dim); its per-layer pointer table (data_refs / data_ptrs,
+    which SGLang's GPU copy kernels read) is rebuilt too. Refused with the
+    reason: a pool split over decode-context-parallel ranks (dcp_size > 1:
+    SGLang's own L3 storage paths assert it is 1) and a dummy MLA pool
+    (a non-source rank's: no buffer).
     Layouts: layer_first, page_first (a page's tokens of one layer L*H*D*s
     apart: registered in rows), page_first_direct, page_head (heads before
     tokens, layers between them: rows), and the MLA pool's layer_first,
@@ -186,6 +194,42 @@ def _move(src: int, dst: int, n: int) -> None:
         done += k
 
 
+def _rebuild_pointer_tables(pool: Any) -> None:
+    """The pool's per-layer views and their address tables (what SGLang's
+    GPU copy kernels read as host addresses), rebuilt over the re-homed
+    kv_buffer: the MHA pool's k/v_data_refs and k/v_data_ptrs, the MLA
+    pool's data_refs and data_ptrs (page_first's, and Ascend's
+    page_first_kv_split's, are views with the first two axes swapped). A
+    table left over the old buffer would make the engine's copies read
+    and write memory the daemon never sees."""
+    def swapped(t: Any) -> Any:
+        return t.transpose(0, 1) if _is_torch(t) else t.swapaxes(0, 1)
+
+    def table(views: List[Any], old: Any) -> Any:
+        if _is_torch(old):
+            import torch
+            return torch.tensor([v.data_ptr() for v in views],
+                                dtype=old.dtype, device=old.device)
+        import numpy as np
+        return np.array([v.__array_interface__["data"][0] for v in views],
+                        dtype=old.dtype)
+
+    first = pool.layout in ("page_first", "page_first_kv_split")
+    L = pool.layer_num
+    if hasattr(pool, "k_data_ptrs"):
+        kt, vt = pool.k_buffer, pool.v_buffer
+        if first:
+            kt, vt = swapped(kt), swapped(vt)
+        pool.k_data_refs = [kt[i] for i in range(L)]
+        pool.v_data_refs = [vt[i] for i in range(L)]
+        pool.k_data_ptrs = table(pool.k_data_refs, pool.k_data_ptrs)
+        pool.v_data_ptrs = table(pool.v_data_refs, pool.v_data_ptrs)
+    if getattr(pool, "data_ptrs", None) is not None:
+        t = swapped(pool.kv_buffer) if first else pool.kv_buffer
+        pool.data_refs = [t[i] for i in range(L)]
+        pool.data_ptrs = table(pool.data_refs, pool.data_ptrs)
+
+
 class KvtierStorage(HiCacheStorage):
     """SGLang HiCache storage backed by the node's kvtier daemon.
 
@@ -296,7 +340,19 @@ class KvtierStorage(HiCacheStorage):
             raise NotImplementedError(
                 f"kvtier.sglang: {type(pool).__name__}: neither an MHA nor "
                 f"an MLA host pool")
+        if mla and getattr(pool, "dcp_size", 1) != 1:
+            raise NotImplementedError(
+                f"kvtier.sglang: the MLA host pool is split over "
+                f"{pool.dcp_size} decode-context-parallel ranks (--dcp-size): "
+                f"each holds a part of every page, which SGLang's own L3 "
+                f"storage paths do not support either (get_data_page asserts "
+                f"dcp_size == 1; SGLang {SGLANG_VERSION})")
         buf = pool.kv_buffer
+        if buf is None:
+            raise NotImplementedError(
+                f"kvtier.sglang: {type(pool).__name__} has no buffer (a dummy "
+                f"pool: a rank that is not the MLA source holds no KV); "
+                f"register the source rank's pool")
         info = _layout.describe(buf)
         if not info.on_host:
             raise NotImplementedError(
@@ -304,8 +360,11 @@ class KvtierStorage(HiCacheStorage):
                 f"host (CPU) pools are supported")
         L, P, N = pool.layer_num, pool.page_size, pool.size
         if mla:
-            H, D = 1, pool.kv_lora_rank + pool.qk_rope_head_dim
-            kv = 1
+            # the latent row: kv_lora_rank + qk_rope_head_dim, or SGLang's
+            # override_kv_cache_dim (e.g. FP8 DSA's packed row)
+            H, kv = 1, 1
+            D = int(getattr(pool, "kv_cache_dim", 0) or
+                    pool.kv_lora_rank + pool.qk_rope_head_dim)
         else:
             H, D, kv = pool.head_num, pool.head_dim, 2
         isz = info.itemsize
@@ -323,7 +382,8 @@ class KvtierStorage(HiCacheStorage):
             cfg = {"architectures": ["DeepseekV2ForCausalLM"],
                    "model_type": "deepseek_v2", "num_hidden_layers": L,
                    "num_attention_heads": 1, "num_key_value_heads": 1,
-                   "hidden_size": D, "kv_lora_rank": pool.kv_lora_rank,
+                   "hidden_size": D,
+                   "kv_lora_rank": D - pool.qk_rope_head_dim,
                    "qk_rope_head_dim": pool.qk_rope_head_dim,
                    "torch_dtype": _dtype_name(info.dtype, isz)}
             rank = 0
@@ -361,9 +421,8 @@ class KvtierStorage(HiCacheStorage):
             raise
         self._page, self._nblocks = P, pool.page_num
         self._rehome(pool, info, nbytes)
-        if not mla and layout in ("layer_first", "page_first",
-                                  "page_first_direct"):
-            self._check_meta(pool, lay)
+        if layout in ("layer_first", "page_first", "page_first_direct"):
+            self._check_meta(pool, lay, mla)
         self.mem_pool_host = pool
         logger.info("kvtier.sglang: host pool (%s%s, %d pages of %d tokens, "
                     "%d bytes) registered with kvtierd at %s", layout,
@@ -406,31 +465,22 @@ class KvtierStorage(HiCacheStorage):
                         "it is pageable now, its copies to and from the "
                         "GPU synchronous and slower", nbytes, why)
             pool.kv_buffer = new
-            if hasattr(pool, "k_data_ptrs"):  # per-layer pointer tables
-                if pool.layout == "page_first":
-                    kt, vt = pool.k_buffer.transpose(0, 1), \
-                        pool.v_buffer.transpose(0, 1)
-                else:
-                    kt, vt = pool.k_buffer, pool.v_buffer
-                pool.k_data_refs = [kt[i] for i in range(pool.layer_num)]
-                pool.v_data_refs = [vt[i] for i in range(pool.layer_num)]
-                old_ptrs = pool.k_data_ptrs
-                pool.k_data_ptrs = torch.tensor(
-                    [x.data_ptr() for x in pool.k_data_refs],
-                    dtype=old_ptrs.dtype, device=old_ptrs.device)
-                pool.v_data_ptrs = torch.tensor(
-                    [x.data_ptr() for x in pool.v_data_refs],
-                    dtype=old_ptrs.dtype, device=old_ptrs.device)
         else:
             import numpy as np
             pool.kv_buffer = np.ndarray(old.shape, dtype=old.dtype,
                                         buffer=mem.buffer,
                                         strides=old.strides)
+        _rebuild_pointer_tables(pool)
 
-    def _check_meta(self, pool: Any, lay: "_layout.Layout") -> None:
+    def _check_meta(self, pool: Any, lay: "_layout.Layout", mla: bool
+                    ) -> None:
         """The pool's own zero-copy pointers must be the registered layout's
         (else this SGLang's pool is not the one this backend was written
-        for)."""
+        for): per page, layer_first gives a pointer per layer (MHA: a K, V
+        pair) of one page's rows of that layer, the page-first layouts one
+        pointer (MHA: a pair) of the page's all layers."""
+        if not hasattr(pool, "get_page_buffer_meta"):
+            return      # an older pool without zero-copy metadata
         assert self.mem is not None
         base = self.mem.layer_addrs[0]
         P, L = self._page, pool.layer_num
@@ -443,11 +493,11 @@ class KvtierStorage(HiCacheStorage):
             if pool.layout == "layer_first":
                 for l in range(L):
                     k = self.mem.layer_addrs[l] + b * lay.block_stride
-                    want += [k, k + lay.kv_stride]
+                    want += [k] if mla else [k, k + lay.kv_stride]
                 size = P * row
             else:
                 k = base + b * lay.block_stride
-                want += [k, k + lay.kv_stride]
+                want += [k] if mla else [k, k + lay.kv_stride]
                 size = lay.block_stride
         if list(ptrs) != want or any(s != size for s in sizes):
             raise RuntimeError(

@@ -1,11 +1,13 @@
 """kvtier as a vLLM v1 KV connector: KvtierConnector.
 
-Targets vLLM's KV connector interface in two generations (docs/ENGINES.md
+Targets vLLM's KV connector interface in three generations (docs/ENGINES.md
 "Pinned versions"): v0.12.0 (tag commit 86e178f7c4d8; base.py read at
-13f4ad0f55b0) and current vLLM (base.py at 003df2961dd8, scheduler.py at
-00024d314514, kv_connector_model_runner_mixin.py at 00f4240ee645). Where
-they differ, kvtier.vllm_compat decides by what vLLM passes; the method
-tables are tests/python/conformance/vllm.json. Loaded out of tree:
+13f4ad0f55b0), the v0.16 - v0.28 one (base.py at 003df2961dd8) and current
+vLLM (base.py, kv_connector_model_runner_mixin.py and
+v1/worker/gpu/kv_connector.py at 00f4240ee645; scheduler.py at
+00024d314514). Where they differ, kvtier.vllm_compat decides by what vLLM
+passes; the method tables are tests/python/conformance/vllm.json. Loaded
+out of tree:
 
     PYTHONHASHSEED=0 vllm serve <model> --block-size 16 \\
         --kv-transfer-config '{"kv_connector": "KvtierConnector",
@@ -69,7 +71,9 @@ HOW IT MAPS
     is in them; NumPy arrays must already be views of host_kv_buffer()
     memory — or, with "device": "emu", of emu_kv_buffer() memory: the
     emulated device (CI), registered by handle like a GPU's.
-    start_load_kv() starts one load job per request;
+    start_load_kv() starts one load job per request (current vLLM calls
+    it after the forward unless the step has a synchronous load: layerwise
+    loads, load_is_async False, are started before it);
     async loads are reported by get_finished() when their job is done,
     their failed blocks by get_block_ids_with_load_errors() in the same
     step (vLLM recomputes them). With "load_mode": "layerwise" loads are
@@ -96,10 +100,17 @@ loads fail every block (recomputed), stores are counted as errors; both
 sides reconnect at most every 5 s, the worker registering its caches
 again.
 
+Current vLLM's get_transfer_results() gives get_finished()'s sets and no
+failed_recving (failures are per block); requires_kv_delivery is False (a
+best-effort cache); requires_piecewise_for_cudagraph is True in layerwise
+mode; finish_forward, reset_capture_state, has_pending_block_frees keep
+the base's defaults.
+
 Not done: hybrid (HMA) models with several KV cache groups (refused at
-start, with the reason); KV events (take_events); layouts in rows on the
-device path (refused, above). The GPU path has run on the emulated device
-only (CI); scripts/gpu-check runs it on a GPU.
+start, with the reason: vllm_compat.check_kv_cache_config); KV events
+(take_events); layouts in rows on the device path (refused, above). The
+GPU path has run on the emulated device only (CI); scripts/gpu-check runs
+it on a GPU.
 """
 from __future__ import annotations
 
@@ -113,6 +124,18 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import \
     KVConnectorStats
+
+try:    # current vLLM (not v0.12): the workers call get_transfer_results()
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import \
+        KVConnectorTransferResults
+except ImportError:
+    @dataclasses.dataclass
+    class KVConnectorTransferResults:   # type: ignore[no-redef]
+        """The fields of current vLLM's class, for releases without it
+        (which never call get_transfer_results)."""
+        finished_sending: Set[str] = dataclasses.field(default_factory=set)
+        finished_recving: Set[str] = dataclasses.field(default_factory=set)
+        failed_recving: Set[str] = dataclasses.field(default_factory=set)
 
 from . import (KVT_ENOTBUILT, KVT_ENOTFOUND, Client, ConnectionLost,
                Geometry, Job, KvtierError)
@@ -282,6 +305,17 @@ class KvtierConnector(KVConnectorBase_V1):
         if self._load_mode not in ("async", "layerwise"):
             raise ValueError(f"kvtier.vllm: load_mode must be \"async\" or "
                              f"\"layerwise\", not {self._load_mode!r}")
+        if self._load_mode == "layerwise" and not hasattr(
+                KVConnectorBase_V1, "requires_piecewise_for_cudagraph"):
+            # v0.12-era vLLM cannot be told: its full CUDA graphs would
+            # skip the per-layer waits at replay
+            log.warning("kvtier.vllm: load_mode \"layerwise\" waits per "
+                        "layer inside the forward, which a full CUDA graph "
+                        "skips at replay, and this vLLM has no "
+                        "requires_piecewise_for_cudagraph to be asked: run "
+                        "it with --compilation-config "
+                        "'{\"cudagraph_mode\": \"PIECEWISE\"}' (or "
+                        "--enforce-eager), or use load_mode \"async\"")
         self._save = bool(extra.get("save", True))
         self._inflight_wait = float(extra.get("inflight_wait_s", 2.0))
         self._timeout_ms = int(extra.get("timeout_ms", 10000))
@@ -1009,6 +1043,38 @@ class KvtierConnector(KVConnectorBase_V1):
                 not any(self._store_jobs.values()):
             self._close_retired()
         return (sending or None), (recving or None)
+
+    def get_transfer_results(self, finished_req_ids: Set[str]
+                             ) -> KVConnectorTransferResults:
+        """What current vLLM's workers call instead of get_finished():
+        get_finished()'s two sets, and failed_recving always empty — a
+        failed load is reported per block (get_block_ids_with_load_errors),
+        so vLLM keeps the pages that did land and recomputes from the first
+        failed block; failed_recving would make it recompute (or fail) the
+        whole request."""
+        sending, recving = self.get_finished(finished_req_ids)
+        return KVConnectorTransferResults(
+            finished_sending=set(sending or ()),
+            finished_recving=set(recving or ()))
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        """False: a best-effort cache. A request preempted while its
+        stores run may finish (handle_preemptions stops the stores before
+        its blocks are reused; a dropped store is a later miss), which is
+        what current vLLM's base class asks of caches (its default, True
+        for kv_both, recomputes such requests)."""
+        return False
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: Dict[str, Any]
+                                         ) -> bool:
+        """True in "layerwise" load mode: wait_for_layer_load() is a
+        layer-by-layer wait that a full CUDA graph cannot capture (it
+        would be skipped at replay, the layer's attention reading blocks
+        still being loaded), so vLLM must use PIECEWISE graphs. Async
+        loads wait for nothing inside the forward: False."""
+        return (extra_config or {}).get("load_mode", "async") == "layerwise"
 
     def _close_retired(self) -> None:
         """Close connections replaced by a reconnect, once none of their

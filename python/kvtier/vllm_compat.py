@@ -84,14 +84,18 @@ def check_kv_cache_config(kv_cache_config: Any) -> None:
         kinds = ", ".join(_spec_name(g) for g in groups)
         raise ValueError(
             f"kvtier.vllm: {len(groups)} KV cache groups ({kinds}): a "
-            f"hybrid model under vLLM's hybrid memory allocator. Each group "
-            f"has its own block table (sliding-window groups free blocks "
-            f"that left the window, mamba groups hold per-request state), "
-            f"which this connector does not implement (it is not "
-            f"SupportsHMA). Models with sliding-window layers run with "
-            f"--disable-hybrid-kv-cache-manager (one group; vLLM then keeps "
-            f"every layer's full KV); models with mamba layers are not "
-            f"supported")
+            f"hybrid model under vLLM's hybrid memory allocator. vLLM's "
+            f"interface allows a connector there (SupportsHMA: "
+            f"request_finished_all_groups, a block table per group), but "
+            f"kvtier stores a page as all of the model's layers, and here "
+            f"the groups' layers live in different blocks: a sliding-window "
+            f"group frees a page's blocks once the page left the window "
+            f"while the full-attention group keeps it, so most pages are "
+            f"never whole (and a mamba group holds per-request state, not "
+            f"pages). Not supported: models with sliding-window layers run "
+            f"with --disable-hybrid-kv-cache-manager (one group; vLLM then "
+            f"keeps every layer's full KV); models with mamba layers are "
+            f"not supported")
     name = _spec_name(groups[0])
     if "Mamba" in name or "Linear" in name:
         raise ValueError(f"kvtier.vllm: KV cache group of {name}: state "

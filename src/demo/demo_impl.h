@@ -4,7 +4,10 @@
  *   demo.c    configuration, sizing, the passes in order, statistics, the
  *             simulator's view of the same workload
  *   serve.c   one pass: the engine step loop (src/engine) on the wall clock
- *             over the real cache: data plane, emulated GPU, event loop
+ *             over the real cache: the engine's ops, blocks, arrivals, the
+ *             event loop (serve_impl.h: its insides; serve_view.c: what
+ *             the scheduler sees of the live cache; serve_gpu.c: the
+ *             emulated GPU and the jobs it reaps)
  *   dplane.c  the cache as the engine reaches it: in this process or in a
  *             kvtierd child through the client; one job type for both
  *   bytes.c   the engine's KV memory and the bytes of every page (a

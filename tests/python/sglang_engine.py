@@ -54,15 +54,17 @@ def make_pool(layout: str, pages: int, config: Optional[dict] = None,
 
 
 def make_mla_pool(layout: str, pages: int, config: Optional[dict] = None,
-                  dtype: Any = np.float32) -> MLATokenToKVPoolHost:
-    """An MLA host pool (one latent per token) of @pages pages."""
+                  dtype: Any = np.float32, **pool_kw: Any
+                  ) -> MLATokenToKVPoolHost:
+    """An MLA host pool (one latent per token) of @pages pages; @pool_kw
+    go to the pool (override_kv_cache_dim, dcp_size)."""
     c = config or tinymodel.MLA_CONFIG
     dev = MLADevicePoolInfo(kv_lora_rank=c["kv_lora_rank"],
                             qk_rope_head_dim=c["qk_rope_head_dim"],
                             layer_num=c["num_hidden_layers"], size=P,
                             store_dtype=dtype)
     return MLATokenToKVPoolHost(dev, host_to_device_ratio=pages, host_size=0,
-                                page_size=P, layout=layout)
+                                page_size=P, layout=layout, **pool_kw)
 
 
 def extra_config(socket: str, **over: Any) -> Dict[str, Any]:

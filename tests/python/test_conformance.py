@@ -13,7 +13,12 @@ generation and the upstream commit:
 - test_connector_binds: kvtier's connector can be called the way the
   engine calls the method at that generation (positionally and/or by
   keyword, extra keyword arguments where upstream passes **kwargs), and its
-  return annotation is upstream's (or a declared alias: a subclass).
+  return annotation is upstream's (or a declared alias: a subclass); a
+  "property" entry (read as an attribute upstream) must be a property of
+  upstream's type. A method the connector does not define is answered by
+  the engine's base class (the stand-in must have it).
+- test_declined: an interface the manifest lists as declined (with the
+  reason) is not defined by the connector.
 - test_standin_matches: the stand-in's base class (tests/python/shims) has
   exactly upstream's parameters (names, order, defaults; annotations where
   it gives one other than Any) and return annotation for the
@@ -126,6 +131,16 @@ def test_connector_binds(engine: str, gen: str, name: str) -> None:
             assert hasattr(base, name), \
                 f"{name}: neither the connector nor the stand-in defines it"
         return      # the engine's own base class answers it
+    if spec["kind"] == "property":      # read as an attribute upstream
+        prop = inspect.getattr_static(cls, name)
+        assert isinstance(prop, property), (
+            f"{m['connector']}.{name} is not a property, as {engine} {gen} "
+            f"reads it [{where(engine, gen)}]")
+        got = norm(prop.fget.__annotations__.get("return", ""))
+        assert got == norm(spec["returns"]), (
+            f"{m['connector']}.{name} is {got!r}; {engine} {gen} expects "
+            f"{spec['returns']!r} [{where(engine, gen)}]")
+        return
     fn = getattr(cls, name)
     sig = inspect.signature(fn)
     params = [parse(p) for p in spec["params"]]
@@ -165,6 +180,10 @@ def test_standin_matches(engine: str, gen: str, name: str) -> None:
     spec = m["generations"][gen]["methods"][name]
     base = resolve(m["base"])
     assert hasattr(base, name), f"stand-in {m['base']} has no {name}"
+    if spec["kind"] == "property":
+        assert isinstance(inspect.getattr_static(base, name), property), \
+            f"stand-in {name} is not a property [{where(engine, gen)}]"
+        return
     fn = getattr(base, name)
     got = list(inspect.signature(fn).parameters.values())
     if spec["kind"] != "classmethod":
@@ -191,3 +210,22 @@ def test_standin_matches(engine: str, gen: str, name: str) -> None:
     assert name == "__init__" or gr in ("", "Any") or gr == wr, (
         f"stand-in {name} returns {gr!r}, upstream {wr!r} "
         f"[{where(engine, gen)}]")
+
+
+DECLINED = [(e, n) for e, m in MANIFESTS.items()
+            for n in m.get("declined", {})]
+
+
+@pytest.mark.parametrize("engine,name", DECLINED,
+                         ids=[f"{e}-declined-{n}" for e, n in DECLINED])
+def test_declined(engine: str, name: str) -> None:
+    """An upstream interface the connector declines (the manifest says
+    why) is not half-implemented: the connector has no such method, so
+    the engine never takes it for one that supports it."""
+    m = MANIFESTS[engine]
+    spec = m["declined"][name]
+    assert spec.get("reason"), f"{name}: declined without a reason"
+    assert not hasattr(resolve(m["connector"]), name), (
+        f"{m['connector']} defines {name}, declined in the manifest "
+        f"({spec['reason'][:60]}...): move it to the generations' methods")
+

@@ -419,6 +419,71 @@ def test_mla_pools(workdir, layout):
                  s, list(range(400, 400 + 4 * P)), 41)
 
 
+def mla_backend(sock):
+    c = cfg(sock)
+    c.is_mla_model = True
+    return StorageBackendFactory.create_backend("dynamic", c, None)
+
+
+@pytest.mark.parametrize("layout", MLA_LAYOUTS)
+def test_mla_meta_and_pointer_tables(workdir, layout):
+    """The MLA pool as SGLang 01c0ede38cc9 has it: its zero-copy pointers
+    (get_page_buffer_meta: per page one pointer per layer, or one for all
+    layers) checked against the registered layout, and its per-layer
+    pointer table (data_ptrs, what SGLang's GPU copy kernels read) rebuilt
+    over the re-homed buffer; a pool whose pointers disagree is refused."""
+    with kvt_testutil.daemon(workdir, tinymodel.MLA_CONFIG, page_tokens=P,
+                             tiers="dram:8M") as s:
+        pool = eng.make_mla_pool(layout, 16)
+        old = [int(x) for x in pool.data_ptrs]
+        be = mla_backend(s)
+        be.register_mem_pool_host(pool)
+        buf = pool.kv_buffer
+        want = [(buf.swapaxes(0, 1) if layout == "page_first" else buf)[l]
+                .__array_interface__["data"][0]
+                for l in range(pool.layer_num)]
+        assert [int(x) for x in pool.data_ptrs] == want != old
+        assert want[0] == be.mem.layer_addrs[0] - be.mem.layer_offset(0)
+        ptrs, _ = pool.get_page_buffer_meta(as_indices(range(P)))
+        assert ptrs[0] == want[0]
+        be.close()
+        # negative control: a pool whose page pointers are not the layout's
+        pool = eng.make_mla_pool(layout, 16)
+        real = pool.get_page_buffer_meta
+        pool.get_page_buffer_meta = lambda i: (
+            [p + 64 for p in real(i)[0]], real(i)[1])
+        be = mla_backend(s)
+        with pytest.raises(RuntimeError, match="get_page_buffer_meta"):
+            be.register_mem_pool_host(pool)
+        be.close()
+
+
+def test_mla_wider_row_and_refusals(workdir):
+    """An MLA pool whose latent row is SGLang's override_kv_cache_dim
+    (wider than kv_lora_rank + qk_rope_head_dim) registers with that row
+    and moves pages byte for byte; a pool split over decode-context-
+    parallel ranks and a dummy (bufferless) pool are refused, saying why."""
+    c = dict(tinymodel.MLA_CONFIG)
+    wide = c["kv_lora_rank"] + c["qk_rope_head_dim"] + 8
+    daemon_cfg = dict(c, kv_lora_rank=wide - c["qk_rope_head_dim"])
+    with kvt_testutil.daemon(workdir, daemon_cfg, page_tokens=P,
+                             tiers="dram:8M") as s:
+        a = eng.make_mla_pool("page_first", 16, override_kv_cache_dim=wide)
+        b = eng.make_mla_pool("layer_first", 16, override_kv_cache_dim=wide)
+        assert a.kv_buffer.shape[-1] == wide
+        exchange(a, b, s, list(range(500, 500 + 3 * P)), 43)
+        be = mla_backend(s)
+        with pytest.raises(NotImplementedError, match="dcp_size == 1"):
+            be.register_mem_pool_host(eng.make_mla_pool(
+                "layer_first", 16, dcp_size=2, override_kv_cache_dim=wide))
+        dummy = eng.make_mla_pool("layer_first", 16,
+                                  override_kv_cache_dim=wide)
+        dummy.kv_buffer = None
+        with pytest.raises(NotImplementedError, match="dummy pool"):
+            be.register_mem_pool_host(dummy)
+        be.close()
+
+
 def _hwm_kib():
     with open("/proc/self/status") as f:
         for line in f:

@@ -525,6 +525,81 @@ def test_layouts_round_trip(workdir, i):
         ed.shutdown()
 
 
+@pytest.mark.skipif(os.environ.get("KVT_VLLM_GEN", "current") != "current",
+                    reason="current vLLM's worker order")
+@pytest.mark.parametrize("mode", ["async", "layerwise"])
+def test_current_worker_order_and_transfer_results(sock, monkeypatch, mode):
+    """Current vLLM (workers at 00f4240ee645) starts async loads AFTER the
+    forward, sync (layerwise) ones before it, and asks
+    get_transfer_results(): the connector's answer is upstream's class,
+    with a failed load in finished_recving and its blocks in the invalid
+    blocks, never in failed_recving (which would recompute the whole
+    request); output still right. requires_kv_delivery is False (a
+    best-effort cache)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import \
+        KVConnectorTransferResults
+    a = tokens(43, 6 * P + 1)
+    store(sock, a[:3 * P + 1])                  # 3 pages stored
+    e = ve.Engine({"socket": sock, "load_mode": mode})
+    w = e.worker_conn
+    assert w.requires_kv_delivery is False
+    assert e.sched_conn.requires_kv_delivery is False
+    # layer-by-layer waits need PIECEWISE CUDA graphs (vLLM asks the class)
+    assert kv_vllm.KvtierConnector.requires_piecewise_for_cudagraph(
+        {"load_mode": mode}) is (mode == "layerwise")
+    assert kv_vllm.KvtierConnector.requires_piecewise_for_cudagraph(
+        {}) is False
+    cl = e.sched_conn._client
+    real = cl.lookup
+
+    def lying_lookup(keys, touch=True):         # one page evicted after it
+        r = real(keys, touch)
+        return kvtier.LookupResult(min(r.pages + 1, len(keys)),
+                                   r.tier_pages, 0)
+    monkeypatch.setattr(cl, "lookup", lying_lookup)
+    calls, results = [], []
+    for name in ("start_load_kv", "wait_for_layer_load", "finish_forward",
+                 "get_transfer_results"):
+        fn = getattr(w, name)
+
+        def rec(*args, _fn=fn, _name=name, **kw):
+            calls.append(_name)
+            r = _fn(*args, **kw)
+            if _name == "get_transfer_results":
+                results.append(r)
+            return r
+        monkeypatch.setattr(w, name, rec)
+    assert outputs(e, {"b": a}) == expect({"b": a})
+    assert len(e.invalid) == 1 and e.stats["load_failed_blocks"] == 1
+    assert results and all(isinstance(r, KVConnectorTransferResults)
+                           and not r.failed_recving for r in results)
+    # the first step (it carries the load): where start_load_kv came
+    step = calls[:calls.index("get_transfer_results") + 1]
+    if mode == "async":
+        assert any(r.finished_recving == {"b"} for r in results)
+        assert step.index("finish_forward") < step.index("start_load_kv")
+    else:
+        loaded = [i for i, c in enumerate(calls) if c == "start_load_kv"]
+        assert any(calls[i + 1] == "wait_for_layer_load" for i in loaded), \
+            calls[:12]
+    assert all_free(e)
+    e.shutdown()
+
+
+def test_layerwise_cuda_graph_warning(sock, caplog):
+    """Layerwise loads wait per layer in the forward, which a full CUDA
+    graph skips at replay: vLLM with requires_piecewise_for_cudagraph is
+    told (v0.26, current); v0.12 has no such hook, so the connector warns
+    at start, saying what to run instead."""
+    import logging
+    import vllm
+    with caplog.at_level(logging.WARNING, logger="kvtier.vllm"):
+        e = ve.Engine({"socket": sock, "load_mode": "layerwise"})
+        e.shutdown()
+    warned = any("cudagraph_mode" in r.getMessage() for r in caplog.records)
+    assert warned is (vllm.GENERATION == "v0.12")
+
+
 def test_hybrid_model_refused(sock):
     """Several KV cache groups (sliding-window or mamba layers beside full
     attention under vLLM's hybrid allocator) are refused at start, with
@@ -537,8 +612,12 @@ def test_hybrid_model_refused(sock):
         KVCacheGroupSpec(["l0", "l1"], FullAttentionSpec(P, 2, 16)),
         KVCacheGroupSpec(["l2", "l3"], SlidingWindowSpec(P, 2, 16,
                                                          sliding_window=8))])
-    with pytest.raises(ValueError, match="disable-hybrid-kv-cache-manager"):
+    with pytest.raises(ValueError, match="disable-hybrid-kv-cache-manager"
+                       ) as e:
         kv_vllm.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, two)
+    # the reason: the interface allows it, kvtier's whole-model pages do not
+    assert "SupportsHMA" in str(e.value) and \
+        "all of the model's layers" in str(e.value)
     mamba = KVCacheConfig(64, [], [KVCacheGroupSpec(["l0"], MambaSpec(P))])
     with pytest.raises(ValueError, match="mamba"):
         kv_vllm.KvtierConnector(cfg, KVConnectorRole.WORKER, mamba)

@@ -8,7 +8,7 @@ L, D); MLA (one latent of kv_lora_rank + qk_rope_head_dim per token):
 layer_first (L, N, 1, Dk), page_first (N, L, 1, Dk), page_first_direct
 (pages, L, P, 1, Dk), page_first_kv_split (Ascend: the latent and the rope
 part in two buffers) —, the token-slot allocator (alloc/free in page
-multiples), get_data_page() and the MHA pool's get_page_buffer_meta()
+multiples), get_data_page() and both pools' get_page_buffer_meta()
 (the pointer and size of every page, as the zero-copy storage backends
 get them); not SGLang. NumPy arrays stand in for the pinned torch tensors;
 there is no device, so load_to_device_per_layer /
@@ -201,21 +201,71 @@ class MLADevicePoolInfo:
 
 
 class MLATokenToKVPoolHost(HostKVCache):
-    """One latent per token and layer (no separate V)."""
+    """One latent per token and layer (no separate V). As at 01c0ede38cc9
+    also: override_kv_cache_dim (a latent row wider than kv_lora_rank +
+    qk_rope_head_dim, e.g. FP8 DSA's packed row), dcp_size (the page split
+    over decode-context-parallel ranks: page_size // dcp_size per rank),
+    the per-layer views data_refs and their pointer table data_ptrs (the
+    GPU copy kernels' host addresses; page_first's are transposed views)
+    — a uint64 NumPy array here, a torch tensor upstream."""
 
     def __init__(self, device_pool: MLADevicePoolInfo,
                  host_to_device_ratio: float, host_size: int, page_size: int,
                  layout: str, pin_memory: bool = True,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu",
+                 override_kv_cache_dim: Optional[int] = None,
+                 dcp_size: int = 1) -> None:
+        self.override_kv_cache_dim = override_kv_cache_dim
+        assert page_size % dcp_size == 0
+        self.dcp_size = dcp_size
         super().__init__(device_pool, host_to_device_ratio, host_size,
-                         page_size, layout, pin_memory, device)
+                         page_size // dcp_size, layout, pin_memory, device)
+        if self.layout in ("page_first", "page_first_kv_split"):
+            t = self.kv_buffer.swapaxes(0, 1)
+            self.data_refs = [t[i] for i in range(self.layer_num)]
+        else:
+            self.data_refs = [self.kv_buffer[i]
+                              for i in range(self.layer_num)]
+        self.data_ptrs = np.array(
+            [x.__array_interface__["data"][0] for x in self.data_refs],
+            dtype=np.uint64)
 
     def get_size_per_token(self) -> int:
         self.kv_lora_rank = self.device_pool.kv_lora_rank
         self.qk_rope_head_dim = self.device_pool.qk_rope_head_dim
         self.layer_num = self.device_pool.layer_num
-        self.kv_cache_dim = self.kv_lora_rank + self.qk_rope_head_dim
+        self.kv_cache_dim = self.override_kv_cache_dim or (
+            self.kv_lora_rank + self.qk_rope_head_dim)
         return self.kv_cache_dim * self.dtype.itemsize * self.layer_num
+
+    def get_page_buffer_meta(self, indices: Any) -> Tuple[List[int], List[int]]:
+        """Zero-copy metadata as at 01c0ede38cc9: layer_first one pointer
+        per page and layer (page_size * kv_cache_dim * s bytes at slot *
+        kv_cache_dim * s + layer * size * kv_cache_dim * s); page_first and
+        page_first_direct one per page (layer_num * page_size *
+        kv_cache_dim * s bytes at slot * layer_num * kv_cache_dim * s);
+        page_first_kv_split a latent and a rope pointer per page."""
+        assert len(indices) % self.page_size == 0
+        idx = indices.tolist()
+        s = self.dtype.itemsize
+        L, Dk, P = self.layer_num, self.kv_cache_dim, self.page_size
+        pages = range(0, len(idx), P)
+        if self.layout == "page_first_kv_split":
+            kb = self.k_buffer.__array_interface__["data"][0]
+            vb = self.v_buffer.__array_interface__["data"][0]
+            kw, rw = self.kv_lora_rank, self.qk_rope_head_dim
+            ptrs = [p for i in pages for p in
+                    (kb + idx[i] * L * kw * s, vb + idx[i] * L * rw * s)]
+            return ptrs, [L * s * P * w for _ in pages for w in (kw, rw)]
+        base = self.kv_buffer.__array_interface__["data"][0]
+        if self.layout == "layer_first":
+            ptrs = [base + idx[i] * Dk * s + layer * self.size * Dk * s
+                    for i in pages for layer in range(L)]
+            return ptrs, [s * P * Dk] * len(ptrs)
+        if self.layout in ("page_first", "page_first_direct"):
+            ptrs = [base + idx[i] * L * Dk * s for i in pages]
+            return ptrs, [L * s * P * Dk] * len(ptrs)
+        raise ValueError(f"Unsupported layout: {self.layout}")
 
     def init_kv_buffer(self) -> np.ndarray:
         L, N, Dk, P = self.layer_num, self.size, self.kv_cache_dim, \

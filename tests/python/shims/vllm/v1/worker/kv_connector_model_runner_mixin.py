@@ -1,25 +1,32 @@
 # STAND-IN for vLLM vllm/v1/worker/kv_connector_model_runner_mixin.py and
-# the KV connector part of gpu_model_runner.py (execute_model,
+# the KV connector part of the GPU model runners (execute_model,
 # initialize_kv_cache), in the generation of vllm/__init__.py: "current" as
-# read at 00f4240ee6458263d76cf51ca7901ce1350bb4d1 (and the worker's
-# handle_preemptions(scheduler_output.kv_connector_metadata) before every
-# forward, as the CPU worker's pre_forward in the latest docs and the
-# release docs of v0.18+ show), "v0.12" as in v0.12.0's gpu_model_runner
+# read at 00f4240ee6458263d76cf51ca7901ce1350bb4d1 — the mixin (V1 runner)
+# and vllm/v1/worker/gpu/kv_connector.py (V2 runner) at that commit:
+# handle_preemptions(scheduler_output.kv_connector_metadata) and
+# bind_connector_metadata before every forward; start_load_kv BEFORE the
+# forward only when scheduler_output.has_sync_kv_loads (a load this step's
+# forward reads), otherwise AFTER it ("keeping their host-side submission
+# cost off the critical path"); after the forward finish_forward() (V2),
+# then the deferred start_load_kv, wait_for_save,
+# get_transfer_results(finished_req_ids) (finished_sending / _recving,
+# failed_recving), get_block_ids_with_load_errors, get_kv_connector_stats,
+# clear_connector_metadata. "v0.26" as the worker of docs.vllm.ai/en/v0.18.2
+# and /en/v0.26.0: handle_preemptions(metadata) every step, start_load_kv
+# before the forward, get_finished. "v0.12" as in v0.12.0's gpu_model_runner
 # (handle_preemptions(scheduler_output.preempted_req_ids) only in a step
 # that preempted, before the persistent batch is updated and before the
-# metadata is bound). Reproduces only the worker's KV connector call
-# sequence: KV caches allocated per layer in the attention backend's
-# get_kv_cache_shape, permuted by its get_kv_cache_stride_order exactly as
-# upstream views a raw per-layer buffer (so HND caches have permuted
-# strides), registered with the layers in the static forward context and
-# handed to connector.register_kv_caches(); per step the preemption call,
-# bind_connector_metadata, start_load_kv, the forward pass
-# (wait_for_layer_load before a layer reads its cache, save_kv_layer after
-# it wrote it), wait_for_save, get_finished(finished_req_ids),
-# get_block_ids_with_load_errors, get_kv_connector_stats,
-# clear_connector_metadata. The metadata crosses a pickle, as it crosses
-# processes upstream. Caches are NumPy arrays over a caller-given buffer
-# allocator, or CPU torch tensors; the "model" is a callable of the
+# metadata is bound; start_load_kv before the forward; get_finished).
+# Reproduces only the worker's KV connector call sequence: KV caches
+# allocated per layer in the attention backend's get_kv_cache_shape,
+# permuted by its get_kv_cache_stride_order exactly as upstream views a raw
+# per-layer buffer (so HND caches have permuted strides), registered with
+# the layers in the static forward context and handed to
+# connector.register_kv_caches(); per step the calls above, the forward
+# pass between them (wait_for_layer_load before a layer reads its cache,
+# save_kv_layer after it wrote it). The metadata crosses a pickle, as it
+# crosses processes upstream. Caches are NumPy arrays over a caller-given
+# buffer allocator, or CPU torch tensors; the "model" is a callable of the
 # test's; not vLLM.
 from __future__ import annotations
 
@@ -147,11 +154,14 @@ class KVConnectorModelRunner:
         sampled: Dict[str, int] = {}
         logits: Dict[str, Any] = {}
         kvo: Optional[KVConnectorOutput] = None
+        load_started = False
         if c is not None:
             if _GEN != "v0.12":
                 c.handle_preemptions(meta)
             c.bind_connector_metadata(meta)
-            c.start_load_kv(ForwardContext(self.kv_caches))
+            if _GEN != "current" or so.has_sync_kv_loads:
+                c.start_load_kv(ForwardContext(self.kv_caches))
+                load_started = True
         names = self.layer_names
         so_cr = so.scheduled_cached_reqs
         computed = {nr.req_id: nr.num_computed_tokens
@@ -169,11 +179,24 @@ class KVConnectorModelRunner:
             if done >= len(tokens_of(rid)):
                 sampled[rid] = tok
                 logits[rid] = lg
-        if c is not None:
+        if c is not None and _GEN != "current":
             c.wait_for_save()
             sending, recving = c.get_finished(so.finished_req_ids)
             kvo = KVConnectorOutput(
                 finished_sending=sending, finished_recving=recving,
+                kv_connector_stats=c.get_kv_connector_stats(),
+                invalid_block_ids=c.get_block_ids_with_load_errors())
+            c.clear_connector_metadata()
+        elif c is not None:
+            c.finish_forward()
+            if not load_started:
+                c.start_load_kv(ForwardContext(self.kv_caches))
+            c.wait_for_save()
+            res = c.get_transfer_results(so.finished_req_ids)
+            kvo = KVConnectorOutput(
+                finished_sending=res.finished_sending or None,
+                finished_recving=res.finished_recving or None,
+                failed_recving=res.failed_recving,
                 kv_connector_stats=c.get_kv_connector_stats(),
                 invalid_block_ids=c.get_block_ids_with_load_errors())
             c.clear_connector_metadata()

@@ -55,3 +55,7 @@ class SchedulerOutput:
     finished_req_ids: Set[str]
     preempted_req_ids: Set[str] = dataclasses.field(default_factory=set)
     kv_connector_metadata: Any = None
+    # current: a request of this step loads synchronously (its load feeds
+    # this step's forward), so the workers start loads before the forward;
+    # otherwise after it (kv_connector_model_runner_mixin @00f4240ee645)
+    has_sync_kv_loads: bool = False

@@ -30,6 +30,12 @@
 #   has_requests(): unfinished requests or finished ids not yet sent to
 #     the workers (upstream stops stepping when only delayed frees remain),
 #     or, in current vLLM, a connector with has_pending_push_work().
+# has_sync_kv_loads (current): set when a request scheduled this step has
+# external tokens loaded synchronously (load_is_async False) — derived from
+# the workers' use of it at 00f4240ee645 ("sync loads feed this step's
+# forward"), the scheduler not re-read at that commit. failed_recving
+# (current): the request recomputes from token 0 (the recompute policy, as
+# third-party connectors written against it describe; not re-read here).
 # Not reproduced: priorities, LoRA, encoder inputs, spec decode, async
 # scheduling, pipeline parallelism, structured output, KV events, stats,
 # the "fail" load-failure policy, several KV cache groups. Not vLLM.
@@ -163,6 +169,7 @@ class Scheduler:
         preempted: List[Request] = []
         new_blocks_of: Dict[str, KVCacheBlocks] = {}
         num_sched: Dict[str, int] = {}
+        sync_loads = False
         budget = self.max_num_scheduled_tokens
         kvm.new_step_starts()
         for rid in sorted(self._to_preempt):
@@ -265,6 +272,7 @@ class Scheduler:
                 else:
                     raise RuntimeError(f"Invalid request status: {req.status}")
                 new_blocks_of[rid] = kvm.get_blocks(rid)
+                sync_loads = sync_loads or ext > 0
                 num_sched[rid] = n
                 budget -= n
                 req.status = RequestStatus.RUNNING
@@ -296,6 +304,7 @@ class Scheduler:
         out = SchedulerOutput(new_data, cached, num_sched, total,
                               self.finished_req_ids,
                               {r.request_id for r in preempted})
+        out.has_sync_kv_loads = sync_loads and _GEN == "current"
         if self.connector is not None:
             out.kv_connector_metadata = self.connector.build_connector_meta(out)
         for rid, n in num_sched.items():            # _update_after_schedule
@@ -403,6 +412,16 @@ class Scheduler:
     def _update_from_kv_xfer_finished(self, kvo: KVConnectorOutput) -> None:
         if self.connector is not None:
             self.connector.update_connector_output(kvo)
+        for rid in kvo.failed_recving or ():
+            # current: a whole load failed (it is in finished_recving too);
+            # the recompute policy starts the request over
+            assert rid in (kvo.finished_recving or ()), \
+                f"failed_recving {rid} not in finished_recving"
+            req = self.requests.get(rid)
+            if req is not None and \
+                    req.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                req.num_computed_tokens = 0
+                self.failed_recving_kv_req_ids.add(rid)
         for rid in kvo.finished_recving or ():
             assert rid in self.requests, f"finished_recving {rid}: unknown"
             req = self.requests[rid]

@@ -2,15 +2,22 @@
 # the generation $KVT_VLLM_GEN picks (vllm/__init__.py): "v0.12" as read at
 # 13f4ad0f55b08ca1d37d1459f50ce950feaeb547 (handle_preemptions(
 # preempted_req_ids: set[str]); kv_cache_config optional, a warning when
-# absent), "current" as read at 003df2961dd8830c317a61f9745ccd557da9fa06
+# absent), "v0.26" as read at 003df2961dd8830c317a61f9745ccd557da9fa06
 # (handle_preemptions(kv_connector_metadata); kv_cache_config required;
-# on_new_request, has_pending_push_work, build_connector_worker_meta).
+# on_new_request, has_pending_push_work, build_connector_worker_meta; the
+# requires_kv_delivery property, by default the producer role;
+# requires_piecewise_for_cudagraph, False by default), "current"
+# as read at 00f4240ee6458263d76cf51ca7901ce1350bb4d1 (all of v0.26's, and
+# KVConnectorTransferResults and get_transfer_results, whose default wraps
+# get_finished; finish_forward, reset_capture_state,
+# has_pending_block_frees).
 # Reproduces only KVConnectorRole, KVConnectorMetadata and
 # KVConnectorBase_V1's constructor, metadata binding, abstract methods and
 # the optional hooks' defaults (signatures as upstream, the method table in
 # tests/python/conformance/vllm.json); not vLLM.
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 from abc import ABC, abstractmethod
@@ -31,6 +38,17 @@ class KVConnectorMetadata(ABC):  # noqa: B024
 
 
 from vllm import GENERATION as _GEN
+
+if _GEN == "current":
+    @dataclasses.dataclass
+    class KVConnectorTransferResults:
+        """One worker's async transfer completions; failed receives are in
+        finished_recving too (the scheduler releases the request)."""
+        finished_sending: Set[str] = dataclasses.field(default_factory=set)
+        finished_recving: Set[str] = dataclasses.field(default_factory=set)
+        failed_recving: Set[str] = dataclasses.field(default_factory=set)
+        prefix_replay_checkpoints: Dict[str, Tuple[str, int, str]] = \
+            dataclasses.field(default_factory=dict)
 
 log = logging.getLogger("vllm.kv_connector")
 
@@ -98,6 +116,32 @@ class KVConnectorBase_V1(ABC):
 
         def has_pending_push_work(self) -> bool:
             return False
+
+        @property
+        def requires_kv_delivery(self) -> bool:
+            return self._kv_transfer_config.is_kv_producer
+
+        @classmethod
+        def requires_piecewise_for_cudagraph(cls, extra_config: Dict[str, Any]
+                                             ) -> bool:
+            return False
+
+    if _GEN == "current":
+        def has_pending_block_frees(self) -> bool:
+            return False
+
+        def finish_forward(self) -> None:
+            return
+
+        def reset_capture_state(self) -> None:
+            return
+
+        def get_transfer_results(self, finished_req_ids: Set[str]
+                                 ) -> KVConnectorTransferResults:
+            sending, recving = self.get_finished(finished_req_ids)
+            return KVConnectorTransferResults(
+                finished_sending=set(sending or ()),
+                finished_recving=set(recving or ()))
 
     @abstractmethod
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None: ...

@@ -1,0 +1,223 @@
+/*
+ * serve_gpu.c — the emulated GPU of a demo pass and the jobs it waits for.
+ *
+ *   step      takes the cost model's time, spent layer by layer on the wall
+ *             clock (sleep, then spin the last 50 us); before layer l it
+ *             waits for layer l of every load of its requests (layer-wise
+ *             policies) or for whole loads (before layer 0); during layer
+ *             l it writes layer l of every page the step completes. Time
+ *             past the modeled span is counted (overrun: writing pages
+ *             took longer than the layer; late: the step as a whole).
+ *   kvti_sv_reap      every job that is done: a load's pages are checked by the
+ *             engine (kvti_dmem_check) up to the first failed page, and the
+ *             engine told when all of a request's loads are home; a store's
+ *             blocks are let go and its pages leave the transient table.
+ *
+ * Runs on the pass's one thread, between the engine's plans.
+ */
+#include "demo/serve_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <time.h>
+
+#define SPIN_NS 50000u  /* spin, not sleep, for the last 50 us of a span */
+
+/* ---- jobs done -------------------------------------------------------------- */
+
+static void job_unlink(struct serve *s, struct pjob *x)
+{
+	for (struct pjob **pp = &s->jobs; *pp; pp = &(*pp)->next)
+		if (*pp == x) {
+			*pp = x->next;
+			s->njobs--;
+			return;
+		}
+}
+
+/* A load job is done: which pages came, checked by the engine too. */
+static void load_end(struct serve *s, struct pjob *x, int rc)
+{
+	struct dreq *r = x->r;
+	kvt_demo_req *o;
+	long nf;
+	uint32_t ok = x->end;
+
+	if (!r)
+		return;
+	o = r->out;
+	nf = kvti_dj_failed(x->j, s->failed, x->end - x->first);
+	if (nf > 0) {
+		/* the first failed page: the request computes from there */
+		for (uint32_t p = x->first; p < x->end && ok == x->end; p++)
+			for (long f = 0; f < nf; f++)
+				if (s->failed[f] == r->blk[p]) {
+					ok = p;
+					break;
+				}
+		o->failed_pages += (uint64_t)nf;
+	} else if (rc && rc != -ECANCELED) {
+		ok = x->first;
+	}
+	if (rc && rc != KVT_ENOTFOUND && rc != KVT_EBUSY && rc != -ECANCELED &&
+	    !(nf > 0 && rc == KVT_ECORRUPT))
+		kvti_sv_fail(s, rc, "load");
+	for (uint32_t p = x->first; p < ok; p++) {
+		o->engine_checked++;
+		if (kvti_dmem_check(&s->mem, r->blk[p],
+				    kvti_page_seed(r->keys[p]))) {
+			o->engine_bad++;
+			if (!s->err) {
+				s->err = KVT_ECORRUPT;
+				snprintf(s->out->error, sizeof(s->out->error),
+					 "demo %s: session %u turn %u: a "
+					 "restored block holds wrong bytes",
+					 s->out->policy, r->session,
+					 r->it.turn);
+			}
+		}
+	}
+	if (ok < x->end)
+		r->fail_at = KVT_MIN(r->fail_at, ok);
+	r->nloads--;
+	if (--r->er.load_flows)
+		return;
+	/* every load home: the prefix up to the first failure is good */
+	o->loads_home = kvti_sv_now(s);
+	r->landed = KVT_MIN(r->er.load_upto, r->fail_at * s->P);
+	r->fail_at = UINT32_MAX;
+	kvti_eng_loads_done(&s->eng, &r->er, r->landed);
+}
+
+static void store_end(struct serve *s, struct pjob *x, int rc)
+{
+	if (rc == KVT_EFULL || rc == KVT_ENOTFOUND) {
+		/* no room for some pages (every tier full of leased pages), or
+		 * a parent gone: those pages are not cached; counted */
+		long nf = kvti_dj_failed(x->j, s->failed, x->end - x->first);
+
+		s->store_skipped += nf > 0 ? (uint64_t)nf : x->end - x->first;
+	} else if (rc && rc != -ECANCELED) {
+		kvti_sv_fail(s, rc, "store");
+	}
+	for (uint32_t i = 0; i < x->end - x->first; i++) {
+		uint32_t b = x->blocks[i];
+
+		if (--s->bref[b] == 0 && s->borphan[b])
+			kvti_sv_block_put(s, b);
+	}
+	if (x->r) /* committed: no longer transient */
+		kvti_tt_drop(s, x->r, x->first, x->end);
+	kvti_eng_storing_sub(&s->eng, x->owner, x->end - x->first);
+	kvti_eng_store_done(&s->eng, x->tag);
+}
+
+/* Collect every job that is done. @block: wait for one first. */
+void kvti_sv_reap(struct serve *s)
+{
+	struct pjob *x, *next;
+
+	kvti_dplane_drain_fd(&s->dp);
+	for (x = s->jobs; x; x = next) {
+		int rc;
+
+		next = x->next;
+		if ((rc = kvti_dj_poll(x->j)) == -EINPROGRESS)
+			continue;
+		job_unlink(s, x);
+		if (x->store)
+			store_end(s, x, rc);
+		else
+			load_end(s, x, rc);
+		kvti_dj_free(x->j);
+		kvt_free(x->blocks);
+		kvt_free(x);
+		next = s->jobs; /* the lists moved under us: start over */
+	}
+}
+
+/* ---- the emulated GPU ------------------------------------------------------- */
+
+static void spend_until(uint64_t deadline)
+{
+	for (;;) {
+		uint64_t now = kvt_now_ns();
+		struct timespec ts;
+
+		if (now >= deadline)
+			return;
+		if (deadline - now > SPIN_NS) {
+			uint64_t t = deadline - SPIN_NS;
+
+			ts.tv_sec = (time_t)(t / 1000000000ull);
+			ts.tv_nsec = (long)(t % 1000000000ull);
+			clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+		}
+	}
+}
+
+/* Wait for layer @l of every load of the step's requests (@whole: for the
+ * whole loads, before layer 0). */
+static void wait_loads(struct serve *s, uint32_t l, int whole)
+{
+	for (struct pjob *x = s->jobs; x; x = x->next) {
+		if (x->store || !x->r || !x->r->er.in_step)
+			continue;
+		if (whole)
+			kvti_dj_wait(x->j, -1);
+		else
+			kvti_dj_wait_layer(x->j, l, -1); /* failed: go on */
+	}
+}
+
+void kvti_sv_gpu_step(struct serve *s)
+{
+	struct kvti_eng *e = &s->eng;
+	int overlap = e->overlap;
+	uint64_t t = kvt_now_ns(), t0 = t;
+	uint64_t per = (uint64_t)(e->compute_s / s->L * 1e9);
+	double wait0 = s->load_wait_s;
+
+	s->step_due = 0;
+	if (!e->step_prefills) { /* decodes only */
+		spend_until(t + (uint64_t)(e->compute_s * 1e9));
+		s->late_s += KVT_MAX(0.0, (double)(kvt_now_ns() - t) / 1e9 -
+					   e->compute_s);
+		return;
+	}
+	for (uint32_t l = 0; l < s->L; l++) {
+		uint64_t w0 = kvt_now_ns(), w1, end;
+
+		if (!overlap && l == 0)
+			wait_loads(s, 0, 1);
+		else if (overlap)
+			wait_loads(s, l, 0);
+		w1 = kvt_now_ns();
+		s->load_wait_s += (double)(w1 - w0) / 1e9;
+		end = KVT_MAX(t, w1) + per;
+		for (uint32_t i = 0; i < e->nrun; i++) {
+			struct dreq *r = kvti_dq(e->run[i]);
+			uint32_t a, b;
+
+			if (!r->er.in_step || r->er.state != ER_PREFILL)
+				continue;
+			/* pages whose last token this step computes */
+			a = r->er.done / s->P;
+			b = KVT_MIN((r->er.done + r->er.step_compute) / s->P,
+				    r->er.prompt / s->P);
+			for (uint32_t p = a; p < b; p++)
+				kvti_dmem_write_layer(&s->mem, r->blk[p], l,
+						      kvti_page_seed(r->keys[p]));
+		}
+		w1 = kvt_now_ns();
+		if (w1 > end) {
+			s->overrun_s += (double)(w1 - end) / 1e9;
+			end = w1;
+		}
+		spend_until(end);
+		t = end;
+	}
+	s->late_s += KVT_MAX(0.0, (double)(kvt_now_ns() - t0) / 1e9 -
+				   e->compute_s - (s->load_wait_s - wait0));
+}
+
