@@ -166,7 +166,8 @@ KVT_API int kvt_remote_open(kvt_remote **out, const char *spec,
 /** Close the connections and free the handle (NULL is fine). */
 KVT_API void kvt_remote_close(kvt_remote *r);
 
-/** Bytes of one stored value: header, sums and page. */
+/** Bytes of one stored value: header, sums and page (and the MAC trailer
+ *  with key=; a tenant's own key adds it where key= is not set). */
 KVT_API uint64_t kvt_remote_value_bytes(const kvt_remote *r);
 
 /**
