@@ -376,6 +376,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._fp_sent = False      # fingerprint published on this connection
         self._fp_off = False       # the daemon cannot take one
         self._fp_warned = False
+        self._fp_tries = 0         # lookups without a seeded NONE_HASH
         self.hash_conflicts = 0    # other engines' fingerprints that differ
         # worker state
         self._mem: Optional[Memory] = None
@@ -491,8 +492,15 @@ class KvtierConnector(KVConnectorBase_V1):
             return
         fp = _compat.hash_fingerprint(self._vllm_config.cache_config,
                                       self._model)
-        if fp is None:
-            return      # the engine core has not seeded its hashes yet
+        if fp is None:  # the engine core has not seeded its hashes yet
+            self._fp_tries += 1
+            if self._fp_tries >= 100:
+                self._fp_off = True
+                log.warning("kvtier.vllm: this vLLM has no seeded "
+                            "vllm.v1.core.kv_cache_utils.NONE_HASH after "
+                            "100 lookups: engines with different hash "
+                            "seeds sharing the daemon will not be noticed")
+            return
         self._fp_sent = True
         try:
             others, _ = self._client.publish_fingerprint(Client.FP_VLLM, fp)

@@ -120,3 +120,22 @@ def test_fingerprint_follows_what_the_hashes_depend_on():
     assert len({base, fp(algo="xxhash"), fp(block=32), fp(model="n"),
                 fp(seed_hash=kcu.sha256("1"))}) == 5
     assert fp(seed_hash=b"") is None          # not seeded yet: later
+
+
+def test_an_unseeded_engine_is_said_once(workdir, monkeypatch, caplog):
+    """A vLLM whose NONE_HASH is never seeded (a renamed global): the
+    connector stops trying after 100 lookups and says so once."""
+    import vllm_engine as ve
+    from vllm.v1.core import kv_cache_utils as kcu
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    with kvt_testutil.daemon(workdir, tinymodel.CONFIG,
+                             page_tokens=P) as sock:
+        eng = ve.Engine({"socket": sock})
+        monkeypatch.setattr(kcu, "NONE_HASH", b"")
+        with caplog.at_level("WARNING", logger="kvtier.vllm"):
+            for _ in range(150):
+                eng.sched_conn._check_fingerprint()
+        eng.shutdown()
+        assert conflicts(sock) == {"default": 0}
+    said = [r for r in caplog.records if "NONE_HASH" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in caplog.records]
