@@ -513,6 +513,67 @@ KVT_API int kvt_sched_plan_step(kvt_sched *s, const kvt_sched_state *st,
 				kvt_sched_req *reqs, size_t n,
 				kvt_sched_item *items, kvt_sched_plan *plan);
 
+/**
+ * kvt_sched_open() - kvt_sched_create() priced from a hardware profile:
+ * @profile as kvt_hw_load() (<kvtier/sim.h>) reads it (NULL: "h100"),
+ * the cost model kvt_hw_cost() builds for model @g on it, @policy's preset
+ * (NULL: "kvtier") and then @features applied as
+ * kvt_sched_features_parse() reads them (NULL: the preset's). For engine
+ * connectors (python/kvtier/decide.py), which hold no cost model of their
+ * own: the prefill times they are priced with are the profile's MODEL of
+ * that GPU, not measurements. Returns what those calls return (KVT_ECONFIG
+ * for an unknown policy or feature, KVT_ENOTFOUND for an unknown profile,
+ * KVT_EGEOM for a geometry without compute figures).
+ */
+KVT_API int kvt_sched_open(kvt_sched **out, const char *policy,
+			   const char *features, const char *profile,
+			   const kvt_geom *g);
+
+/**
+ * struct kvt_sched_hit - what kvt_sched_decide() says about one request's
+ * cache hit. Tokens are of the request's prompt; times in seconds from
+ * st->now.
+ * @load:      of the loadable span (after the hbm span), the leading tokens
+ *             worth loading: the request should reuse hbm + load tokens
+ *             and compute the rest. The whole span without RECOMPUTE.
+ * @recompute: cached tokens after them that it computes instead ...
+ * @recompute_tier: ... by the tier they are cached in.
+ * @wait:      1 when the request should wait (DELAYHIT) for its transient
+ *             span — longer than delay_hit_tokens and expected
+ *             (transient_ready) sooner than the request would compute it;
+ *             0 otherwise.
+ * @load_s:    when the @load tokens would be home if issued now.
+ * @compute_s: the prefill of the prompt after hbm + load (the cost
+ *             model's).
+ * @wait_s:    until the transient span is expected (0: none, or now).
+ */
+typedef struct kvt_sched_hit {
+	uint32_t load;
+	uint32_t recompute;
+	uint32_t recompute_tier[KVT_TIER_COUNT];
+	uint32_t wait;
+	double load_s;
+	double compute_s;
+	double wait_s;
+} kvt_sched_hit;
+
+/**
+ * kvt_sched_decide() - the scheduler's per-request decisions for one
+ * waiting request @r, for an engine that forms its batches itself and asks
+ * only how much of a hit to take (vLLM's get_num_new_matched_tokens,
+ * SGLang's batch_exists): the same code kvt_sched_plan_step() decides
+ * RECOMPUTE (the cut, tier run by tier run, at @st's measured tier rates
+ * and queues) and DELAYHIT (waiting for a transient span) with, for @r
+ * sharing its steps with @others sequences (running decodes and
+ * prefills). Budget, capacity, batching and order are not decided here:
+ * the engine's own scheduler does those. Reads @s, @st and @r only.
+ * Returns 0; -EINVAL for NULL arguments, a request not WAITING, or the
+ * spans kvt_sched_plan_step() rejects (kvt_errdetail() says which).
+ */
+KVT_API int kvt_sched_decide(const kvt_sched *s, const kvt_sched_state *st,
+			     const kvt_sched_req *r, uint32_t others,
+			     kvt_sched_hit *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -73,6 +73,80 @@ class LookupResult(Structure):
     ]
 
 
+class CacheRun(Structure):
+    """struct kvt_cache_run: @pages leading pages in a row in @tier."""
+    _fields_ = [("tier", c_uint32), ("pages", c_uint32)]
+
+
+KVT_CACHE_MAX_RUNS = 8
+
+
+class XferRate(Structure):
+    """struct kvt_xfer_rate (include/kvtier/xfer.h)."""
+    _fields_ = [
+        ("gbps", c_double),
+        ("bytes", c_double),
+        ("busy_s", c_double),
+        ("jobs", c_uint64),
+        ("total_bytes", c_double),
+    ]
+
+
+# the scheduler's plain values (include/kvtier/sched.h)
+KVT_SCHED_RUNS = 8
+KVT_SREQ_WAITING = 0
+
+
+class SchedReq(Structure):
+    """struct kvt_sched_req."""
+    _fields_ = [
+        ("id", c_uint64),
+        ("state", c_uint32),
+        ("prompt", c_uint32),
+        ("done", c_uint32),
+        ("hbm", c_uint32),
+        ("tier", c_uint32 * KVT_TIER_COUNT),
+        ("loading", c_uint32),
+        ("loading_ready", c_double),
+        ("transient", c_uint32),
+        ("transient_ready", c_double),
+        ("reserved", c_uint32),
+        ("group", c_uint64),
+        ("group_tokens", c_uint32),
+        ("arrival", c_double),
+        ("skips", c_uint32),
+        ("nruns", c_uint32),
+        ("run_tier", c_uint32 * KVT_SCHED_RUNS),
+        ("run_tokens", c_uint32 * KVT_SCHED_RUNS),
+    ]
+
+
+class SchedState(Structure):
+    """struct kvt_sched_state."""
+    _fields_ = [
+        ("now", c_double),
+        ("decodes", c_uint32),
+        ("decode_ctx", c_uint64),
+        ("free_pages", c_uint64),
+        ("link_free_at", c_double),
+        ("tier_gbps", c_double * KVT_TIER_COUNT),
+        ("tier_free_at", c_double * KVT_TIER_COUNT),
+    ]
+
+
+class SchedHit(Structure):
+    """struct kvt_sched_hit."""
+    _fields_ = [
+        ("load", c_uint32),
+        ("recompute", c_uint32),
+        ("recompute_tier", c_uint32 * KVT_TIER_COUNT),
+        ("wait", c_uint32),
+        ("load_s", c_double),
+        ("compute_s", c_double),
+        ("wait_s", c_double),
+    ]
+
+
 class JobStat(Structure):
     """struct kvt_cache_job_stat."""
     _fields_ = [
@@ -199,6 +273,19 @@ _PROTOS = {
     "kvt_client_fingerprint": (c_int, [c_void_p, c_uint32, c_char_p,
                                        POINTER(c_uint32),
                                        POINTER(c_uint64)]),
+    "kvt_client_lookup_runs": (c_int, [c_void_p, _keyp, c_size_t, c_uint32,
+                                       POINTER(LookupResult),
+                                       POINTER(CacheRun), c_size_t,
+                                       POINTER(c_size_t)]),
+    "kvt_client_rates": (c_int, [c_void_p, POINTER(XferRate)]),
+    "kvt_sched_open": (c_int, [POINTER(c_void_p), c_char_p, c_char_p,
+                               c_char_p, POINTER(Geom)]),
+    "kvt_sched_destroy": (None, [c_void_p]),
+    "kvt_sched_get_cost": (c_void_p, [c_void_p]),
+    "kvt_cost_prefill_s": (c_double, [c_void_p, c_uint32, c_uint32]),
+    "kvt_sched_decide": (c_int, [c_void_p, POINTER(SchedState),
+                                 POINTER(SchedReq), c_uint32,
+                                 POINTER(SchedHit)]),
     "kvt_client_register_dev": (c_int, [c_void_p, c_int, c_void_p,
                                         POINTER(ClientSeg), c_uint32, _u32p,
                                         _u64p, c_uint32, c_uint64, c_uint64,

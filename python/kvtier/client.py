@@ -50,7 +50,7 @@ from typing import (Any, Dict, Iterator, List, Optional, Sequence, Tuple,
 
 from . import _lib
 from . import keys as _keys
-from ._lib import TIER_NAMES, lib
+from ._lib import KVT_TIER_COUNT, TIER_NAMES, lib
 
 _KVT_CODES = {
     -31900: "KVT_EFULL", -31901: "KVT_ESPEC", -31902: "KVT_EPRESET",
@@ -297,11 +297,25 @@ class LookupResult:
     pages:      leading pages a load can supply now;
     tier_pages: of which, by the tier of their fastest copy;
     inflight:   pages right after them still being stored or moved (ask
-                again soon rather than recompute them).
+                again soon rather than recompute them); the daemon does
+                not know when they land;
+    runs:       with lookup(runs=True): the pages as (tier, pages) runs in
+                prefix order (at most 8, adding up to pages), else ().
     """
     pages: int
     tier_pages: Dict[str, int]
     inflight: int
+    runs: Tuple[Tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Rate:
+    """The daemon's transfer engine's recent measured rate between two
+    tier kinds (kvt_xfer_rate: decayed over ~2 s, queueing excluded);
+    gbps 0 until something was measured."""
+    gbps: float
+    jobs: int
+    total_bytes: float
 
 
 @dataclass(frozen=True)
@@ -461,22 +475,38 @@ class Client(_Closable):
         return _keys.from_c(out, npages)
 
     def lookup(self, keys: Sequence[bytes], touch: bool = True,
-               each: bool = False) -> LookupResult:
+               each: bool = False, runs: bool = False) -> LookupResult:
         """How many leading pages of the prefix @keys the cache can supply
         (touch: count it as a hit for recency). each: every key is a
         one-page prefix of its own (pages stored one per call, as SGLang's
         self-chained page hashes are): the leading run of keys that are
-        each cached, in one request."""
+        each cached, in one request. runs: where those pages are, as tier
+        runs in prefix order (LookupResult.runs; a daemon too old for it
+        raises KVT_EPROTO)."""
         r = _lib.LookupResult()
         if not keys:
             return LookupResult(0, {t: 0 for t in TIER_NAMES}, 0)
         ck = _keys.to_c(keys)
         flags = (_LOOKUP_TOUCH if touch else 0) | (_LOOKUP_EACH if each
                                                    else 0)
-        _check(self._call(lib.kvt_client_lookup, ck, len(keys), flags,
-                          byref(r)), "lookup")
+        out: Tuple[Tuple[str, int], ...] = ()
+        if runs:
+            cr = (_lib.CacheRun * _lib.KVT_CACHE_MAX_RUNS)()
+            n = ctypes.c_size_t()
+            _check(self._call(lib.kvt_client_lookup_runs, ck, len(keys),
+                              flags, byref(r), cr, len(cr), byref(n)),
+                   "lookup")
+            if n.value > len(cr) or any(
+                    cr[i].tier >= len(TIER_NAMES) for i in range(n.value)):
+                raise KvtierError(KVT_EPROTO, "lookup",
+                                  "the daemon answered bad tier runs")
+            out = tuple((TIER_NAMES[cr[i].tier], int(cr[i].pages))
+                        for i in range(n.value))
+        else:
+            _check(self._call(lib.kvt_client_lookup, ck, len(keys), flags,
+                              byref(r)), "lookup")
         return LookupResult(r.pages, dict(zip(TIER_NAMES, r.tier_pages)),
-                            r.inflight)
+                            r.inflight, out)
 
     # -- memory ---------------------------------------------------------------
 
@@ -748,6 +778,18 @@ class Client(_Closable):
                           byref(others), byref(conflicts)),
                "publish fingerprint")
         return others.value, conflicts.value
+
+    def rates(self) -> Dict[Tuple[str, str], Rate]:
+        """The daemon's measured transfer rates, {(source tier, destination
+        tier): Rate}; an engine's registered memory is "hbm", so loads
+        from tier t are (t, "hbm") and stores ("hbm", t)."""
+        rt = (_lib.XferRate * (KVT_TIER_COUNT * KVT_TIER_COUNT))()
+        _check(self._call(lib.kvt_client_rates, rt), "rates")
+        return {(a, b): Rate(rt[i * KVT_TIER_COUNT + j].gbps,
+                             rt[i * KVT_TIER_COUNT + j].jobs,
+                             rt[i * KVT_TIER_COUNT + j].total_bytes)
+                for i, a in enumerate(TIER_NAMES)
+                for j, b in enumerate(TIER_NAMES)}
 
     def quiesce(self) -> None:
         """Wait until the daemon's background demotion has settled."""

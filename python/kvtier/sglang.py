@@ -68,6 +68,17 @@ HOW IT MAPS
     daemon's tree is flat for SGLang pages: eviction is per-page LRU/LFU
     rather than leaves-first; SGLang's leading-run matching makes a page
     after a missing one useless, as it would be anyway.
+  * Load or recompute. batch_exists answers only the leading pages worth
+    prefetching, by kvtier's scheduler decision (kvtier.decide:
+    kvt_sched_decide() over the pages' tier runs, the daemon's measured
+    rates and the modeled prefill of "decide_profile"'s GPU for the model
+    "decide_model" names, by default SGLang's model path): at the pin the
+    controller prefetches that many and the scheduler computes the rest,
+    as after a miss. Pages being stored right after them are waited for
+    on the prefetch thread (at most "inflight_wait_s") when that is
+    cheaper than computing them. The request's length is not told to a
+    storage backend: one page of new tokens is assumed. "decide": false
+    answers every cached page. exists() is a presence check.
   * Results. batch_get_v1 / batch_set_v1 return one bool per key: a page
     absent, corrupt (its checksum failed in the daemon) or not done in
     io_timeout_s is False, and SGLang recomputes from the first False on.
@@ -114,6 +125,7 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage,
 from . import client as _client
 from . import layout as _layout
 from .client import Client, Geometry, KvtierError, Memory
+from . import decide as _decide
 from .keys import keys_from_hashes
 from .staging import cuda_host_register
 
@@ -133,6 +145,14 @@ _OWN_KEYS = {
     "io_timeout_s": "how long one batch_get_v1 / batch_set_v1 may wait "
                     "(default 30)",
     "wait_daemon_s": "how long to wait for the daemon at start (default 5)",
+    "inflight_wait_s": "how long batch_exists may wait, on SGLang's prefetch "
+                       "thread, for pages being stored when waiting is "
+                       "cheaper than computing them (default 0.1)",
+    **_decide.CONFIG_KEYS,
+    "decide_model": "the model whose prefill the decision prices: its "
+                    "config.json (a file, or a directory holding one) or a "
+                    "kvtier preset (default: SGLang's model name, the "
+                    "model path unless --served-model-name)",
 }
 _SGLANG_KEYS = {"backend_name", "module_path", "class_name", "interface_v1",
                 "prefetch_threshold", "prefetch_timeout_base",
@@ -269,6 +289,16 @@ class KvtierStorage(HiCacheStorage):
         self.timeout_ms = self._int(extra, "timeout_ms", 10000, 1)
         self.io_timeout_s = self._num(extra, "io_timeout_s", 30.0)
         wait_s = self._num(extra, "wait_daemon_s", 5.0)
+        self.inflight_wait_s = self._num(extra, "inflight_wait_s", 0.1)
+        self.decide = extra.get("decide", True)
+        if not isinstance(self.decide, bool):
+            raise ValueError(f"kvtier.sglang: \"decide\" must be true or "
+                             f"false, not {self.decide!r}")
+        self._decide_profile = extra.get("decide_profile", "h100")
+        self._decide_rates_s = extra.get("decide_rates_s", 0.5)
+        self._decide_model = extra.get("decide_model")
+        self._decide_fallbacks = 0
+        self._decider: Optional[_decide.Decider] = None
         user_salt = extra.get("salt", "")
         if not isinstance(user_salt, str):
             raise ValueError("kvtier.sglang: \"salt\" must be a string")
@@ -410,6 +440,8 @@ class KvtierStorage(HiCacheStorage):
                              f"refused this engine (SGLang's --page-size, "
                              f"model and TP size must be the daemon's "
                              f"--page-tokens, --model and --tp): {e}") from e
+        if self.decide:
+            self._open_decider()
         nbytes = buf.nbytes if not _is_torch(buf) else \
             buf.numel() * buf.element_size()
         try:
@@ -541,25 +573,103 @@ class KvtierStorage(HiCacheStorage):
 
     # -- zero-copy I/O ----------------------------------------------------------------
 
+    def _decide_geometry(self, P: int) -> Optional[Geometry]:
+        """The model's geometry with its compute figures (the pool tells
+        only the KV's): "decide_model", else SGLang's model name as a
+        model directory. None (a counted, logged fallback) when neither
+        names a config.json or a preset and none was set explicitly."""
+        src = self._decide_model or self.config.model_name or ""
+        c = self.config
+        path = src if src.endswith(".json") else os.path.join(src,
+                                                               "config.json")
+        try:
+            if src and os.path.isfile(path):
+                return Geometry.from_config(path, page_tokens=P,
+                                            tp_size=c.tp_size,
+                                            tp_rank=c.tp_rank)
+            return Geometry.from_preset(src, page_tokens=P,
+                                        tp_size=c.tp_size, tp_rank=c.tp_rank)
+        except (KvtierError, OSError, ValueError) as e:
+            if self._decide_model:
+                raise ValueError(f"kvtier.sglang: decide_model "
+                                 f"{self._decide_model!r}: {e}") from None
+        self._decide_fallbacks += 1
+        logger.warning("kvtier.sglang: no config.json for model %r (set "
+                       "\"decide_model\"): the decision is OFF, "
+                       "batch_exists answers every cached page", src)
+        return None
+
+    def _open_decider(self) -> None:
+        """kvtier.decide over the model's geometry."""
+        try:
+            g = self._decide_geometry(self.geometry.page_tokens)
+            if g is not None:
+                self._decider = _decide.Decider(
+                    g, profile=self._decide_profile,
+                    rates_every_s=self._decide_rates_s, what="kvtier.sglang")
+        except (KvtierError, ValueError) as e:
+            self.close()
+            raise ValueError(f"{e} (set \"decide\": false to answer every "
+                             f"cached page)") from None
+
     def batch_exists(self, keys: List[str],
                      extra_info: Optional[HiCacheStorageExtraInfo] = None
                      ) -> int:
-        """The number of leading @keys the daemon can load now: all of
-        them, whatever their tier (NOT BUILT, issue 22 item 6: only the
-        pages worth loading by cost; docs/ENGINES.md)."""
+        """The number of leading @keys worth prefetching: of the leading
+        run the daemon can load now, only the pages whose load lands
+        before the prefill would have computed them (kvtier.decide; the
+        controller prefetches that many and the scheduler computes the
+        rest, as after a miss); with "decide": false, all of it. Pages
+        being stored right after the run are waited for here (the prefetch
+        thread, at most inflight_wait_s) when that is cheaper than
+        computing them."""
         if self.client is None:
             return 0
         try:
-            return self.client.lookup(self.kvtier_keys(keys),
-                                      each=True).pages
+            ks = self.kvtier_keys(keys)
+            if self._decider is None:
+                return self.client.lookup(ks, each=True).pages
+            return self._decided(ks, extra_info)
         except Exception as e:  # never into SGLang's prefetch thread
             self._errors += 1
             logger.warning("kvtier.sglang: lookup of %d pages failed: %s",
                            len(keys), e)
             return 0
 
+    def _decided(self, keys: List[bytes],
+                 extra_info: Optional[HiCacheStorageExtraInfo]) -> int:
+        """batch_exists by kvtier's scheduler decision. The request's
+        context before @keys is the prefix keys SGLang passed (with
+        hicache_storage_pass_prefix_keys; else taken as none) and its new
+        tokens after them are not told to a storage backend: one page
+        is assumed (MODELED, like the prefill itself)."""
+        P = self._page
+        prefix = getattr(extra_info, "prefix_keys", None) or ()
+        deadline = time.monotonic() + self.inflight_wait_s
+        while True:
+            r = self.client.lookup(keys, each=True, runs=True)
+            d = self._decider.decide(
+                self.client, r, start=0, before=len(prefix),
+                prompt=(len(prefix) + len(keys) + 1) * P,
+                rid=f"{len(keys)} keys")
+            wait = d.wait and time.monotonic() < deadline
+            self._decider.count(d, wait)
+            if not wait:
+                return d.load
+            time.sleep(min(0.005, max(0.0, deadline - time.monotonic())))
+
     def exists(self, key: str) -> bool:
-        return self.batch_exists([key]) == 1
+        """Whether the daemon holds page @key (no decision: a question of
+        presence, not of what to prefetch)."""
+        if self.client is None:
+            return False
+        try:
+            return self.client.lookup(self.kvtier_keys([key]),
+                                      each=True).pages == 1
+        except Exception as e:
+            self._errors += 1
+            logger.warning("kvtier.sglang: lookup of 1 page failed: %s", e)
+            return False
 
     def _run(self, what: str, keys: List[str], host_indices: Any) -> List[bool]:
         """The batch, never raising: SGLang calls batch_get_v1 /
@@ -684,5 +794,8 @@ class KvtierStorage(HiCacheStorage):
             raise RuntimeError("kvtier.sglang: not connected")
         out = self.client.stats()
         out["backend"] = {"errors": self._errors,
-                          "pin_fallbacks": self._pin_fallbacks}
+                          "pin_fallbacks": self._pin_fallbacks,
+                          "decide_fallbacks": self._decide_fallbacks,
+                          "decide": dict(self._decider.stats)
+                          if self._decider else None}
         return out

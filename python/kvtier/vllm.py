@@ -38,14 +38,22 @@ HOW IT MAPS
     (each rank is its own root).
   * Scheduler side. get_num_new_matched_tokens() hashes nothing itself:
     it looks the request's keys up in the daemon (no touch: the call must
-    be side-effect free), never counting the prompt's last token (vLLM
-    must compute one), and answers (tokens beyond the locally computed
-    ones, load_is_async=True); None ("ask again") while the next pages
-    are being stored by someone (bounded by "inflight_wait_s").
-    NOT BUILT (issue 22 item 6): the answer is every page the daemon
-    holds, from any tier; kvtier's scheduler decision (load only what
-    lands before the prefill would have computed it, defer only when
-    waiting is cheaper) is not made here yet (docs/ENGINES.md).
+    be side-effect free) with the tier runs they are in, never counting
+    the prompt's last token (vLLM must compute one), and answers with
+    kvtier's scheduler decision (kvtier.decide: kvt_sched_decide(), the C
+    code `kvtier demo`'s scheduler plans with): of the hit beyond vLLM's
+    own prefix hits, only the leading tokens whose load lands before the
+    prefill would have computed them, priced per tier run at the
+    daemon's MEASURED load rates against the MODELED prefill of the
+    hardware profile "decide_profile" (load_is_async=True); the rest vLLM
+    computes. (None, False) — vLLM skips the request this step and asks
+    again — when the pages right after the hit are in flight (being
+    stored into the daemon, or computed by another request of this
+    engine) and waiting for them is expected to be shorter than
+    computing them; never for longer than "inflight_wait_s" in all.
+    Decisions are counted in the scheduler side's connector stats and
+    logged at debug level. "decide": false answers every cached page and
+    waits whenever pages are in flight (bounded the same way), as before.
     update_state_after_alloc() records the blocks vLLM gave the load;
     build_connector_meta() packs this step's loads, the stores of pages
     that this step completes, and the preempted requests; request_finished()
@@ -140,6 +148,8 @@ except ImportError:
 from . import (KVT_ENOTBUILT, KVT_ENOTFOUND, Client, ConnectionLost,
                Geometry, Job, KvtierError)
 from . import Memory, keys_from_hashes
+from .decide import STAT_KEYS as DECIDE_STAT_KEYS
+from .decide import Decider
 from . import layout as _layout
 from . import vllm_compat as _compat
 from .staging import StagingPool
@@ -221,7 +231,9 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
 
 _STAT_KEYS = ("loads", "load_pages", "load_failed_blocks", "stores",
               "store_pages", "store_failed_blocks", "store_errors",
-              "store_dropped_pages", "cancelled", "stop_timeouts")
+              "store_dropped_pages", "cancelled", "stop_timeouts",
+              # scheduler side: get_num_new_matched_tokens' decisions
+              *DECIDE_STAT_KEYS)
 
 
 @dataclasses.dataclass
@@ -254,6 +266,8 @@ class _SchedReq:
     request: Any
     block_ids: List[int]
     saved: int = 0          # pages handed to the workers to store
+    # keys of the pages it computes (in KvtierConnector._producing)
+    produces: List[bytes] = dataclasses.field(default_factory=list)
 
 
 class KvtierConnector(KVConnectorBase_V1):
@@ -272,8 +286,16 @@ class KvtierConnector(KVConnectorBase_V1):
                         off the forward path) or "layerwise" (loaded in
                         the step it runs, waited per layer)
       save              store computed pages (true)
-      inflight_wait_s   how long a request waits for pages others are
-                        storing (2.0)
+      inflight_wait_s   how long, in all, a request may be deferred for
+                        pages others are storing or computing (2.0)
+      decide            load only what is worth loading, wait only when
+                        cheaper (true: kvtier.decide; false: every cached
+                        page, and wait whenever pages are in flight)
+      decide_profile    hardware profile whose cost model prices the
+                        prefill: MODELED, pick the engine's GPU ("h100";
+                        "testbed-b": H200, "gh200"; profiles/)
+      decide_rates_s    how often the daemon's measured rates are read
+                        (0.5)
       require_hash_seed refuse to start without PYTHONHASHSEED (true)
       timeout_ms        per daemon request (10000)
     """
@@ -287,7 +309,8 @@ class KvtierConnector(KVConnectorBase_V1):
         known = {"socket", "tenant", "namespace", "model_config", "salt",
                  "model", "load_mode", "save", "inflight_wait_s",
                  "require_hash_seed", "timeout_ms", "staging",
-                 "staging_blocks", "kv_shape", "device"}
+                 "staging_blocks", "kv_shape", "device", "decide",
+                 "decide_profile", "decide_rates_s"}
         unknown = sorted(set(extra) - known)
         if unknown:
             raise ValueError(f"kvtier.vllm: unknown kv_connector_extra_config "
@@ -363,6 +386,26 @@ class KvtierConnector(KVConnectorBase_V1):
                                           tp_size=tp, tp_rank=rank)
         self._client = self._connect()
         # scheduler state
+        self._decider: Optional[Decider] = None
+        decide = extra.get("decide", True)
+        if not isinstance(decide, bool):
+            raise ValueError(f"kvtier.vllm: decide must be true or false, "
+                             f"not {decide!r}")
+        if decide and role == KVConnectorRole.SCHEDULER:
+            try:
+                self._decider = Decider(
+                    self._geom, profile=extra.get("decide_profile", "h100"),
+                    overlap=self._load_mode == "layerwise",
+                    rates_every_s=extra.get("decide_rates_s", 0.5),
+                    what="kvtier.vllm")
+            except KvtierError as e:
+                raise KvtierError(e.code, "kvtier.vllm: the load-or-"
+                                  "recompute decision (decide_profile; "
+                                  "\"decide\": false loads every cached "
+                                  "page)", e.detail) from None
+        # keys of pages this engine's running requests compute: {key:
+        # request id}, for requests that would compute them again
+        self._producing: Dict[bytes, str] = {}
         self._reqs: Dict[str, _SchedReq] = {}
         self._pending_load: Dict[str, Tuple[List[bytes], int]] = {}
         self._loads_to_send: List[LoadSpec] = []
@@ -429,9 +472,9 @@ class KvtierConnector(KVConnectorBase_V1):
     def get_num_new_matched_tokens(self, request: Any,
                                    num_computed_tokens: int
                                    ) -> Tuple[Optional[int], bool]:
-        """(tokens the daemon can supply beyond @num_computed_tokens,
-        load_is_async); (None, False) while the next pages are being
-        stored (ask again)."""
+        """(tokens worth loading beyond @num_computed_tokens,
+        load_is_async); (None, False) to be asked again next step while
+        the next pages are in flight and waiting is cheaper (module doc)."""
         P = self._block_size
         rid = request.request_id
         # one token must be computed: never match the prompt's last
@@ -444,15 +487,59 @@ class KvtierConnector(KVConnectorBase_V1):
         self._check_fingerprint()
         if r is None:
             return 0, False
-        if r.inflight and r.pages < limit:
-            t0 = self._waiting_since.setdefault(rid, time.monotonic())
-            if time.monotonic() - t0 < self._inflight_wait:
+        if self._decider is None:
+            if r.inflight and r.pages < limit and self._may_wait(rid):
+                return None, False
+            n = r.pages
+        else:
+            n = self._decide(request, keys, r, start, limit)
+            if n is None:
                 return None, False
         self._waiting_since.pop(rid, None)
-        if r.pages <= start:
+        if n <= start:
             return 0, False
-        self._pending_load[rid] = (keys[:r.pages], start)
-        return (r.pages - start) * P, self._load_mode == "async"
+        self._pending_load[rid] = (keys[:n], start)
+        return (n - start) * P, self._load_mode == "async"
+
+    def _may_wait(self, rid: str) -> bool:
+        """A request may be deferred for pages in flight for
+        inflight_wait_s from its first deferral, no longer."""
+        t0 = self._waiting_since.setdefault(rid, time.monotonic())
+        return time.monotonic() - t0 < self._inflight_wait
+
+    def _decide(self, request: Any, keys: List[bytes], r: Any, start: int,
+                limit: int) -> Optional[int]:
+        """kvtier.decide's answer: the pages (from page 0) to take, or None
+        to wait. The pages right after the hit that another running
+        request of this engine computes count as in flight, expected when
+        that request's modeled prefill reaches their end."""
+        P = self._block_size
+        rid = request.request_id
+        edge = max(r.pages + r.inflight, start)
+        produced, ready = 0, None
+        for k in range(edge, limit):
+            other = self._producing.get(keys[k])
+            st = self._reqs.get(other) if other and other != rid else None
+            if st is None:
+                break
+            done = int(getattr(st.request, "num_computed_tokens", 0))
+            eta = self._decider.prefill_s(max(0, (k + 1) * P - done), done)
+            ready = max(ready or 0.0, time.monotonic() + eta)
+            produced += 1
+        others = len(self._reqs) - (rid in self._reqs)
+        try:
+            d = self._decider.decide(self._client, r, start=start,
+                                     prompt=request.num_tokens,
+                                     others=others, transient=produced,
+                                     transient_ready=ready, rid=rid)
+        except KvtierError as e:  # never into vLLM's scheduler loop
+            log.warning("kvtier.vllm: request %s: no decision (%s): "
+                        "loading the whole hit", rid, e)
+            return r.pages
+        wait = d.wait and self._may_wait(rid)
+        for k, v in self._decider.count(d, wait).items():
+            self._stats.data[k] += v
+        return None if wait else start + d.load
 
     def _lookup(self, keys: List[bytes]) -> Any:
         """The daemon's answer, or None (no hit) when it is unreachable:
@@ -473,6 +560,8 @@ class KvtierConnector(KVConnectorBase_V1):
                 log.debug("kvtier.vllm: reconnect failed: %s", e)
                 return None
         try:
+            if self._decider is not None:
+                return self._client.lookup(keys, touch=False, runs=True)
             return self._client.lookup(keys, touch=False)
         except KvtierError as e:
             self._down_since = time.monotonic()
@@ -540,6 +629,10 @@ class KvtierConnector(KVConnectorBase_V1):
         if st is None:
             self._reqs[rid] = st = _SchedReq(request, ids)
         plan = self._pending_load.pop(rid, None)
+        if self._decider is not None:
+            self._produce(st, len(plan[0]) if plan and num_external_tokens
+                          else request.num_computed_tokens //
+                          self._block_size)
         if num_external_tokens == 0 or plan is None:
             return
         keys, start = plan
@@ -552,6 +645,22 @@ class KvtierConnector(KVConnectorBase_V1):
         if self._load_mode == "async":
             self._loading.add(rid)
         st.saved = max(st.saved, n)     # loaded pages are in the cache
+
+    def _produce(self, st: _SchedReq, first: int) -> None:
+        """Request @st computes its prompt's pages from @first on: other
+        requests needing them may wait for it (_decide)."""
+        self._unproduce(st)
+        for k in self._keys(st.request)[first:]:
+            if k not in self._producing:
+                self._producing[k] = st.request.request_id
+                st.produces.append(k)
+
+    def _unproduce(self, st: _SchedReq) -> None:
+        rid = st.request.request_id
+        for k in st.produces:
+            if self._producing.get(k) == rid:
+                del self._producing[k]
+        st.produces = []
 
     def build_connector_meta(self, scheduler_output: Any
                              ) -> KvtierConnectorMetadata:
@@ -568,6 +677,7 @@ class KvtierConnector(KVConnectorBase_V1):
             if st is not None:
                 st.saved = 0
                 st.block_ids = []
+                self._unproduce(st)
             self._loading.discard(rid)
         if not self._save:
             return meta
@@ -632,7 +742,9 @@ class KvtierConnector(KVConnectorBase_V1):
         (it frees them then, and asserts nothing else reports them), so
         the workers stop the load and report it there."""
         rid = request.request_id
-        self._reqs.pop(rid, None)
+        st = self._reqs.pop(rid, None)
+        if st is not None:
+            self._unproduce(st)
         self._pending_load.pop(rid, None)
         self._key_cache.pop(rid, None)
         self._waiting_since.pop(rid, None)

@@ -613,6 +613,17 @@ static int in_groups(const struct build *b, uint64_t g)
 	return 0;
 }
 
+/* DELAYHIT: is waiting for r's transient span (until transient_ready)
+ * shorter than computing it? */
+static int transient_cheaper(const kvt_sched *s, const kvt_sched_state *st,
+			     const kvt_sched_req *r, const struct view *v)
+{
+	double wait = r->transient_ready - st->now;
+
+	return wait <= 0 || wait < kvt_cost_prefill_s(&s->cost, v->transient,
+						      v->reuse);
+}
+
 /* DELAYHIT: does request i wait for context someone else computes? */
 static int waits_for_context(const struct build *b, size_t i)
 {
@@ -621,13 +632,8 @@ static int waits_for_context(const struct build *b, size_t i)
 
 	if (r->state != KVT_SREQ_WAITING)
 		return 0;
-	if (b->v[i].transient > thr) {
-		/* wait only while waiting is cheaper than computing it */
-		double wait = r->transient_ready - b->st->now;
-
-		return wait <= 0 || wait < kvt_cost_prefill_s(&b->s->cost,
-				b->v[i].transient, b->v[i].reuse);
-	}
+	if (b->v[i].transient > thr)
+		return transient_cheaper(b->s, b->st, r, &b->v[i]);
 	/* a context a request earlier in this very step is computing */
 	return r->group && r->group_tokens > b->v[i].reuse &&
 	       r->group_tokens - b->v[i].reuse > thr && in_groups(b, r->group);
@@ -916,4 +922,45 @@ out:
 	if (cand != cbuf)
 		kvt_free(cand);
 	return err;
+}
+
+/* ---- one request's hit, for an engine's own scheduler ------------------- */
+
+int kvt_sched_decide(const kvt_sched *s, const kvt_sched_state *st,
+		     const kvt_sched_req *r, uint32_t others, kvt_sched_hit *out)
+{
+	uint32_t loadable = 0, hbm;
+	struct runs ru;
+	struct view v;
+	int err;
+
+	kvti_errclear();
+	if (!s || !st || !r || !out)
+		return kvti_fail(-EINVAL, "kvt_sched_decide: NULL argument");
+	memset(out, 0, sizeof(*out));
+	if (r->state != KVT_SREQ_WAITING)
+		return kvti_fail(-EINVAL, "kvt_sched_decide: the request is not "
+				 "waiting (state %u)", r->state);
+	if ((err = req_view(s, st, r, 0, others, &v)))
+		return err;
+	hbm = KVT_MIN(r->hbm, r->prompt - 1);
+	for (int t = 1; t < KVT_TIER_COUNT; t++)
+		loadable += r->tier[t];
+	if ((err = runs_of(r, loadable, v.reuse - hbm, &ru, 0)))
+		return err;
+	out->load = v.reuse - hbm;
+	out->recompute = v.recompute;
+	memcpy(out->recompute_tier, v.recompute_tier,
+	       sizeof(out->recompute_tier));
+	out->load_s = span_load_s(s, st, &ru, r->loading, out->load);
+	if (r->loading)
+		out->load_s = KVT_MAX(out->load_s, r->loading_ready - st->now);
+	out->compute_s = kvt_cost_prefill_s(&s->cost, v.need, v.reuse);
+	if (v.transient) {
+		out->wait_s = KVT_MAX(0.0, r->transient_ready - st->now);
+		out->wait = (s->cfg.features & KVT_SCHED_DELAYHIT) &&
+			    v.transient > s->cfg.delay_hit_tokens &&
+			    transient_cheaper(s, st, r, &v);
+	}
+	return 0;
 }

@@ -68,10 +68,14 @@ def make_mla_pool(layout: str, pages: int, config: Optional[dict] = None,
 
 
 def extra_config(socket: str, **over: Any) -> Dict[str, Any]:
+    """The backend's extra config. "decide" is false unless @over says
+    otherwise: these tests check the data path on tinymodel, whose prefill
+    any GPU's cost model prices at nothing (every hit would be recomputed;
+    test_decide.py tests the decision)."""
     cfg: Dict[str, Any] = {"backend_name": "kvtier",
                            "module_path": "kvtier.sglang",
                            "class_name": "KvtierStorage", "interface_v1": 1,
-                           "socket": socket}
+                           "socket": socket, "decide": False}
     cfg.update(over)
     return {k: v for k, v in cfg.items() if v is not None}
 

@@ -129,7 +129,11 @@ def test_documented_flags(scratch, workdir):
                            g)
             b = run_engine(vllm, env, toks, os.path.join(workdir, "vb.json"),
                            g)
-            assert b["load_pages"] == 5 and b["invalid"] == [], (gen, a, b)
+            # the documented config decides load or recompute (tinymodel's
+            # prefill is priced at nothing: its 5 pages are recomputed)
+            assert b["decisions"] >= 1 and b["invalid"] == [], (gen, a, b)
+            assert b["load_pages"] + b["decided_recompute_pages"] == 5, \
+                (gen, a, b)
             assert b["logits_first"] is not None
         # SGLang: `python -m sglang.launch_server ...` as documented
         env, cmd = command(rewrite(blocks["sglang"]))
@@ -143,7 +147,10 @@ def test_documented_flags(scratch, workdir):
             assert a["stored_pages"] == 5, a
             b = run_engine(sgl, env, stoks, os.path.join(workdir, "sb.json"),
                            g, "load")
-            assert b["cached"] == 5 * page, (gen, b)
+            # the documented config decides by cost: tinymodel's prefill
+            # is priced at nothing, so its 5 stored pages are not worth
+            # prefetching (test_decide.py has a model where they are)
+            assert b["cached"] == 0, (gen, b)
     finally:
         d.send_signal(signal.SIGTERM)
         rc = d.wait(timeout=30)

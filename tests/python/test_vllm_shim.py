@@ -50,6 +50,8 @@ def prefix_h(tokens):
 def fake_forward(engine):
     """K/V from the prefix; the sampled token sums K over every position
     (restored ones included)."""
+    bs = engine.block_size
+
     def forward(rid, tokens, block_ids, c, wait, save):
         hs = prefix_h(tokens)
         total = 0
@@ -58,12 +60,12 @@ def fake_forward(engine):
                 wait(l)
             k, v = engine.layer(l)
             for pos in range(c, len(tokens)):
-                b, t = block_ids[pos // P], pos % P
+                b, t = block_ids[pos // bs], pos % bs
                 k[b, t] = hs[pos] + l
                 v[b, t] = -hs[pos]
             if save:
                 save(l)
-            total += int(sum(int(k[block_ids[p // P], p % P, 0, 0])
+            total += int(sum(int(k[block_ids[p // bs], p % bs, 0, 0])
                              for p in range(len(tokens))))
         return total % 256, None
     return forward

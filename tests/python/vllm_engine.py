@@ -57,12 +57,16 @@ def vllm_config(extra: Optional[Dict[str, Any]], model_config: dict,
                 token_budget: int = 2048, ktc: Any = None,
                 model: str = "tiny-llama") -> VllmConfig:
     """A VllmConfig with kvtier's connector (None: no connector; @ktc: the
-    KVTransferConfig a command line gave)."""
+    KVTransferConfig a command line gave). "decide" is false unless @extra
+    says otherwise: these engines test the data path on tinymodel, whose
+    prefill any GPU's cost model prices at nothing, so kvtier's
+    load-or-recompute decision would recompute every hit
+    (test_decide.py tests the decision)."""
     if ktc is None and extra is not None:
         ktc = KVTransferConfig(
             kv_connector="KvtierConnector",
             kv_connector_module_path="kvtier.vllm", kv_role="kv_both",
-            kv_connector_extra_config=dict(extra))
+            kv_connector_extra_config={"decide": False, **extra})
     return VllmConfig(model_config=ModelConfig(model, HFConfig(model_config)),
                       cache_config=CacheConfig(block_size=block_size,
                                                cache_dtype=cache_dtype),
@@ -180,11 +184,16 @@ class Engine:
         if kvo is not None:
             self.invalid += sorted(kvo.invalid_block_ids)
             if kvo.kv_connector_stats is not None:
-                for k, v in kvo.kv_connector_stats.reduce().items():
-                    self.stats[k] = self.stats.get(k, 0) + v
+                self._count(kvo.kv_connector_stats)
+        if self.sched_conn is not None:   # its own counters (decisions)
+            self._count(self.sched_conn.get_kv_connector_stats())
         for rid, lg in mro.logits.items():
             self.outputs[rid] = (self._start[rid], lg)
         return self.scheduler.update_from_output(so, mro)
+
+    def _count(self, stats: Any) -> None:
+        for k, v in (stats.reduce() if stats is not None else {}).items():
+            self.stats[k] = self.stats.get(k, 0) + v
 
     def run(self, forward: Callable[..., Tuple[int, Any]],
             timeout: float = 20.0, drain: bool = True) -> None:
