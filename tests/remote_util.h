@@ -10,13 +10,19 @@
  *   rt_cmd(port, argv…)        one command on a fresh connection
  *   rt_geom(g)                 a small geometry (16 KiB pages) for tests
  *   rt_fill(buf, n, key)       page bytes that depend on the key
+ *   rt_write_key(path, s, m)   a key file holding @s, mode @m
+ *   rt_open(port, key, g)      a handle on loopback @port (key=@key or none)
  */
 #ifndef KVT_TEST_REMOTE_UTIL_H
 #define KVT_TEST_REMOTE_UTIL_H
 
 #include "harness.h"
 
+#include <kvtier/remote.h>
+
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -219,6 +225,36 @@ static inline void rt_keys(kvt_page_key *k, size_t n, uint64_t prompt)
 		k[i].lo = test_rand(&s);
 		k[i].hi = test_rand(&s);
 	}
+}
+
+static inline void rt_write_key(const char *path, const char *secret,
+				mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	CHECK(fd >= 0 && write(fd, secret, strlen(secret)) ==
+			 (ssize_t)strlen(secret));
+	close(fd);
+	chmod(path, mode);
+}
+
+/* A handle on 127.0.0.1:@port, with key=@keyfile unless NULL; exits the
+ * test if it will not open. */
+static inline kvt_remote *rt_open(int port, const char *keyfile,
+				  const kvt_geom *g)
+{
+	char spec[700];
+	kvt_remote *r = NULL;
+
+	if (keyfile)
+		snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d,key=%s",
+			 port, keyfile);
+	else
+		snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d", port);
+	CHECK_OK(kvt_remote_open(&r, spec, g));
+	if (!r)
+		exit(1);
+	return r;
 }
 
 #endif

@@ -32,30 +32,6 @@ static kvt_geom g;
 static int port;
 static const char *dir;
 
-static void write_key(const char *path, const char *secret, mode_t mode)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-	CHECK(fd >= 0 && write(fd, secret, strlen(secret)) ==
-			 (ssize_t)strlen(secret));
-	close(fd);
-	chmod(path, mode);
-}
-
-static kvt_remote *open_with(const char *keyfile)
-{
-	char spec[700];
-	kvt_remote *r = NULL;
-
-	if (keyfile)
-		snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d,key=%s",
-			 port, keyfile);
-	else
-		snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d", port);
-	CHECK_OK(kvt_remote_open(&r, spec, &g));
-	return r;
-}
-
 /* Read every page with @r: how many came back right (the bytes of
  * rt_fill), and check none came back wrong. */
 static int read_all(kvt_remote *r, const kvt_page_key *keys, uint8_t **bufs,
@@ -111,7 +87,7 @@ int main(void)
 	if (rt_start(&srv, dir, port, NULL))
 		SKIP("redis-server would not start here");
 	snprintf(kf, sizeof(kf), "%s/ns.key", dir);
-	write_key(kf, "a secret of more than thirty-two bytes, for the test",
+	rt_write_key(kf, "a secret of more than thirty-two bytes, for the test",
 		  0600);
 	rt_keys(keys, N, 1);
 	for (int i = 0; i < N; i++) {
@@ -120,9 +96,9 @@ int main(void)
 		rt_fill(bufs[i], pb, &keys[i]);
 		memset(forged[i], 0x5a ^ i, pb); /* the attacker's bytes */
 	}
-	w = open_with(kf);
-	rd = open_with(kf);
-	plain = open_with(NULL); /* warns: values not authenticated */
+	w = rt_open(port, kf, &g);
+	rd = rt_open(port, kf, &g);
+	plain = rt_open(port, NULL, &g); /* warns: values not authenticated */
 	if (!w || !rd || !plain)
 		return 1;
 	CHECK_EQ(kvt_remote_set(w, keys, N, (const void *const *)bufs, NULL,
@@ -192,7 +168,7 @@ int main(void)
 
 	/* key files the daemon must refuse */
 	snprintf(bad, sizeof(bad), "%s/open.key", dir);
-	write_key(bad, "a secret of more than thirty-two bytes, for the test",
+	rt_write_key(bad, "a secret of more than thirty-two bytes, for the test",
 		  0644);
 	{
 		char spec[700];
@@ -200,7 +176,7 @@ int main(void)
 		snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d,key=%s",
 			 port, bad);
 		CHECK_ERR(kvt_remote_open(&x, spec, &g), KVT_ECONFIG);
-		write_key(bad, "too short", 0600);
+		rt_write_key(bad, "too short", 0600);
 		CHECK_ERR(kvt_remote_open(&x, spec, &g), KVT_ECONFIG);
 		snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d,key=%s/none",
 			 port, dir);

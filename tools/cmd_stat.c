@@ -306,6 +306,11 @@ static void print_tenant(const cJSON *root, const cJSON *t)
 		       hits + miss, 100 * hits / (hits + miss), miss);
 	else
 		printf("no lookups\n");
+	if (num(t, "fingerprint_conflicts") > 0)
+		printf("  warning: %.0f engine(s) published another page-hash "
+		       "fingerprint: their pages never match (vLLM: another "
+		       "PYTHONHASHSEED, hash algorithm or model)\n",
+		       num(t, "fingerprint_conflicts"));
 	if (cJSON_GetArraySize(tiers) > 0) {
 		printf("  %-8s %10s %10s %10s %10s %10s %15s\n", "tier", "hits",
 		       "read-fail", "evicted", "demoted", "csum-fail",

@@ -728,6 +728,12 @@ KVT_API int kvt_cache_prefetch_start(kvt_cache *c, uint32_t tenant,
 KVT_API int kvt_cache_prefetch_end(kvt_cache_fetch *f, int cut,
 				   uint64_t *pages);
 
+/** Give the cache's tenant @tenant a remote MAC key of its own
+ *  (kvt_remote_tenant_key(): its write-through and prefetches use it):
+ *  0, KVT_ENOTFOUND (no remote tier), KVT_ECONFIG (the key file). */
+KVT_API int kvt_cache_remote_tenant_key(kvt_cache *c, uint32_t tenant,
+					const char *path);
+
 /** Wait until every queued remote write is done (or @timeout_ns passed,
  *  < 0: no limit): 0, -ETIMEDOUT, KVT_ENOTFOUND (no remote tier). */
 KVT_API int kvt_cache_remote_flush(kvt_cache *c, int64_t timeout_ns);

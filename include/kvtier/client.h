@@ -434,6 +434,26 @@ KVT_API int kvt_client_lookup_runs(kvt_client *cl, const kvt_page_key *keys,
 KVT_API int kvt_client_rates(kvt_client *cl,
 			     kvt_xfer_rate rates[KVT_TIER_COUNT][KVT_TIER_COUNT]);
 
+/** Bytes of a page-hash fingerprint (kvt_client_fingerprint()). */
+#define KVT_CLIENT_FP_BYTES 32
+/** Fingerprint schemes: whose page hashes a fingerprint describes. */
+#define KVT_CLIENT_FP_VLLM 1
+#define KVT_CLIENT_FP_SGLANG 2
+
+/** Publish a fingerprint of what determines this engine's page hashes
+ *  (FPRINT): for vLLM a one-way hash of its chain seed NONE_HASH (from
+ *  PYTHONHASHSEED), its prefix-caching hash algorithm, block size and
+ *  model — never the seed itself. The daemon keeps, per tenant, the
+ *  distinct fingerprints published (at most 8) and answers in *@others
+ *  how many of @scheme (1..255) differ from @fp: nonzero means engines of
+ *  this tenant whose page keys never match this one's (0 hits between
+ *  them). *@conflicts (optional) gets the tenant's conflict count
+ *  (kvtier_fingerprint_conflicts_total). A daemon too old for it answers
+ *  KVT_EPROTO. */
+KVT_API int kvt_client_fingerprint(kvt_client *cl, uint32_t scheme,
+				   const uint8_t fp[KVT_CLIENT_FP_BYTES],
+				   uint32_t *others, uint64_t *conflicts);
+
 /** Wait until the daemon's background demotion has settled
  *  (kvt_cache_quiesce(); for tests and benchmarks that want a settled
  *  state). Holds the client's socket meanwhile. */

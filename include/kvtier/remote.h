@@ -166,7 +166,8 @@ KVT_API int kvt_remote_open(kvt_remote **out, const char *spec,
 /** Close the connections and free the handle (NULL is fine). */
 KVT_API void kvt_remote_close(kvt_remote *r);
 
-/** Bytes of one stored value: header, sums and page. */
+/** Bytes of one stored value: header, sums and page (and the MAC trailer
+ *  with key=; a tenant's own key adds it where key= is not set). */
 KVT_API uint64_t kvt_remote_value_bytes(const kvt_remote *r);
 
 /**
@@ -221,6 +222,41 @@ KVT_API int kvt_remote_get(kvt_remote *r, const kvt_page_key *keys, size_t n,
 KVT_API int kvt_remote_set(kvt_remote *r, const kvt_page_key *keys, size_t n,
 			   const void *const *bufs, const uint64_t *sums,
 			   uint8_t *ok);
+
+/** No tenant of its own: the namespace's key (the spec's key=). */
+#define KVT_REMOTE_ANY_TENANT 0xffffffffu
+
+/**
+ * kvt_remote_tenant_key() - give tenant @tenant a MAC key of its own.
+ * @path: a key file as key= takes (at least 32 bytes, mode 600; else
+ *        KVT_ECONFIG); the tenant's key is derived from it and the
+ *        namespace as the namespace's is from key=.
+ *
+ * From then on kvt_remote_get_as() / kvt_remote_set_as() with @tenant
+ * write values under that key and accept only values with a valid MAC
+ * under it, even where the spec has no key=. Tenants that must not
+ * trust each other's nodes get different files, and a node holds only
+ * the files of the tenants it serves: it can then neither forge another
+ * tenant's pages nor have its values taken by another tenant. Tenants
+ * that share (the same salt, the same pages) name the same file; the
+ * spec's own key file gives the namespace's key (shared with tenants
+ * without one). Called again for @tenant: the key is replaced. Returns
+ * 0, KVT_ECONFIG, KVT_EFULL (4096 tenants), -EINVAL, -ENOMEM.
+ */
+KVT_API int kvt_remote_tenant_key(kvt_remote *r, uint32_t tenant,
+				  const char *path);
+
+/** kvt_remote_get() of tenant @tenant's values: verified under its own key
+ *  (kvt_remote_tenant_key()) when it has one, else the namespace's. A
+ *  value under another key is a bad value (counted, never served). */
+KVT_API int kvt_remote_get_as(kvt_remote *r, uint32_t tenant,
+			      const kvt_page_key *keys, size_t n,
+			      void *const *bufs, uint8_t *ok, uint64_t *sums);
+/** kvt_remote_set() of tenant @tenant's values (MAC'd under its key). */
+KVT_API int kvt_remote_set_as(kvt_remote *r, uint32_t tenant,
+			      const kvt_page_key *keys, size_t n,
+			      const void *const *bufs, const uint64_t *sums,
+			      uint8_t *ok);
 
 /** Counters since open. Pages are counted once per call that asks. */
 typedef struct kvt_remote_stat {

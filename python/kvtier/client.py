@@ -759,6 +759,26 @@ class Client(_Closable):
             _lib.libc.free(p)
         return json.loads(text)
 
+    FP_VLLM = 1     # fingerprint schemes (kvt_client_fingerprint)
+    FP_SGLANG = 2
+
+    def publish_fingerprint(self, scheme: int, fp: bytes) -> Tuple[int, int]:
+        """Publish a 32-byte fingerprint of what determines this engine's
+        page hashes (FPRINT; a one-way hash, never a seed) for this
+        client's tenant: (distinct fingerprints of @scheme the tenant's
+        engines published before that differ from @fp — nonzero: engines
+        whose page keys never match this one's —, the tenant's conflict
+        count)."""
+        fp = bytes(fp)
+        if len(fp) != 32:
+            raise ValueError(f"kvtier: a fingerprint is 32 bytes, not "
+                             f"{len(fp)}")
+        others, conflicts = c_uint32(), c_uint64()
+        _check(self._call(lib.kvt_client_fingerprint, scheme, fp,
+                          byref(others), byref(conflicts)),
+               "publish fingerprint")
+        return others.value, conflicts.value
+
     def rates(self) -> Dict[Tuple[str, str], Rate]:
         """The daemon's measured transfer rates, {(source tier, destination
         tier): Rate}; an engine's registered memory is "hbm", so loads

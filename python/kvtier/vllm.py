@@ -29,7 +29,12 @@ HOW IT MAPS
     set: engines that share a cache (or survive a restart) must all set
     the same PYTHONHASHSEED, so the scheduler side refuses to start
     without it (extra_config "require_hash_seed": false to allow a cache
-    only this process can hit). TP ranks are kept apart by the daemon
+    only this process can hit). At its first lookup it publishes a
+    fingerprint of what its hashes depend on (NONE_HASH, the hash
+    algorithm, block size, model: vllm_compat.hash_fingerprint; never the
+    seed) for its tenant, and warns once when the tenant's engines
+    published another: engines whose pages never match each other's
+    (the daemon counts it: kvtier_fingerprint_conflicts_total). TP ranks are kept apart by the daemon
     (each rank is its own root).
   * Scheduler side. get_num_new_matched_tokens() hashes nothing itself:
     it looks the request's keys up in the daemon (no touch: the call must
@@ -119,6 +124,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -353,6 +359,7 @@ class KvtierConnector(KVConnectorBase_V1):
         if isinstance(served, (list, tuple)):
             served = served[0] if served else None
         model = str(extra.get("model") or served or mc.model)
+        self._model = model
         self._salt = f"vllm|{tenant}|{self._ns}|{model}|" \
                      f"{extra.get('salt', '')}".encode()
         _compat.require_hash_seed(extra, role == KVConnectorRole.SCHEDULER)
@@ -409,6 +416,11 @@ class KvtierConnector(KVConnectorBase_V1):
         self._awaiting: Set[str] = set()   # reported by the workers yet
         self._waiting_since: Dict[str, float] = {}
         self._key_cache: Dict[str, Tuple[int, List[bytes]]] = {}
+        self._fp_sent = False      # fingerprint published on this connection
+        self._fp_off = False       # the daemon cannot take one
+        self._fp_warned = False
+        self._fp_tries = 0         # lookups without a seeded NONE_HASH
+        self.hash_conflicts = 0    # other engines' fingerprints that differ
         # worker state
         self._mem: Optional[Memory] = None
         self._register: Tuple[Any, ...] = ()
@@ -472,6 +484,7 @@ class KvtierConnector(KVConnectorBase_V1):
             return 0, False
         keys = self._keys(request)[:limit]
         r = self._lookup(keys)
+        self._check_fingerprint()
         if r is None:
             return 0, False
         if self._decider is None:
@@ -541,6 +554,7 @@ class KvtierConnector(KVConnectorBase_V1):
                 self._client = self._connect()
                 log.warning("kvtier.vllm: reconnected to the daemon")
                 self._down_since = None
+                self._fp_sent = False   # a new daemon: publish again
             except KvtierError as e:
                 self._down_since = time.monotonic()
                 log.debug("kvtier.vllm: reconnect failed: %s", e)
@@ -554,6 +568,56 @@ class KvtierConnector(KVConnectorBase_V1):
             log.error("kvtier.vllm: lookup failed, serving without the "
                       "cache (reconnect in %.0f s): %s", _RECONNECT_S, e)
             return None
+
+    def _check_fingerprint(self) -> None:
+        """Once per connection, at a lookup: publish the fingerprint of
+        what determines this engine's block hashes (PYTHONHASHSEED through
+        NONE_HASH, the hash algorithm, block size, model:
+        vllm_compat.hash_fingerprint) and warn once when other engines of
+        this tenant published different ones: their pages and this one's
+        never match. Counted by the daemon
+        (kvtier_fingerprint_conflicts_total) and in self.hash_conflicts."""
+        if self._fp_sent or self._fp_off or self._down_since is not None:
+            return
+        fp = _compat.hash_fingerprint(self._vllm_config.cache_config,
+                                      self._model)
+        if fp is None:  # the engine core has not seeded its hashes yet
+            self._fp_tries += 1
+            if self._fp_tries >= 100:
+                self._fp_off = True
+                log.warning("kvtier.vllm: this vLLM has no seeded "
+                            "vllm.v1.core.kv_cache_utils.NONE_HASH after "
+                            "100 lookups: engines with different hash "
+                            "seeds sharing the daemon will not be noticed")
+            return
+        self._fp_sent = True
+        try:
+            others, _ = self._client.publish_fingerprint(Client.FP_VLLM, fp)
+        except KvtierError as e:
+            # a daemon that predates FPRINT: never again on this connector
+            self._fp_off = True
+            self._note_down(e)
+            log.warning("kvtier.vllm: could not publish the block-hash "
+                        "fingerprint (an older daemon?): engines with "
+                        "different hash seeds will not be noticed: %s", e)
+            return
+        self.hash_conflicts = others
+        if others and not self._fp_warned:
+            self._fp_warned = True
+            log.warning(
+                "kvtier.vllm: %d other engine(s) of tenant %s in namespace "
+                "%r published a different block-hash fingerprint: their "
+                "pages and this engine's never match (0 hits between "
+                "them). vLLM's block hashes depend on PYTHONHASHSEED "
+                "(here: %s), the prefix-caching hash algorithm (here: %s), "
+                "the block size (%d) and the model (%s): give every engine "
+                "sharing the daemon the same (kvtier_fingerprint_conflicts_"
+                "total counts this)", others, self._tenant, self._ns,
+                "set" if os.environ.get("PYTHONHASHSEED") is not None
+                else "unset, random per process",
+                getattr(self._vllm_config.cache_config,
+                        "prefix_caching_hash_algo", "sha256"),
+                self._block_size, self._model)
 
     def update_state_after_alloc(self, request: Any, blocks: Any,
                                  num_external_tokens: int) -> None:

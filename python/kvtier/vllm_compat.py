@@ -22,11 +22,13 @@ construct a connector with (vllm_config, role): both are handled too.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any, Iterable, List, Optional, Set
 
 __all__ = ["preempted_ids", "resumed_ids", "check_kv_cache_config",
            "block_ids", "publishable_blocks", "require_hash_seed",
+           "hash_fingerprint",
            "kv_dtype_config"]
 
 
@@ -128,6 +130,37 @@ def require_hash_seed(extra: dict, role_is_scheduler: bool) -> None:
             "restart) can hit this cache. Set the same PYTHONHASHSEED for "
             "every vLLM sharing the daemon, or set "
             "\"require_hash_seed\": false")
+
+
+def hash_fingerprint(cache_config: Any, model: str) -> Optional[bytes]:
+    """A 32-byte fingerprint of what determines this vLLM's block hashes,
+    or None when the engine's chain seed is not set yet (vLLM sets it
+    when its engine core starts, after the scheduler and its connector).
+
+    vLLM names block i hash_fn((hash of block i-1, block i's tokens,
+    extra keys)), the chain rooted at NONE_HASH = hash_fn(PYTHONHASHSEED)
+    (vllm/v1/core/kv_cache_utils.py, init_none_hash: os.urandom(32)
+    without the variable), hash_fn chosen by --prefix-caching-hash-algo.
+    So two engines give the same hashes for the same tokens exactly when
+    NONE_HASH, the algorithm and the block size agree; kvtier's keys add
+    the model (the connector's salt). The fingerprint is keyed BLAKE2b of
+    those: it names no seed (NONE_HASH is itself a hash of it), and the
+    same inputs give the same fingerprint in every process."""
+    try:
+        from vllm.v1.core import kv_cache_utils
+        seed_hash = getattr(kv_cache_utils, "NONE_HASH", None)
+    except ImportError:
+        return None
+    if seed_hash is None or seed_hash in (b"", 0):
+        return None
+    from .keys import _hash_bytes
+    algo = str(getattr(cache_config, "prefix_caching_hash_algo", "sha256"))
+    h = hashlib.blake2b(digest_size=32, key=b"kvtier vllm block hashes v1")
+    for part in (algo.encode(), _hash_bytes(seed_hash),
+                 str(int(cache_config.block_size)).encode(),
+                 model.encode()):
+        h.update(len(part).to_bytes(4, "little") + part)
+    return h.digest()
 
 
 def ids_of(x: Optional[Iterable[str]]) -> Set[str]:

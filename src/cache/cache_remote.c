@@ -322,8 +322,8 @@ static void write_entry(struct cremote *cr, const struct wentry *e)
 			ks[m] = e->keys[s + i];
 			bufs[m++] = cr->wbuf + i * cr->page;
 		}
-		got = m ? kvt_remote_set(cr->rw, ks, m, bufs, NULL, cr->wok) :
-			  0;
+		got = m ? kvt_remote_set_as(cr->rw, e->tenant, ks, m, bufs,
+					    NULL, cr->wok) : 0;
 		if (got > 0) { /* what it took is there now */
 			uint64_t now = kvt_now_ns();
 
@@ -407,6 +407,21 @@ static void remote_stored(void *arg, uint32_t tenant, const kvt_page_key *keys,
 	kvt_free(e);
 }
 
+int kvt_cache_remote_tenant_key(kvt_cache *c, uint32_t tenant,
+				const char *path)
+{
+	struct cremote *cr = kvti_cache_ext_arg(c, &remote_ext);
+	int err;
+
+	if (!cr)
+		return kvti_fail(KVT_ENOTFOUND, "cache: no remote tier (a "
+				 "tenant key needs one)");
+	/* the two handles that move values: prefetches and write-through */
+	if ((err = kvt_remote_tenant_key(cr->r, tenant, path)))
+		return err;
+	return kvt_remote_tenant_key(cr->rw, tenant, path);
+}
+
 int kvt_cache_remote_flush(kvt_cache *c, int64_t timeout_ns)
 {
 	struct cremote *cr = kvti_cache_ext_arg(c, &remote_ext);
@@ -477,7 +492,8 @@ static int fetch_run(struct cremote *cr, uint32_t tenant,
 		size_t cnt = KVT_MIN(batch, nkeys - s), lead = 0;
 		kvt_cache_job *j;
 
-		kvt_remote_get(cr->r, keys + s, cnt, bufs, cr->ok, NULL);
+		kvt_remote_get_as(cr->r, tenant, keys + s, cnt, bufs, cr->ok,
+				  NULL);
 		known_learn(cr, keys + s, cnt, cr->ok);
 		while (lead < cnt && cr->ok[lead])
 			lead++;

@@ -321,65 +321,6 @@ void kvti_remote_fmt(struct kvti_rfmt *f, const kvt_geom *g, const char *ns)
 	f->mac = 0;
 }
 
-void kvti_remote_fmt_key(struct kvti_rfmt *f, const void *secret, size_t len,
-			 const char *ns)
-{
-	static const char dom[] = "kvtier remote value mac v2";
-	uint8_t master[32];
-	crypto_generichash_state st;
-
-	/* the secret (any length) to 32 bytes, then one key per namespace */
-	crypto_generichash(master, sizeof(master), secret, len, NULL, 0);
-	crypto_generichash_init(&st, master, sizeof(master), sizeof(f->key));
-	crypto_generichash_update(&st, (const uint8_t *)dom, sizeof(dom));
-	crypto_generichash_update(&st, (const uint8_t *)ns, strlen(ns) + 1);
-	crypto_generichash_final(&st, f->key, sizeof(f->key));
-	sodium_memzero(master, sizeof(master));
-	f->mac = 1;
-}
-
-/* The value's one-time Poly1305 key: keyed BLAKE2b of its header and its
- * nonce (a nonce is never reused, so neither is a one-time key). */
-static void mac_otk(const struct kvti_rfmt *f, const uint8_t *v,
-		    const uint8_t *nonce, uint8_t *otk)
-{
-	crypto_generichash_state st;
-
-	crypto_generichash_init(&st, f->key, sizeof(f->key),
-				crypto_onetimeauth_KEYBYTES);
-	crypto_generichash_update(&st, v, KVT_REMOTE_HDR);
-	crypto_generichash_update(&st, nonce, KVTI_RMAC_NONCE);
-	crypto_generichash_final(&st, otk, crypto_onetimeauth_KEYBYTES);
-}
-
-void kvti_remote_mac_write(const struct kvti_rfmt *f, uint8_t *v)
-{
-	uint64_t body = kvti_remote_head_bytes(f) + f->page_bytes;
-	uint8_t otk[crypto_onetimeauth_KEYBYTES];
-
-	randombytes_buf(v + body, KVTI_RMAC_NONCE);
-	mac_otk(f, v, v + body, otk);
-	/* everything before the tag: header, sums, page, nonce */
-	crypto_onetimeauth(v + body + KVTI_RMAC_NONCE, v,
-			   body + KVTI_RMAC_NONCE, otk);
-	sodium_memzero(otk, sizeof(otk));
-}
-
-int kvti_remote_mac_check(const struct kvti_rfmt *f, const void *value)
-{
-	const uint8_t *v = value;
-	uint64_t body = kvti_remote_head_bytes(f) + f->page_bytes;
-	uint8_t otk[crypto_onetimeauth_KEYBYTES];
-	int bad;
-
-	mac_otk(f, v, v + body, otk);
-	bad = crypto_onetimeauth_verify(v + body + KVTI_RMAC_NONCE, v,
-					body + KVTI_RMAC_NONCE, otk);
-	sodium_memzero(otk, sizeof(otk));
-	return bad ? KVT_ECORRUPT : 0;
-}
-
-/* XXH3-64 of the header's first 56 bytes and the sums. */
 static uint64_t head_sum(const struct kvti_rfmt *f, const uint8_t *h)
 {
 	XXH3_state_t st;
@@ -465,49 +406,6 @@ int kvti_remote_value_take(const struct kvti_rfmt *f, const void *v,
 
 /* ---- open and close ----------------------------------------------------- */
 
-/* key=PATH: at least 32 bytes no one but the owner may read; the
- * namespace's MAC key from it. No key: a loud warning, once per handle. */
-static int load_key(kvt_remote *r)
-{
-	char *buf = NULL;
-	struct stat st;
-	size_t len = 0;
-	int err;
-
-	if (sodium_init() < 0)
-		return kvti_fail(-ENOSYS, "remote: libsodium would not start");
-	if (!r->spec.keyfile[0]) {
-		kvti_warn("remote: %s:%d: no key= in the remote spec: values "
-			  "are not authenticated, so anyone who can write to "
-			  "this Redis can make this node serve forged KV pages "
-			  "(docs/REMOTE.md, \"Trust\")", r->spec.seeds[0].host,
-			  r->spec.seeds[0].port);
-		return 0;
-	}
-	if (stat(r->spec.keyfile, &st))
-		return kvti_fail(KVT_ECONFIG, "remote: key file %s: %s",
-				 r->spec.keyfile, strerror(errno));
-	if (st.st_mode & 077)
-		return kvti_fail(KVT_ECONFIG, "remote: key file %s is readable "
-				 "or writable by others (mode %03o): chmod 600 "
-				 "it", r->spec.keyfile,
-				 (unsigned)(st.st_mode & 0777));
-	if ((err = kvti_read_file(r->spec.keyfile, 4096, &buf, &len)))
-		return kvti_fail(KVT_ECONFIG, "remote: key file %s: %s",
-				 r->spec.keyfile, kvti_file_strerror(err));
-	if (len < 32) {
-		sodium_memzero(buf, len);
-		kvt_free(buf);
-		return kvti_fail(KVT_ECONFIG, "remote: key file %s has %zu "
-				 "bytes, at least 32 are needed (e.g. head -c 32 "
-				 "/dev/urandom)", r->spec.keyfile, len);
-	}
-	kvti_remote_fmt_key(&r->fmt, buf, len, r->spec.ns);
-	sodium_memzero(buf, len);
-	kvt_free(buf);
-	return 0;
-}
-
 int kvt_remote_open(kvt_remote **out, const char *spec, const kvt_geom *g)
 {
 	kvt_remote *r;
@@ -527,7 +425,7 @@ int kvt_remote_open(kvt_remote **out, const char *spec, const kvt_geom *g)
 		kvti_strlcpy(r->spec.ns, r->g.name[0] ? r->g.name : "default",
 			     sizeof(r->spec.ns));
 	kvti_remote_fmt(&r->fmt, &r->g, r->spec.ns);
-	if ((err = load_key(r)))
+	if ((err = kvti_remote_load_key(r)))
 		goto err_free;
 	r->value_bytes = kvti_remote_value_len(&r->fmt);
 	r->window_bytes = r->spec.window;
@@ -536,7 +434,9 @@ int kvt_remote_open(kvt_remote **out, const char *spec, const kvt_geom *g)
 		goto err_free;
 	}
 	err = -ENOMEM;
-	if (!(r->scratch = kvt_malloc(r->value_bytes)) ||
+	/* room for a MAC: a tenant's own key may add one (mac.c) */
+	if (!(r->scratch = kvt_malloc(r->value_bytes +
+				      (r->fmt.mac ? 0 : KVTI_RMAC_BYTES))) ||
 	    !(r->lsums = kvt_malloc(8ull * r->fmt.nsums)))
 		goto err_mutex;
 	if (r->spec.cluster) {
@@ -583,6 +483,7 @@ void kvt_remote_close(kvt_remote *r)
 	kvt_free(r->slots);
 	kvt_free(r->scratch);
 	kvt_free(r->lsums);
+	kvti_remote_tkeys_free(r);
 	kvt_free(r);
 }
 
@@ -611,6 +512,8 @@ enum { OP_EXISTS, OP_GET, OP_SET };
 struct batch {
 	int op;
 	size_t n;
+	uint32_t tenant;           /* whose MAC key (get, set) */
+	struct kvti_rfmt f;        /* its values' format (run(), under mu) */
 	const kvt_page_key *keys;
 	void *const *dst;          /* get */
 	const void *const *src;    /* set */
@@ -665,20 +568,20 @@ static int append(kvt_remote *r, struct batch *b, size_t i, int nd)
 	} else {
 		const uint8_t *page = b->src[i];
 		const uint64_t *sums = b->in_sums ?
-			b->in_sums + i * r->fmt.nsums : r->lsums;
+			b->in_sums + i * b->f.nsums : r->lsums;
 
 		if (!b->in_sums)
-			for (uint32_t l = 0; l < r->fmt.nsums; l++)
+			for (uint32_t l = 0; l < b->f.nsums; l++)
 				r->lsums[l] = XXH3_64bits(page + l *
-							   r->fmt.layer_bytes,
-							   r->fmt.layer_bytes);
-		kvti_remote_head_write(&r->fmt, &b->keys[i], sums, r->scratch);
-		memcpy(r->scratch + kvti_remote_head_bytes(&r->fmt), page,
-		       r->fmt.page_bytes);
-		if (r->fmt.mac)
-			kvti_remote_mac_write(&r->fmt, r->scratch);
+							   b->f.layer_bytes,
+							   b->f.layer_bytes);
+		kvti_remote_head_write(&b->f, &b->keys[i], sums, r->scratch);
+		memcpy(r->scratch + kvti_remote_head_bytes(&b->f), page,
+		       b->f.page_bytes);
+		if (b->f.mac)
+			kvti_remote_mac_write(&b->f, r->scratch);
 		av[0] = "SET", al[0] = 3;
-		av[2] = (const char *)r->scratch, al[2] = r->value_bytes;
+		av[2] = (const char *)r->scratch, al[2] = kvti_remote_value_len(&b->f);
 		ac = 3;
 		if (r->spec.ttl_ms) {
 			snprintf(px, sizeof(px), "%llu",
@@ -691,7 +594,7 @@ static int append(kvt_remote *r, struct batch *b, size_t i, int nd)
 	if (redisAppendCommandArgv(c, ac, av, al) != REDIS_OK)
 		return -EIO;
 	if (b->op == OP_SET)
-		r->st.bytes_written += r->value_bytes;
+		r->st.bytes_written += kvti_remote_value_len(&b->f);
 	return 0;
 }
 
@@ -759,14 +662,14 @@ static void take_reply(kvt_remote *r, struct batch *b, size_t i, int nd,
 			break;
 		}
 		r->st.bytes_read += rep->len;
-		if (kvti_remote_head_check(&r->fmt, &b->keys[i], rep->str,
+		if (kvti_remote_head_check(&b->f, &b->keys[i], rep->str,
 					   rep->len, &why) ||
-		    (why = "MAC", r->fmt.mac &&
-		     kvti_remote_mac_check(&r->fmt, rep->str)) ||
+		    (why = "MAC", b->f.mac &&
+		     kvti_remote_mac_check(&b->f, rep->str)) ||
 		    (why = "page checksum",
-		     kvti_remote_value_take(&r->fmt, rep->str, b->dst[i],
+		     kvti_remote_value_take(&b->f, rep->str, b->dst[i],
 					    b->out_sums ? b->out_sums + i *
-					    r->fmt.nsums : NULL))) {
+					    b->f.nsums : NULL))) {
 			char name[KVTI_RKEY_MAX];
 
 			kvti_printable(name, sizeof(name), b->names[i],
@@ -926,6 +829,7 @@ static int run(kvt_remote *r, struct batch *b)
 		b->res[i] = 0;
 	}
 	pthread_mutex_lock(&r->mu);
+	kvti_remote_fmt_for(r, b->tenant, &b->f);
 	if (r->spec.cluster && r->refresh &&
 	    t0 - r->refresh_ns >= KVTI_RREFRESH_NS)
 		kvti_remote_refresh(r);
@@ -978,7 +882,8 @@ static int check_args(kvt_remote *r, const kvt_page_key *keys, size_t n,
 int kvt_remote_exists(kvt_remote *r, const kvt_page_key *keys, size_t n,
 		      size_t *leading, uint8_t *present)
 {
-	struct batch b = { .op = OP_EXISTS, .n = n, .keys = keys };
+	struct batch b = { .op = OP_EXISTS, .n = n,
+			   .tenant = KVT_REMOTE_ANY_TENANT, .keys = keys };
 	uint8_t *res = present;
 	int err;
 
@@ -1002,8 +907,17 @@ int kvt_remote_exists(kvt_remote *r, const kvt_page_key *keys, size_t n,
 int kvt_remote_get(kvt_remote *r, const kvt_page_key *keys, size_t n,
 		   void *const *bufs, uint8_t *ok, uint64_t *sums)
 {
-	struct batch b = { .op = OP_GET, .n = n, .keys = keys, .dst = bufs,
-			   .res = ok, .out_sums = sums };
+	return kvt_remote_get_as(r, KVT_REMOTE_ANY_TENANT, keys, n, bufs, ok,
+				 sums);
+}
+
+int kvt_remote_get_as(kvt_remote *r, uint32_t tenant,
+		      const kvt_page_key *keys, size_t n, void *const *bufs,
+		      uint8_t *ok, uint64_t *sums)
+{
+	struct batch b = { .op = OP_GET, .n = n, .tenant = tenant,
+			   .keys = keys, .dst = bufs, .res = ok,
+			   .out_sums = sums };
 	int err;
 
 	if ((err = check_args(r, keys, n, ok, (const void *const *)bufs,
@@ -1017,8 +931,18 @@ int kvt_remote_get(kvt_remote *r, const kvt_page_key *keys, size_t n,
 int kvt_remote_set(kvt_remote *r, const kvt_page_key *keys, size_t n,
 		   const void *const *bufs, const uint64_t *sums, uint8_t *ok)
 {
-	struct batch b = { .op = OP_SET, .n = n, .keys = keys, .src = bufs,
-			   .in_sums = sums, .res = ok };
+	return kvt_remote_set_as(r, KVT_REMOTE_ANY_TENANT, keys, n, bufs, sums,
+				 ok);
+}
+
+int kvt_remote_set_as(kvt_remote *r, uint32_t tenant,
+		      const kvt_page_key *keys, size_t n,
+		      const void *const *bufs, const uint64_t *sums,
+		      uint8_t *ok)
+{
+	struct batch b = { .op = OP_SET, .n = n, .tenant = tenant,
+			   .keys = keys, .src = bufs, .in_sums = sums,
+			   .res = ok };
 	int err;
 
 	if ((err = check_args(r, keys, n, bufs, bufs, "set")))

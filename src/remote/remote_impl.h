@@ -4,6 +4,8 @@
  *
  *   remote.c   spec parser, value codec, connections, the batch engine
  *              (group by node, pipeline, redirects), open/close/stat
+ *   mac.c      key files, MAC keys (the namespace's, per tenant), the
+ *              values' MAC
  *   cluster.c  CRC16 and hash slots, CLUSTER SLOTS, MOVED/ASK parsing
  *
  * Locking: one mutex per handle (kvt_remote.mu) guards everything below
@@ -26,6 +28,7 @@
 #define KVTI_RREFRESH_NS 100000000ull /* slot map reloads at most every */
 #define KVTI_RBACKOFF_NS 100000000ull /* no reconnect to a failed node for */
 #define KVTI_RWINDOW_BYTES (16ull << 20) /* default window= */
+#define KVTI_RTKEYS_MAX 4096  /* tenant keys one handle holds */
 
 /* ---- the spec --------------------------------------------------------- */
 
@@ -76,6 +79,13 @@ void kvti_remote_fmt(struct kvti_rfmt *f, const kvt_geom *g, const char *ns);
  * keyed BLAKE2b of the namespace, so each namespace has its own. */
 void kvti_remote_fmt_key(struct kvti_rfmt *f, const void *secret, size_t len,
 			 const char *ns);
+/* The spec's key= (or the warning that there is none): into r->fmt. */
+int kvti_remote_load_key(kvt_remote *r);
+/* The format of tenant @tenant's values: r->fmt with the tenant's own
+ * key when it has one (KVT_REMOTE_ANY_TENANT: r->fmt). r->mu held. */
+void kvti_remote_fmt_for(const kvt_remote *r, uint32_t tenant,
+			 struct kvti_rfmt *f);
+void kvti_remote_tkeys_free(kvt_remote *r);
 /* Bytes before the page: the header and L sums. */
 static inline uint64_t kvti_remote_head_bytes(const struct kvti_rfmt *f)
 {
@@ -119,6 +129,11 @@ struct kvti_rnode {
 	size_t *q;
 };
 
+struct kvti_rtkey {
+	uint32_t tenant;
+	uint8_t key[32];
+};
+
 struct kvt_remote {
 	pthread_mutex_t mu;
 	struct kvti_rspec spec;
@@ -133,6 +148,8 @@ struct kvt_remote {
 	uint64_t window_bytes; /* values in flight per node, 0: all */
 	uint8_t *scratch;      /* one value being built by set */
 	uint64_t *lsums;       /* its layer sums (L) */
+	struct kvti_rtkey *tkeys; /* per-tenant MAC keys (mac.c) */
+	size_t ntkeys, captkeys;
 	kvt_remote_stat st;
 };
 

@@ -898,6 +898,39 @@ int kvt_client_stats(kvt_client *cl, char **json)
 	return err;
 }
 
+int kvt_client_fingerprint(kvt_client *cl, uint32_t scheme,
+			   const uint8_t fp[KVT_CLIENT_FP_BYTES],
+			   uint32_t *others, uint64_t *conflicts)
+{
+	kvtd_rd rd;
+	uint32_t o = 0;
+	uint64_t n = 0;
+	int err;
+
+	kvti_errclear();
+	if (!cl || !fp || !scheme || scheme > KVTD_FP_SCHEMES)
+		return kvti_fail(-EINVAL, "client fingerprint: bad arguments "
+				 "(scheme %u: 1..%d)", scheme, KVTD_FP_SCHEMES);
+	pthread_mutex_lock(&cl->mu);
+	kvti_client_begin(cl, KVTD_MSG_FPRINT);
+	kvtd_put_u32(&cl->out, scheme);
+	kvtd_put_bytes(&cl->out, fp, KVTD_FP_BYTES);
+	err = kvti_client_rpc(cl, NULL, 0, &rd);
+	if (!err) {
+		o = kvtd_get_u32(&rd);
+		n = kvtd_get_u64(&rd);
+		err = kvti_client_body_end(&rd);
+	}
+	pthread_mutex_unlock(&cl->mu);
+	if (!err) {
+		if (others)
+			*others = o;
+		if (conflicts)
+			*conflicts = n;
+	}
+	return err;
+}
+
 int kvt_client_quiesce(kvt_client *cl)
 {
 	kvtd_rd rd;

@@ -4,7 +4,8 @@
  *   accept (daemon.c) --> kvti_conn_main():
  *     kvtd_recv (io.c: header, fds, payload) --> kvtd_req_decode (proto.c,
  *     total) --> serve_one(): HELLO here, REGISTER mem.c, LOAD/STORE/
- *     CANCEL/RELEASE job.c, HASH / LOOKUP / STATS / QUIESCE here
+ *     CANCEL/RELEASE job.c, FPRINT fprint.c, HASH / LOOKUP / STATS /
+ *     QUIESCE here
  *     --> exactly one reply per request, in order
  *   EOF, a header it cannot read, a send that fails --> kvti_conn_free()
  *
@@ -384,6 +385,17 @@ static int serve_one(struct conn *c, const kvtd_hdr *h, const int *fds,
 				}
 		}
 		kvt_free(rt);
+		return kvti_reply_send(c, NULL, 0);
+	}
+	case KVTD_MSG_FPRINT: {
+		uint32_t others;
+		uint64_t conflicts;
+
+		kvti_fprint_publish(c, q.u.fprint.scheme, q.u.fprint.fp,
+				    &others, &conflicts);
+		kvti_reply_begin(c, h, 0);
+		kvtd_put_u32(&c->out, others);
+		kvtd_put_u64(&c->out, conflicts);
 		return kvti_reply_send(c, NULL, 0);
 	}
 	case KVTD_MSG_STATS: {

@@ -17,6 +17,8 @@
  *   job.c     LOAD / STORE / CANCEL / RELEASE: jobs in job slots, their
  *             progress on the shared page, the remote prefetch a LOOKUP
  *             starts.
+ *   fprint.c  FPRINT: the engines' page-hash fingerprints per tenant,
+ *             conflicts counted and logged.
  *
  * THE OBJECTS
  *
@@ -34,9 +36,11 @@
  * thread that uses it)
  *
  *   d->mu     d->conns, d->nconns, d->next_id, d->stopping, d->registered,
- *             d->refused_ns, each conn's @next; each conn's @hello,
- *             @monitor and @t are written under it (admission counts them;
- *             the conn's own thread reads them without it); d->cv is
+ *             d->refused_ns, each tenant's fingerprints (@fps, @nfp,
+ *             @fp_warned, @fp_conflicts), each conn's @next; each
+ *             conn's @hello, @monitor and @t are written under it
+ *             (admission counts them; the conn's own thread reads them
+ *             without it); d->cv is
  *             signalled when nconns drops and at stop. Taken before any
  *             c->mu (the reaper, close).
  *   c->mu     c->jobs[] and c->njobs as the reaper and close read them;
@@ -72,6 +76,7 @@
 #define MAX_TENANTS 64
 #define MAX_IDS 16
 #define MAX_GROUPS 64 /* a peer's supplementary groups looked at */
+#define KVTI_FP_KEEP 8 /* distinct fingerprints kept per tenant (FPRINT) */
 
 /* Admission (tenant.c): connections not past HELLO per uid; monitors in
  * all and per uid; a uid other than root holds at most UID_SHARE_NUM /
@@ -95,8 +100,19 @@ struct tenant {
 					   may register in all */
 	_Atomic uint64_t mem_used;      /* registered now (mem.c) */
 	uint64_t quota[KVT_TIER_COUNT]; /* bytes per owned tier; 0: none */
+	char rkey[256];                 /* rkey=PATH: its own remote MAC key
+					   file ("": the namespace's key) */
 	uint64_t evicted[KVT_TIER_COUNT]; /* collect(): evictions seen */
 	kvtd_mtenant *mt;
+	/* FPRINT (fprint.c; d->mu): the distinct fingerprints its engines
+	 * published, first come first kept, at most KVTI_FP_KEEP */
+	struct {
+		uint32_t scheme;
+		uint8_t fp[KVTD_FP_BYTES];
+	} fps[KVTI_FP_KEEP];
+	int nfp;
+	int fp_warned;                  /* its first conflict was logged */
+	uint64_t fp_conflicts;          /* new fingerprints that differed */
 };
 
 struct conn;
@@ -234,6 +250,17 @@ static inline uint32_t kvti_itenant(const kvtd *d, int ti, uint32_t rank)
 {
 	return 1 + (uint32_t)ti * d->g->tp_size + rank;
 }
+
+/* ---- fprint.c ---------------------------------------------------------- */
+
+/* FPRINT of @c: record fingerprint @fp of @scheme for c's tenant; *@others
+ * gets how many distinct fingerprints of @scheme it published before that
+ * differ (0: all agree), *@conflicts the tenant's conflicts so far. A new
+ * fingerprint that differs is a conflict: counted
+ * (kvtier_fingerprint_conflicts_total), the tenant's first logged at
+ * warning level. */
+void kvti_fprint_publish(struct conn *c, uint32_t scheme, const uint8_t *fp,
+			 uint32_t *others, uint64_t *conflicts);
 
 /* ---- conn.c ------------------------------------------------------------ */
 

@@ -213,6 +213,11 @@ void kvtd_metrics_miss(kvtd_metrics *m, kvtd_mtenant *t, uint64_t pages)
 	add(&BLOCK(m, t)->misses, pages);
 }
 
+void kvtd_metrics_fp_conflict(kvtd_metrics *m, kvtd_mtenant *t)
+{
+	add(&BLOCK(m, t)->fpconf, 1);
+}
+
 void kvtd_metrics_read_failure(kvtd_metrics *m, kvtd_mtenant *t,
 			       kvt_tier_kind tier, uint64_t pages)
 {

@@ -193,6 +193,9 @@ void kvtd_metrics_hit(kvtd_metrics *m, kvtd_mtenant *t, kvt_tier_kind tier,
 		      uint64_t pages);
 /** Pages a LOOKUP asked for and no tier holds (kvtier_misses_total). */
 void kvtd_metrics_miss(kvtd_metrics *m, kvtd_mtenant *t, uint64_t pages);
+/** An engine published a page-hash fingerprint (FPRINT) that differs
+ *  from one its tenant published before (kvtier_fingerprint_conflicts_total). */
+void kvtd_metrics_fp_conflict(kvtd_metrics *m, kvtd_mtenant *t);
 /** Pages a LOAD could not read from @tier although it held them: I/O error,
  *  checksum, gone meanwhile (kvtier_read_failures_total). Not a miss. */
 void kvtd_metrics_read_failure(kvtd_metrics *m, kvtd_mtenant *t,

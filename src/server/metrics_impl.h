@@ -52,6 +52,7 @@ struct kvtd_mtenant {
 	char name[KVTD_METRICS_NAME_MAX + 1];
 	actr hits[NTU], read_fail[NTU], evict[NTU], demote[NTU], csum[NTU];
 	actr misses;
+	actr fpconf;                      /* fingerprint conflicts (FPRINT) */
 	actr bytes[KVTD_END_COUNT][KVTD_END_COUNT]; /* [from][to] */
 	actr lease[KVTD_LEASE_END_COUNT];
 	actr perr[KVTD_PERR_COUNT];
@@ -91,6 +92,7 @@ struct snap_tenant {
 	int node;
 	uint64_t hits[NTU], read_fail[NTU], evict[NTU], demote[NTU], csum[NTU];
 	uint64_t misses;
+	uint64_t fpconf;
 	uint64_t bytes[KVTD_END_COUNT][KVTD_END_COUNT];
 	uint64_t lease[KVTD_LEASE_END_COUNT];
 	uint64_t perr[KVTD_PERR_COUNT];

@@ -88,6 +88,7 @@ static void json_tenant(struct jb *j, cJSON *arr, const struct snap *s,
 	if (!cJSON_AddStringToObject(o, "name", t->name))
 		j->ok = 0;
 	jnum(j, o, "misses", (double)t->misses);
+	jnum(j, o, "fingerprint_conflicts", (double)t->fpconf);
 	x = jobj(j, o, "tiers");
 	for (int k = 0; x && k < NTU; k++) {
 		if (!(s->tiers & (1u << k)))

@@ -52,6 +52,7 @@ static void snap_block(struct snap_tenant *s, kvtd_mtenant *b)
 	s->pages_set = atomic_load_explicit(&b->pages_set,
 					    memory_order_relaxed);
 	any |= s->misses = ld(&b->misses);
+	any |= s->fpconf = ld(&b->fpconf);
 	for (int i = 0; i < KVTD_END_COUNT; i++)
 		for (int j = 0; j < KVTD_END_COUNT; j++)
 			any |= s->bytes[i][j] = ld(&b->bytes[i][j]);

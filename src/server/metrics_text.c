@@ -280,6 +280,14 @@ static void text_tenants(struct sb *b, const struct snap *s)
 		if (kvti_metrics_shown(&s->t[i], s->t[i].misses))
 			sample_t(b, "kvtier_misses_total", &s->t[i], "",
 				 s->t[i].misses);
+	family(b, "kvtier_fingerprint_conflicts_total", "counter",
+	       "Engines of a tenant that published page-hash fingerprints "
+	       "differing from one already published: their pages never "
+	       "match.");
+	for (int i = 0; i < s->nt; i++)
+		if (kvti_metrics_shown(&s->t[i], s->t[i].fpconf))
+			sample_t(b, "kvtier_fingerprint_conflicts_total",
+				 &s->t[i], "", s->t[i].fpconf);
 	tier_family(b, s, "kvtier_read_failures_total",
 		    "Pages a tier held but a load could not read (not misses).",
 		    offsetof(struct snap_tenant, read_fail));

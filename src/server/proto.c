@@ -22,6 +22,7 @@ static const char *op_names[] = {
 	[KVTD_MSG_RATES] = "RATES",
 	[KVTD_MSG_REGISTER_ROWS] = "REGISTER_ROWS",
 	[KVTD_MSG_WAITS] = "WAITS",
+	[KVTD_MSG_FPRINT] = "FPRINT",
 };
 
 const char *kvtd_msg_name(uint16_t op)
@@ -260,6 +261,15 @@ int kvtd_req_decode(const uint8_t *buf, size_t len, kvtd_req *q)
 		q->u.job.keys = get_array(&r, q->u.job.nkeys, 16);
 		q->u.job.blocks = get_array(&r, q->u.job.nkeys -
 					    q->u.job.first, 4);
+		break;
+	case KVTD_MSG_FPRINT:
+		q->u.fprint.scheme = kvtd_get_u32(&r);
+		q->u.fprint.fp = kvtd_get_bytes(&r, KVTD_FP_BYTES);
+		if (!r.err && (!q->u.fprint.scheme ||
+			       q->u.fprint.scheme > KVTD_FP_SCHEMES))
+			return kvti_fail(KVT_EPROTO, "protocol: FPRINT of "
+					 "scheme %u (1..%d)",
+					 q->u.fprint.scheme, KVTD_FP_SCHEMES);
 		break;
 	case KVTD_MSG_STATS:
 	case KVTD_MSG_QUIESCE:

@@ -84,6 +84,14 @@
  *              (WAIT WORDS below), before the connection's first job
  *     reply    (none): from now on the daemon writes each slot's stream
  *              value into word[slot] too
+ *   FPRINT     u32 scheme (1..255: which engine's hashes), u8 fp[32]: a
+ *              fingerprint of what determines the engine's page hashes
+ *              (its hash seed, algorithm, page size, model; never the
+ *              seed itself), kept per tenant (fprint.c)
+ *     reply    u32 others: distinct fingerprints of @scheme this tenant
+ *              published before that differ from @fp (0: all agree;
+ *              at most KVTI_FP_KEEP), u64 conflicts: the tenant's
+ *              fingerprint conflicts so far
  *
  * JOB SLOTS (the HELLO memfd; written by the daemon only)
  *
@@ -190,8 +198,13 @@ enum kvtd_msg {
 	KVTD_MSG_RATES = 15,
 	KVTD_MSG_REGISTER_ROWS = 16,
 	KVTD_MSG_WAITS = 17,
-	KVTD_MSG_MAX = 17,
+	KVTD_MSG_FPRINT = 18,
+	KVTD_MSG_MAX = 18,
 };
+
+/* FPRINT: a fingerprint of what determines an engine's page hashes */
+#define KVTD_FP_BYTES 32
+#define KVTD_FP_SCHEMES 255    /* schemes 1..255 */
 
 /* LOOKUP flag on the wire only: the reply carries the tier runs too */
 #define KVTD_LOOKUP_RUNS (1u << 16)
@@ -240,6 +253,10 @@ typedef struct kvtd_req {
 			const uint8_t *keys;
 			const uint8_t *blocks; /* nkeys - first u32 */
 		} job;
+		struct {
+			uint32_t scheme;
+			const uint8_t *fp;     /* KVTD_FP_BYTES */
+		} fprint;
 		uint32_t id; /* UNREGISTER mem_id; CANCEL, RELEASE slot;
 				WAITS nwords */
 	} u;

@@ -30,7 +30,9 @@ typedef struct kvtd kvtd;
  *               as any. A quota (repeatable, one per owned tier) caps what
  *               the tenant holds there, all its TP ranks together: at it,
  *               its own pages make room, never another's. clients=N caps
- *               the tenant's connections. Empty: one tenant "default:0"
+ *               the tenant's connections. rkey=FILE: its remote values
+ *               MAC'd under a key of its own (kvt_cache_remote_tenant_key();
+ *               needs a remote tier). Empty: one tenant "default:0"
  *               for the daemon's own uid.
  * @lease_ms:    a job's lease: cancelled (pins dropped) when it runs this
  *               long (30000).

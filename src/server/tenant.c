@@ -133,6 +133,16 @@ int kvti_tenants_parse(kvtd *d, const char *spec)
 				t->max_clients = (uint32_t)v;
 			} else if (!strncmp(f, "quota=", 6)) {
 				err = parse_quota(t, f + 6);
+			} else if (!strncmp(f, "rkey=", 5) && !t->rkey[0]) {
+				if (!f[5] || strlen(f + 5) >= sizeof(t->rkey))
+					err = kvti_fail(KVT_ECONFIG, "daemon: "
+							"tenant %s: rkey= takes a "
+							"key file's path (< %zu "
+							"bytes)", t->name,
+							sizeof(t->rkey));
+				else
+					kvti_strlcpy(t->rkey, f + 5,
+						     sizeof(t->rkey));
 			} else if (!strncmp(f, "salt=", 5)) {
 				err = parse_id(f + 5, "salt", UINT64_MAX, &v);
 				t->salt = v;
@@ -141,7 +151,7 @@ int kvti_tenants_parse(kvtd *d, const char *spec)
 				err = kvti_fail(KVT_ECONFIG, "daemon: tenant %s: "
 						"unknown or repeated field '%s' "
 						"(uid=, gid=, salt=, quota=, "
-						"clients=, mem=, admin; at "
+						"clients=, mem=, rkey=, admin; at "
 						"most %d ids)", t->name, f,
 						MAX_IDS);
 			}
@@ -230,6 +240,21 @@ int kvti_tenants_open(kvtd *d)
 			err = kvt_cache_tenant_add(d->c, kvti_itenant(d, i, r),
 						   t->salt ^ XXH3_64bits(&r,
 						   sizeof(r)));
+		/* rkey=: its remote values under a MAC key of its own */
+		for (uint32_t r = 0; t->rkey[0] && r < d->g->tp_size && !err;
+		     r++) {
+			char why[256];
+
+			err = kvt_cache_remote_tenant_key(d->c,
+					kvti_itenant(d, i, r), t->rkey);
+			if (!err)
+				continue;
+			kvti_strlcpy(why, err == KVT_ENOTFOUND ? "needs --remote" :
+				     kvt_errdetail(), sizeof(why));
+			err = kvti_fail(err == KVT_ENOTFOUND ? KVT_ECONFIG : err,
+					"daemon: tenant %s: rkey=: %s", t->name,
+					why);
+		}
 		/* a tenant's quota is split over its TP ranks (each its own
 		 * tenant of the cache) */
 		for (int k = 0; k < KVT_TIER_COUNT && !err; k++) {

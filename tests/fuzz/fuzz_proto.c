@@ -87,6 +87,10 @@ static void encode(kvtd_buf *b, const kvtd_req *q)
 		for (uint32_t i = 0; i < q->u.job.nkeys - q->u.job.first; i++)
 			kvtd_put_u32(b, kvtd_u32_at(q->u.job.blocks, i));
 		break;
+	case KVTD_MSG_FPRINT:
+		kvtd_put_u32(b, q->u.fprint.scheme);
+		kvtd_put_bytes(b, q->u.fprint.fp, KVTD_FP_BYTES);
+		break;
 	}
 }
 

@@ -132,6 +132,22 @@ static void id_op(int fd, uint16_t op, struct in *in)
 	kvtd_buf_free(&b);
 }
 
+/* FPRINT: a scheme (0 and 256+ refused) and a fingerprint of few bits, so
+ * sessions both repeat and conflict */
+static void fprint(int fd, struct in *in)
+{
+	kvtd_buf b = { 0 };
+	uint8_t fp[KVTD_FP_BYTES];
+
+	memset(fp, (int)(take(in, 1) & 3), sizeof(fp));
+	kvtd_begin(&b, KVTD_MSG_FPRINT, 4);
+	kvtd_put_u32(&b, take(in, 2) % 260);
+	kvtd_put_bytes(&b, fp, sizeof(fp));
+	if (!raw_send(fd, &b, NULL, 0))
+		reply(fd);
+	kvtd_buf_free(&b);
+}
+
 static void keys_op(int fd, uint16_t op, struct in *in)
 {
 	uint32_t n = take(in, 1) % 16;
@@ -278,7 +294,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (int i = 0; i < NCONN; i++)
 		fd[i] = -1;
 	while (in.off < in.n) {
-		uint32_t op = take(&in, 1) % 12, c = take(&in, 1) % NCONN;
+		uint32_t op = take(&in, 1) % 13, c = take(&in, 1) % NCONN;
 
 		if (op == 0) {
 			if (fd[c] < 0)
@@ -317,6 +333,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case 9: close(fd[c]); fd[c] = -1; break;
 		case 10: raw_bytes(fd[c], &in, 0); break;
 		case 11: raw_bytes(fd[c], &in, 1); break;
+		case 12: fprint(fd[c], &in); break;
 		}
 	}
 	for (int i = 0; i < NCONN; i++)

@@ -32,6 +32,7 @@ class CacheConfig:
     block_size: int = 16
     cache_dtype: str = "auto"
     enable_prefix_caching: bool = True
+    prefix_caching_hash_algo: str = "sha256"
     num_gpu_blocks: Optional[int] = None
 
 
