@@ -3,7 +3,7 @@
  * per policy, or over a sweep of arrival rates (kvt_sim_sweep), and print
  * a table, JSON, CSV, or a gnuplot PNG of the sweep curves.
  */
-#include "cli.h"
+#include "cmd_sim.h"
 #include "core/core.h"
 
 #include <errno.h>
@@ -13,11 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define WHAT "sim"
-#define MAX_RATES 48
-#define NSETS 16
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
-#define MAX(a, b) ((a) > (b) ? (a) : (b))
 
 static void usage(FILE *f)
 {
@@ -118,29 +113,7 @@ static void usage(FILE *f)
 "      --policy all --sweep --ttft-target 2000 --plot loogle.png\n");
 }
 
-struct opts {
-	kvt_sim_config cfg;
-	kvt_sched_policy pol[KVT_POLICY_COUNT];
-	int npol;
-	char features[256];
-	int io;                   /* -1: the policy's */
-	uint32_t budget, max_batch, delay_hit, max_skips, page_tokens;
-	double ratio;
-	int sweep, json, csv;
-	double rates[MAX_RATES];
-	int nrates;
-	double target;
-	const char *plot;
-	const char *xfer;
-	char sets[NSETS][128];
-	int nsets;
-	int page_contig;          /* -1: the policy's */
-	double targets[MAX_RATES];
-	int ntargets;
-	const char *ratio_plot;
-	int explain;
-	int copy_rates;
-};
+
 
 static int u32(const char *flag, const char *s, uint64_t lo, uint64_t hi,
 	       uint32_t *out)
@@ -453,7 +426,7 @@ static int option(struct opts *o, int c, const char *a)
 }
 
 /* The configuration for policy @p: its preset, then the ablation knobs. */
-static int policy_cfg(const struct opts *o, kvt_sched_policy p,
+int kvti_cs_policy_cfg(const struct opts *o, kvt_sched_policy p,
 		      kvt_sim_config *c)
 {
 	int err;
@@ -483,637 +456,6 @@ static int policy_cfg(const struct opts *o, kvt_sched_policy p,
 	return 0;
 }
 
-/* ---- output -------------------------------------------------------------- */
-
-static const char *tier_name(int t)
-{
-	return kvt_tier_kind_name((kvt_tier_kind)t);
-}
-
-static cJSON *dist_json(const kvt_dist *d)
-{
-	cJSON *o = cJSON_CreateObject();
-
-	cJSON_AddNumberToObject(o, "mean", d->mean);
-	cJSON_AddNumberToObject(o, "p50", d->p50);
-	cJSON_AddNumberToObject(o, "p90", d->p90);
-	cJSON_AddNumberToObject(o, "p99", d->p99);
-	cJSON_AddNumberToObject(o, "max", d->max);
-	cJSON_AddNumberToObject(o, "n", (double)d->n);
-	return o;
-}
-
-static cJSON *result_json(const kvt_sim_result *r)
-{
-	cJSON *o = cJSON_CreateObject(), *t, *h, *a;
-
-	cJSON_AddNumberToObject(o, "requests", (double)r->requests);
-	cJSON_AddNumberToObject(o, "finished", (double)r->finished);
-	cJSON_AddNumberToObject(o, "measured", (double)r->measured);
-	cJSON_AddItemToObject(o, "ttft_ms", dist_json(&r->ttft_ms));
-	cJSON_AddItemToObject(o, "warm_ttft_ms", dist_json(&r->warm_ttft_ms));
-	cJSON_AddItemToObject(o, "tpot_ms", dist_json(&r->tpot_ms));
-	cJSON_AddItemToObject(o, "e2e_ms", dist_json(&r->e2e_ms));
-	cJSON_AddNumberToObject(o, "throughput_tok_s", r->throughput_tok_s);
-	cJSON_AddNumberToObject(o, "output_tok_s", r->output_tok_s);
-	cJSON_AddNumberToObject(o, "request_s", r->request_s);
-	cJSON_AddNumberToObject(o, "gpu_busy", r->gpu_busy);
-	cJSON_AddNumberToObject(o, "stall_s", r->stall_s);
-	cJSON_AddNumberToObject(o, "makespan_s", r->makespan_s);
-	cJSON_AddNumberToObject(o, "steps", (double)r->steps);
-	cJSON_AddNumberToObject(o, "decode_only_steps",
-				(double)r->decode_only_steps);
-	cJSON_AddNumberToObject(o, "deferred", (double)r->deferred);
-	t = cJSON_AddObjectToObject(o, "tokens");
-	cJSON_AddNumberToObject(t, "prompt", (double)r->prompt_tokens);
-	cJSON_AddNumberToObject(t, "computed", (double)r->computed_tokens);
-	h = cJSON_AddObjectToObject(t, "hit");
-	for (int k = 0; k < KVT_TIER_COUNT; k++)
-		cJSON_AddNumberToObject(h, tier_name(k),
-					(double)r->hit_tokens[k]);
-	t = cJSON_AddObjectToObject(o, "bytes");
-	h = cJSON_AddObjectToObject(t, "load");
-	for (int k = 1; k < KVT_TIER_COUNT; k++)
-		cJSON_AddNumberToObject(h, tier_name(k), r->load_bytes[k]);
-	h = cJSON_AddObjectToObject(t, "store");
-	for (int k = 1; k < KVT_TIER_COUNT; k++)
-		cJSON_AddNumberToObject(h, tier_name(k), r->store_bytes[k]);
-	a = cJSON_AddArrayToObject(o, "links");
-	for (uint32_t i = 0; i < r->nlinks; i++) {
-		const kvt_sim_link *l = &r->links[i];
-		cJSON *x = cJSON_CreateObject();
-
-		cJSON_AddStringToObject(x, "name", l->name);
-		cJSON_AddNumberToObject(x, "bytes_in", l->bytes_in);
-		cJSON_AddNumberToObject(x, "bytes_out", l->bytes_out);
-		cJSON_AddNumberToObject(x, "busy_s", l->busy_s);
-		cJSON_AddNumberToObject(x, "capacity_gbps", l->capacity_gbps);
-		cJSON_AddItemToArray(a, x);
-	}
-	cJSON_AddNumberToObject(o, "stress_gbps", r->stress_gbps);
-	t = cJSON_AddObjectToObject(o, "sim");
-	cJSON_AddNumberToObject(t, "events", (double)r->events);
-	cJSON_AddNumberToObject(t, "wall_s", r->wall_s);
-	return o;
-}
-
-static cJSON *config_json(const kvt_sim_config *c)
-{
-	cJSON *o = cJSON_CreateObject(), *a;
-	char feats[128] = "";
-
-	for (uint32_t b = 1; b < KVT_SCHED_ALL; b <<= 1)
-		if (c->sched.features & b)
-			snprintf(feats + strlen(feats), sizeof(feats) -
-				 strlen(feats), "%s%s", feats[0] ? "," : "",
-				 kvt_sched_feature_name(b));
-	cJSON_AddStringToObject(o, "hardware", c->hw.name);
-	cJSON_AddStringToObject(o, "model", c->model);
-	cJSON_AddNumberToObject(o, "tp", c->tp);
-	cJSON_AddNumberToObject(o, "engines", c->engines);
-	cJSON_AddNumberToObject(o, "page_tokens", c->page_tokens);
-	cJSON_AddBoolToObject(o, "page_contig", c->page_contig);
-	cJSON_AddBoolToObject(o, "cpu_latency", c->cpu_mem_latency);
-	cJSON_AddBoolToObject(o, "store_holds_hbm", c->store_holds_hbm);
-	cJSON_AddStringToObject(o, "policy", kvt_sched_policy_name(c->policy));
-	cJSON_AddStringToObject(o, "features", feats);
-	cJSON_AddStringToObject(o, "io", kvt_copy_method_name(c->sched.method));
-	a = cJSON_AddArrayToObject(o, "offload");
-	for (uint32_t i = 0; i < c->noffload; i++)
-		cJSON_AddItemToArray(a, cJSON_CreateString(
-					   tier_name(c->offload[i])));
-	cJSON_AddNumberToObject(o, "stress", c->stress);
-	cJSON_AddStringToObject(o, "workload", kvt_workload_name(c->workload));
-	if (c->workload == KVT_WL_TRACE)
-		cJSON_AddStringToObject(o, "trace", c->trace_path);
-	cJSON_AddNumberToObject(o, "seed", (double)c->seed);
-	if (c->rate > 0)
-		cJSON_AddNumberToObject(o, "rate", c->rate);
-	return o;
-}
-
-static void print_result(const kvt_sim_config *c, const kvt_sim_result *r)
-{
-	printf("%s: %s, %s TP %u x %u, offload %s%s, stress %u, %s\n",
-	       kvt_sched_policy_name(c->policy), c->hw.name, c->model, c->tp,
-	       c->engines, tier_name(c->offload[0]),
-	       c->noffload > 1 ? "+" : "", c->stress,
-	       kvt_workload_name(c->workload));
-	printf("  requests %llu (%llu measured)   TTFT ms mean %.1f p50 %.1f "
-	       "p90 %.1f p99 %.1f\n", (unsigned long long)r->finished,
-	       (unsigned long long)r->measured, r->ttft_ms.mean, r->ttft_ms.p50,
-	       r->ttft_ms.p90, r->ttft_ms.p99);
-	if (r->warm_ttft_ms.n)
-		printf("  warm (%llu)     TTFT ms mean %.1f p50 %.1f p90 %.1f "
-		       "p99 %.1f\n", (unsigned long long)r->warm_ttft_ms.n,
-		       r->warm_ttft_ms.mean, r->warm_ttft_ms.p50,
-		       r->warm_ttft_ms.p90, r->warm_ttft_ms.p99);
-	printf("  TPOT ms mean %.2f   throughput %.0f tok/s (%.0f out), %.3f "
-	       "req/s\n", r->tpot_ms.mean, r->throughput_tok_s,
-	       r->output_tok_s, r->request_s);
-	printf("  GPU busy %.1f%%   stall %.2f s   steps %llu (%llu decode-only)"
-	       "   deferred %llu\n", 100 * r->gpu_busy, r->stall_s,
-	       (unsigned long long)r->steps,
-	       (unsigned long long)r->decode_only_steps,
-	       (unsigned long long)r->deferred);
-	printf("  prompt tokens %llu: computed %llu, from hbm %llu, fabric "
-	       "%llu, dram %llu, ssd %llu\n",
-	       (unsigned long long)r->prompt_tokens,
-	       (unsigned long long)r->computed_tokens,
-	       (unsigned long long)r->hit_tokens[KVT_TIER_HBM],
-	       (unsigned long long)r->hit_tokens[KVT_TIER_FABRIC],
-	       (unsigned long long)r->hit_tokens[KVT_TIER_DRAM],
-	       (unsigned long long)r->hit_tokens[KVT_TIER_SSD]);
-	if (c->stress)
-		printf("  each stressor kept %.2f GB/s\n", r->stress_gbps);
-	printf("  (%llu events in %.2f s)\n", (unsigned long long)r->events,
-	       r->wall_s);
-}
-
-static void csv_header(void)
-{
-	printf("policy,hardware,model,tp,offload,stress,workload,rate,"
-	       "requests,ttft_mean_ms,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,"
-	       "warm_ttft_mean_ms,warm_ttft_p90_ms,tpot_mean_ms,"
-	       "throughput_tok_s,request_s,gpu_busy,stall_s\n");
-}
-
-static void csv_row(const kvt_sim_config *c, double rate,
-		    const kvt_sim_result *r)
-{
-	printf("%s,%s,%s,%u,%s,%u,%s,%g,%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
-	       "%.4f,%.1f,%.5f,%.4f,%.4f\n",
-	       kvt_sched_policy_name(c->policy), c->hw.name, c->model, c->tp,
-	       tier_name(c->offload[0]), c->stress,
-	       kvt_workload_name(c->workload), rate,
-	       (unsigned long long)r->finished, r->ttft_ms.mean, r->ttft_ms.p50,
-	       r->ttft_ms.p90, r->ttft_ms.p99, r->warm_ttft_ms.mean,
-	       r->warm_ttft_ms.p90, r->tpot_ms.mean, r->throughput_tok_s,
-	       r->request_s, r->gpu_busy, r->stall_s);
-}
-
-/* Run @dir/plot.gp with gnuplot and remove @dir; 0 or CLI_EXIT_FAIL. */
-static int run_gnuplot(const char *dir)
-{
-	char cmd[4200];
-	int rc;
-
-	snprintf(cmd, sizeof(cmd), "gnuplot '%s/plot.gp' 2>&1", dir);
-	rc = system(cmd);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd)) {
-		/* a leftover temp dir is harmless */
-	}
-	if (rc) {
-		fprintf(stderr, "kvtier %s: gnuplot failed (is gnuplot-nox "
-			"installed? scripts/bootstrap installs it)\n", WHAT);
-		return CLI_EXIT_FAIL;
-	}
-	return 0;
-}
-
-/* Open @dir/@name for writing; NULL with errno set. */
-static FILE *plot_file(const char *dir, const char *name)
-{
-	char path[256];
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	return fopen(path, "w");
-}
-
-/* Write the sweep curves as data files and plot them with gnuplot. */
-static int plot(const char *png, kvt_sim_config *cfg, kvt_sweep **sw,
-		int n, double target)
-{
-	char dir[] = "/tmp/kvtier-plot-XXXXXX", path[256];
-	FILE *f, *g;
-
-	if (!mkdtemp(dir) || !(g = plot_file(dir, "plot.gp")))
-		return cli_fail(WHAT, -errno);
-	fprintf(g, "set terminal pngcairo size 900,600 noenhanced\n"
-		   "set output '%s'\n"
-		   "set title '%s, %s TP %u, %s: mean TTFT vs throughput'\n"
-		   "set xlabel 'throughput (prompt + output tokens/s)'\n"
-		   "set ylabel 'mean TTFT (ms)'\nset logscale y\nset grid\n"
-		   "set key top left\n", png, cfg[0].hw.name, cfg[0].model,
-		cfg[0].tp, kvt_workload_name(cfg[0].workload));
-	if (target > 0)
-		fprintf(g, "set arrow from graph 0, first %g to graph 1, "
-			   "first %g nohead dt 2 lc rgb 'gray'\n", target,
-			target);
-	fprintf(g, "plot ");
-	for (int i = 0; i < n; i++) {
-		snprintf(path, sizeof(path), "%s/%d.dat", dir, i);
-		if (!(f = fopen(path, "w"))) {
-			fclose(g);
-			return cli_fail(WHAT, -errno);
-		}
-		for (uint32_t k = 0; k < sw[i]->n; k++)
-			fprintf(f, "%g %g %g\n", sw[i]->pt[k].r.throughput_tok_s,
-				sw[i]->pt[k].r.ttft_ms.mean, sw[i]->pt[k].rate);
-		fclose(f);
-		fprintf(g, "%s'%s' using 1:2 with linespoints lw 2 title '%s'",
-			i ? ", " : "", path,
-			kvt_sched_policy_name(cfg[i].policy));
-	}
-	fprintf(g, "\n");
-	fclose(g);
-	return run_gnuplot(dir);
-}
-
-static cJSON *sweep_json(const kvt_sweep *w)
-{
-	cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "curve");
-
-	for (uint32_t i = 0; i < w->n; i++) {
-		cJSON *p = result_json(&w->pt[i].r);
-
-		cJSON_AddNumberToObject(p, "rate", w->pt[i].rate);
-		cJSON_AddItemToArray(a, p);
-	}
-	if (w->have_target) {
-		cJSON *t = cJSON_AddObjectToObject(o, "at_target");
-
-		cJSON_AddNumberToObject(t, "target_ms", w->target_ms);
-		cJSON_AddBoolToObject(t, "met", w->met);
-		cJSON_AddNumberToObject(t, "rate", w->at_rate);
-		cJSON_AddNumberToObject(t, "throughput_tok_s", w->at_throughput);
-		cJSON_AddNumberToObject(t, "ttft_ms", w->at_ttft_ms);
-		cJSON_AddBoolToObject(t, "at_top_of_range", w->at_top);
-	}
-	return o;
-}
-
-static void print_sweep(const kvt_sim_config *c, const kvt_sweep *w)
-{
-	printf("%s: %s, %s TP %u, %s sweep\n", kvt_sched_policy_name(c->policy),
-	       c->hw.name, c->model, c->tp, kvt_workload_name(c->workload));
-	printf("  %10s %14s %12s %12s %9s\n", "rate/s", "throughput t/s",
-	       "TTFT mean", "TTFT p90", "GPU busy");
-	for (uint32_t i = 0; i < w->n; i++)
-		printf("  %10.4g %14.0f %12.1f %12.1f %8.1f%%\n", w->pt[i].rate,
-		       w->pt[i].r.throughput_tok_s, w->pt[i].r.ttft_ms.mean,
-		       w->pt[i].r.ttft_ms.p90, 100 * w->pt[i].r.gpu_busy);
-	if (w->have_target && w->met)
-		printf("  at TTFT <= %g ms: %.0f tok/s (rate %.4g/s, TTFT %.1f "
-		       "ms)%s\n", w->target_ms, w->at_throughput, w->at_rate,
-		       w->at_ttft_ms, w->at_top ? "; the highest rate swept "
-		       "still meets the target: the limit is higher (--rates)" :
-		       "");
-	else if (w->have_target)
-		printf("  no rate met TTFT <= %g ms\n", w->target_ms);
-}
-
-
-/* ---- throughput at equal TTFT ------------------------------------------- */
-
-/* Default targets: 8 log-spaced between the lowest TTFT every curve
- * reaches and the highest TTFT every curve reaches. 0 or -1. */
-static int default_targets(const struct opts *o, kvt_sweep **sw, double *t,
-			   int *n)
-{
-	double bot = 0, top = INFINITY;
-
-	for (int i = 0; i < o->npol; i++) {
-		double mn = INFINITY, mx = 0;
-
-		for (uint32_t k = 0; k < sw[i]->n; k++) {
-			mn = MIN(mn, sw[i]->pt[k].r.ttft_ms.mean);
-			mx = MAX(mx, sw[i]->pt[k].r.ttft_ms.mean);
-		}
-		bot = MAX(bot, mn);
-		top = MIN(top, mx);
-	}
-	if (!(top > bot * 1.01))
-		return -1;
-	for (int k = 0; k < 8; k++)
-		t[k] = bot * pow(top / bot, (k + 0.5) / 8);
-	*n = 8;
-	return 0;
-}
-
-/* Throughput of each policy at each target, and each policy's ratio to
- * the first; the largest ratio per policy. Text, or @f as CSV when
- * @csv; returns the number of targets or -1. */
-static int ratio_table(const struct opts *o, kvt_sim_config *cfg,
-		       kvt_sweep **sw, const double *t, int nt, FILE *f,
-		       int csv, double *best, double *best_at)
-{
-	for (int i = 0; i < o->npol; i++)
-		best[i] = best_at[i] = 0;
-	if (csv) {
-		fprintf(f, "ttft_ms");
-		for (int i = 0; i < o->npol; i++)
-			fprintf(f, ",%s_tok_s", kvt_sched_policy_name(cfg[i].policy));
-		for (int i = 1; i < o->npol; i++)
-			fprintf(f, ",%s_over_%s", kvt_sched_policy_name(cfg[i].policy),
-				kvt_sched_policy_name(cfg[0].policy));
-		fprintf(f, "\n");
-	} else {
-		fprintf(f, "throughput at equal mean TTFT, tok/s, then each "
-			"policy's ratio to %s ('>': the curve still meets the "
-			"TTFT at its top rate)\n",
-			kvt_sched_policy_name(cfg[0].policy));
-		fprintf(f, "  %10s", "TTFT ms");
-		for (int i = 0; i < o->npol; i++)
-			fprintf(f, " %15s", kvt_sched_policy_name(cfg[i].policy));
-		for (int i = 1; i < o->npol; i++)
-			fprintf(f, " %15s", kvt_sched_policy_name(cfg[i].policy));
-		fprintf(f, "\n");
-	}
-	for (int k = 0; k < nt; k++) {
-		double thr[KVT_POLICY_COUNT];
-		int rc[KVT_POLICY_COUNT];
-
-		for (int i = 0; i < o->npol; i++)
-			rc[i] = kvt_sweep_throughput_at(sw[i], t[k], &thr[i]);
-		fprintf(f, csv ? "%g" : "  %10.0f", t[k]);
-		for (int i = 0; i < o->npol; i++) {
-			if (rc[i] < 0)
-				fprintf(f, csv ? "," : " %15s", "-");
-			else if (csv)
-				fprintf(f, ",%.1f", thr[i]);
-			else
-				fprintf(f, " %c%14.0f", rc[i] ? '>' : ' ',
-					thr[i]);
-		}
-		for (int i = 1; i < o->npol; i++) {
-			double r;
-
-			if (rc[i] < 0 || rc[0] < 0 || !(thr[0] > 0) ||
-			    rc[0] == 1 || rc[i] == 1) {
-				/* a bound, not a ratio */
-				fprintf(f, csv ? "," : " %15s", "-");
-				continue;
-			}
-			r = thr[i] / thr[0];
-			fprintf(f, csv ? ",%.4f" : " %15.2f", r);
-			if (r > best[i]) {
-				best[i] = r;
-				best_at[i] = t[k];
-			}
-		}
-		fprintf(f, "\n");
-	}
-	return nt;
-}
-
-static int ratio_plot(const char *png, const struct opts *o,
-		      kvt_sim_config *cfg, kvt_sweep **sw, const double *t,
-		      int nt)
-{
-	char dir[] = "/tmp/kvtier-ratio-XXXXXX";
-	double best[KVT_POLICY_COUNT], at[KVT_POLICY_COUNT];
-	FILE *f, *g;
-
-	if (!mkdtemp(dir) || !(f = plot_file(dir, "ratio.csv")))
-		return cli_fail(WHAT, -errno);
-	ratio_table(o, cfg, sw, t, nt, f, 1, best, at);
-	fclose(f);
-	if (!(g = plot_file(dir, "plot.gp")))
-		return cli_fail(WHAT, -errno);
-	fprintf(g, "set terminal pngcairo size 900,600 noenhanced\n"
-		   "set output '%s'\nset datafile separator ','\n"
-		   "set datafile missing '-'\n"
-		   "set title '%s, %s TP %u, %s: throughput at equal mean TTFT, "
-		   "relative to %s'\n"
-		   "set xlabel 'mean TTFT target (ms)'\nset logscale x\n"
-		   "set ylabel 'throughput ratio'\nset grid\n"
-		   "set key outside bottom center horizontal\n"
-		   "plot ", png, cfg[0].hw.name, cfg[0].model, cfg[0].tp,
-		kvt_workload_name(cfg[0].workload),
-		kvt_sched_policy_name(cfg[0].policy));
-	for (int i = 1; i < o->npol; i++)
-		fprintf(g, "%s'%s/ratio.csv' using 1:%d skip 1 with linespoints "
-			"lw 2 title '%s / %s'", i > 1 ? ", " : "", dir,
-			1 + o->npol + i, kvt_sched_policy_name(cfg[i].policy),
-			kvt_sched_policy_name(cfg[0].policy));
-	fprintf(g, ", 1 with lines dt 2 lc rgb 'gray' notitle\n");
-	fclose(g);
-	return run_gnuplot(dir);
-}
-
-/* The ratio section of a sweep with several policies. */
-static int ratios(const struct opts *o, kvt_sim_config *cfg, kvt_sweep **sw,
-		  cJSON *root)
-{
-	double t[MAX_RATES], best[KVT_POLICY_COUNT], at[KVT_POLICY_COUNT];
-	int nt = o->ntargets;
-
-	if (o->npol < 2)
-		return 0;
-	if (nt)
-		memcpy(t, o->targets, sizeof(double) * (size_t)nt);
-	else if (default_targets(o, sw, t, &nt))
-		return 0; /* the curves share no TTFT range */
-	if (root) {
-		cJSON *a = cJSON_AddArrayToObject(root, "equal_ttft");
-
-		for (int k = 0; k < nt; k++) {
-			cJSON *x = cJSON_CreateObject();
-
-			cJSON_AddNumberToObject(x, "ttft_ms", t[k]);
-			for (int i = 0; i < o->npol; i++) {
-				double thr;
-				int rc = kvt_sweep_throughput_at(sw[i], t[k],
-								 &thr);
-				char key[64];
-
-				snprintf(key, sizeof(key), "%s_tok_s",
-					 kvt_sched_policy_name(cfg[i].policy));
-				if (rc == 0)
-					cJSON_AddNumberToObject(x, key, thr);
-				else
-					cJSON_AddNullToObject(x, key);
-			}
-			cJSON_AddItemToArray(a, x);
-		}
-	} else if (!o->csv) {
-		ratio_table(o, cfg, sw, t, nt, stdout, 0, best, at);
-		for (int i = 1; i < o->npol; i++)
-			if (best[i] > 0)
-				printf("  %s / %s: up to %.2fx (at %.0f ms)\n",
-				       kvt_sched_policy_name(cfg[i].policy),
-				       kvt_sched_policy_name(cfg[0].policy),
-				       best[i], at[i]);
-	}
-	if (o->ratio_plot)
-		return ratio_plot(o->ratio_plot, o, cfg, sw, t, nt);
-	return 0;
-}
-
-/* ---- --explain: one-at-a-time sensitivity -------------------------------- */
-
-struct sens {
-	char name[48];
-	int assumed;
-	char from[24];
-	double m[2], thr[2];   /* at the two perturbations */
-	char lo[24], hi[24];   /* the perturbed values */
-	double moved;          /* largest |change| of the headline, share */
-};
-
-static double headline(const kvt_sim_result *r)
-{
-	return r->warm_ttft_ms.n ? r->warm_ttft_ms.mean : r->ttft_ms.mean;
-}
-
-static int by_moved(const void *a, const void *b)
-{
-	double x = ((const struct sens *)a)->moved;
-	double y = ((const struct sens *)b)->moved;
-
-	return x < y ? 1 : x > y ? -1 : 0;
-}
-
-/* Run the two perturbed configurations @x[0..1] and fill @e. */
-static int sens_runs(double m0, struct sens *e, kvt_sim_config *x,
-		     kvt_sim_result *r)
-{
-	int err;
-
-	for (int k = 0; k < 2; k++) {
-		if ((err = kvt_sim_run(&x[k], r)))
-			return err;
-		e->m[k] = headline(r);
-		e->thr[k] = r->throughput_tok_s;
-		e->moved = MAX(e->moved, fabs(e->m[k] - m0) / m0);
-	}
-	return 0;
-}
-
-static void fmt(char *b, size_t n, double v)
-{
-	snprintf(b, n, "%.4g", v);
-}
-
-/* A workload knob: halve and double a u32 or double field. */
-#define KNOB(label, field, assumption)                                        \
-	do {                                                                  \
-		struct sens *e = &tab[ntab];                                  \
-		double v = (double)c.field;                                   \
-		if (v > 0 && ntab < cap) {                                    \
-			memset(e, 0, sizeof(*e));                             \
-			snprintf(e->name, sizeof(e->name), "%s", label);      \
-			e->assumed = assumption;                              \
-			fmt(e->from, sizeof(e->from), v);                     \
-			x[0] = x[1] = c;                                      \
-			x[0].field = (__typeof__(c.field))(v / 2);           \
-			x[1].field = (__typeof__(c.field))(v * 2);           \
-			fmt(e->lo, sizeof(e->lo), (double)x[0].field);        \
-			fmt(e->hi, sizeof(e->hi), (double)x[1].field);        \
-			if ((err = sens_runs(m0, e, x, &r)))              \
-				goto out;                                     \
-			ntab++;                                               \
-		}                                                             \
-	} while (0)
-
-static int explain(struct opts *o)
-{
-	enum { cap = 80 };
-	kvt_sim_config c, *x = calloc(2, sizeof(*x));
-	kvt_sim_result r, r0;
-	struct sens *tab = calloc(cap, sizeof(*tab));
-	double m0;
-	int ntab = 0, err = 0, shown = 0;
-
-	if (!x || !tab) {
-		err = -ENOMEM;
-		goto out;
-	}
-	if ((err = policy_cfg(o, o->pol[0], &c)))
-		goto out;
-	if (c.workload == KVT_WL_AGENTIC && !c.output)
-		c.output = 256; /* the default, made explicit to vary it */
-	if ((err = kvt_sim_run(&c, &r0)))
-		goto out;
-	m0 = headline(&r0);
-	if (!(m0 > 0)) {
-		fprintf(stderr, "kvtier %s: --explain: the run measured no "
-			"TTFT to explain\n", WHAT);
-		free(x);
-		free(tab);
-		return CLI_EXIT_FAIL;
-	}
-	for (size_t i = 0; kvt_hw_key_name(i) && ntab < cap; i++) {
-		struct sens *e = &tab[ntab];
-		double from, to;
-
-		memset(e, 0, sizeof(*e));
-		x[0] = x[1] = c;
-		if (kvt_hw_key_scale(&x[0].hw, i, 0.5, &from, &to))
-			continue;
-		fmt(e->lo, sizeof(e->lo), to);
-		if (kvt_hw_key_scale(&x[1].hw, i, 2.0, &from, &to))
-			x[1] = x[0]; /* at its top already: one side only */
-		fmt(e->hi, sizeof(e->hi), to);
-		snprintf(e->name, sizeof(e->name), "%s", kvt_hw_key_name(i));
-		e->assumed = kvt_hw_key_assumed(&c.hw, i);
-		fmt(e->from, sizeof(e->from), from);
-		if ((err = sens_runs(m0, e, x, &r)))
-			goto out;
-		ntab++;
-	}
-	if (c.hw.gpus_per_uplink && ntab < cap) { /* topology: on / off */
-		struct sens *e = &tab[ntab];
-
-		memset(e, 0, sizeof(*e));
-		snprintf(e->name, sizeof(e->name), "link.gpus_per_uplink");
-		for (size_t i = 0; kvt_hw_key_name(i); i++)
-			if (!strcmp(kvt_hw_key_name(i), e->name))
-				e->assumed = kvt_hw_key_assumed(&c.hw, i);
-		fmt(e->from, sizeof(e->from), c.hw.gpus_per_uplink);
-		x[0] = x[1] = c;
-		x[0].hw.gpus_per_uplink = 0;
-		x[1].hw.gpus_per_uplink = c.hw.gpus_per_uplink > 1 ?
-					  c.hw.gpus_per_uplink / 2 : 0;
-		fmt(e->lo, sizeof(e->lo), 0);
-		fmt(e->hi, sizeof(e->hi), x[1].hw.gpus_per_uplink);
-		if ((err = sens_runs(m0, e, x, &r)))
-			goto out;
-		ntab++;
-	}
-	if (c.workload == KVT_WL_AGENTIC) {
-		/* SPEC.md gives the sessions; the turns' shape is assumed */
-		KNOB("workload: --append", append, 1);
-		KNOB("workload: --think", think_s, 1);
-		KNOB("workload: --output", output, 1);
-		KNOB("workload: --sessions", sessions, 0);
-	} else if (c.workload != KVT_WL_TRACE) {
-		KNOB("workload: --cache-distance", cache_distance, 1);
-		KNOB("workload: --rate", rate, 0);
-	}
-	qsort(tab, (size_t)ntab, sizeof(tab[0]), by_moved);
-	printf("%s: %s, %s TP %u, offload %s, stress %u, %s\n",
-	       kvt_sched_policy_name(c.policy), c.hw.name, c.model, c.tp,
-	       kvt_tier_kind_name(c.offload[0]), c.stress,
-	       kvt_workload_name(c.workload));
-	printf("%s mean %.1f ms, throughput %.0f tok/s; each input halved and "
-	       "doubled alone (%d inputs, %d runs):\n",
-	       r0.warm_ttft_ms.n ? "warm TTFT" : "TTFT", m0,
-	       r0.throughput_tok_s, ntab, 2 * ntab + 1);
-	printf("  %-30s %-8s %10s %10s %9s %10s %9s\n", "input", "source",
-	       "value", "halved", "TTFT", "doubled", "TTFT");
-	for (int i = 0; i < ntab && i < 15; i++)
-		printf("  %-30s %-8s %10s %10s %+8.1f%% %10s %+8.1f%%\n",
-		       tab[i].name, tab[i].assumed ? "ASSUMED" :
-		       !strncmp(tab[i].name, "workload", 8) ? "given" : "sourced",
-		       tab[i].from, tab[i].lo, 100 * (tab[i].m[0] / m0 - 1),
-		       tab[i].hi, 100 * (tab[i].m[1] / m0 - 1));
-	printf("assumptions that moved the result most:\n");
-	for (int i = 0; i < ntab && shown < 5; i++)
-		if (tab[i].assumed && tab[i].moved > 0.001) {
-			printf("  %d. %s (%s): %.1f%%\n", ++shown, tab[i].name,
-			       tab[i].from, 100 * tab[i].moved);
-		}
-	if (!shown)
-		printf("  none moved it by more than 0.1%%\n");
-out:
-	free(x);
-	free(tab);
-	return err ? cli_fail(WHAT, err) : 0;
-}
-
 /* ---- main ------------------------------------------------------------------ */
 
 static int run_all(struct opts *o)
@@ -1129,7 +471,7 @@ static int run_all(struct opts *o)
 		goto out;
 	}
 	for (int i = 0; i < o->npol; i++) {
-		if ((err = policy_cfg(o, o->pol[i], &cfg[i]))) {
+		if ((err = kvti_cs_policy_cfg(o, o->pol[i], &cfg[i]))) {
 			rc = cli_fail(WHAT, err);
 			goto out;
 		}
@@ -1154,10 +496,10 @@ static int run_all(struct opts *o)
 		if (o->npol > 1)
 			arr = cJSON_AddArrayToObject(root, "policies");
 		for (int i = 0; i < o->npol; i++) {
-			cJSON *x = o->sweep ? sweep_json(sw[i]) :
-					      result_json(&res[i]);
+			cJSON *x = o->sweep ? kvti_cs_sweep_json(sw[i]) :
+					      kvti_cs_result_json(&res[i]);
 
-			cJSON_AddItemToObject(x, "config", config_json(&cfg[i]));
+			cJSON_AddItemToObject(x, "config", kvti_cs_config_json(&cfg[i]));
 			if (!arr) {
 				cJSON_Delete(root);
 				root = x;
@@ -1168,29 +510,29 @@ static int run_all(struct opts *o)
 			}
 		}
 		if (o->sweep && o->npol > 1)
-			ratios(o, cfg, sw, root);
+			kvti_cs_ratios(o, cfg, sw, root);
 		cli_json_print(root);
 	} else if (o->csv) {
-		csv_header();
+		kvti_cs_csv_header();
 		for (int i = 0; i < o->npol; i++) {
 			if (!o->sweep) {
-				csv_row(&cfg[i], cfg[i].rate, &res[i]);
+				kvti_cs_csv_row(&cfg[i], cfg[i].rate, &res[i]);
 				continue;
 			}
 			for (uint32_t k = 0; k < sw[i]->n; k++)
-				csv_row(&cfg[i], sw[i]->pt[k].rate,
+				kvti_cs_csv_row(&cfg[i], sw[i]->pt[k].rate,
 					&sw[i]->pt[k].r);
 		}
 	} else {
 		for (int i = 0; i < o->npol; i++)
 			if (o->sweep)
-				print_sweep(&cfg[i], sw[i]);
+				kvti_cs_print_sweep(&cfg[i], sw[i]);
 			else
-				print_result(&cfg[i], &res[i]);
+				kvti_cs_print_result(&cfg[i], &res[i]);
 	}
 	if (o->plot)
-		rc = plot(o->plot, cfg, sw, o->npol, o->target);
-	if (!rc && o->sweep && (rc = ratios(o, cfg, sw, NULL)))
+		rc = kvti_cs_plot(o->plot, cfg, sw, o->npol, o->target);
+	if (!rc && o->sweep && (rc = kvti_cs_ratios(o, cfg, sw, NULL)))
 		goto out;
 out:
 	for (int i = 0; i < KVT_POLICY_COUNT; i++)
@@ -1225,7 +567,7 @@ static int copy_rates(const struct opts *o)
 	kvt_geom g;
 	int err;
 
-	if ((err = policy_cfg(o, o->pol[0], &c)) ||
+	if ((err = kvti_cs_policy_cfg(o, o->pol[0], &c)) ||
 	    (err = kvt_geom_preset(&g, "llama-3.1-8b", 16, 1, 0)) ||
 	    (err = kvt_hw_cost(&c.hw, &g, &cost)))
 		return cli_fail(WHAT, err);
@@ -1309,7 +651,7 @@ int cmd_sim(int argc, char **argv)
 	else if (o->explain)
 		rc = optind < argc ? cli_usage(WHAT, "unexpected argument "
 					      "'%s'", argv[optind]) :
-				     explain(o);
+				     kvti_cs_explain(o);
 	else if (o->ratio_plot && !(o->sweep && o->npol > 1))
 		rc = cli_usage(WHAT, "--ratio-plot needs --sweep and two or "
 			       "more policies");
