@@ -132,6 +132,7 @@ static void job_hold(kvt_cache_job *j)
 static void job_finish(kvt_cache *c, kvt_cache_job *j)
 {
 	uint64_t one = 1;
+	kvt_cache_mem *m;
 	double wait_s;
 	int cancel, bad;
 
@@ -161,8 +162,12 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 		c->live = j->lnext;
 	if (j->lnext)
 		j->lnext->lprev = j->lprev;
-	/* every transfer is over: detach may go on */
-	kvti_cache_mem_unref(c, j);
+	/* every transfer is over, but the job counts against its memory
+	 * until done is set below (detach waits for its jobs to end, and
+	 * the remote write-through reads j->mem): the count drops after
+	 * that, through @m, never through j */
+	m = j->memref ? j->mem : NULL;
+	j->memref = 0;
 	pthread_mutex_unlock(&c->smu);
 	/* the job is the caller's once done is set: touch nothing of it
 	 * after this critical section (kvt_cache_job_free() takes j->mu) */
@@ -192,6 +197,8 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	pthread_mutex_unlock(&j->mu);
 	pthread_mutex_lock(&c->smu);
 	c->st.wait_s += wait_s;
+	if (m && --m->jobs == 0)
+		pthread_cond_broadcast(&c->scv);
 	if (--c->jobs == 0)
 		pthread_cond_broadcast(&c->scv);
 	pthread_mutex_unlock(&c->smu);
