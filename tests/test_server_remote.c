@@ -10,33 +10,10 @@
 #include "server_util.h"
 #include "remote_util.h"
 
-#include <cjson/cJSON.h>
-
 #define NB 32
 #define NP 8
 
 static const char *model;
-
-/* remote.@field from the daemon's STATS (-1: none; -2: "remote" is not an
- * object). */
-static double remote_num(kvt_client *cl, const char *field)
-{
-	char *js = NULL;
-	double v = -1;
-	cJSON *root, *x;
-
-	if (kvt_client_stats(cl, &js))
-		return -1;
-	root = cJSON_Parse(js);
-	x = cJSON_GetObjectItem(root, "remote");
-	if (!cJSON_IsObject(x))
-		v = -2;
-	else if (cJSON_IsNumber(x = cJSON_GetObjectItem(x, field)))
-		v = x->valuedouble;
-	cJSON_Delete(root);
-	free(js);
-	return v;
-}
 
 static void store(kvt_client *cl, srv_mem *sm, const kvt_page_key *keys)
 {
@@ -129,12 +106,12 @@ int main(void)
 	}
 	/* the remote tier in the daemons' metrics: A wrote the prompt
 	 * through, B found it there and fetched it, nothing forged */
-	CHECK(remote_num(a, "written") >= NP);
-	CHECK(remote_num(a, "stored") >= NP);
-	CHECK(remote_num(b, "lookup_pages") >= NP);
-	CHECK(remote_num(b, "hits") >= NP);
-	CHECK(remote_num(b, "bytes_read") > 0);
-	CHECK_EQ(remote_num(b, "bad_values"), 0);
+	CHECK(srv_stat_num(a, "remote", "written") >= NP);
+	CHECK(srv_stat_num(a, "remote", "stored") >= NP);
+	CHECK(srv_stat_num(b, "remote", "lookup_pages") >= NP);
+	CHECK(srv_stat_num(b, "remote", "hits") >= NP);
+	CHECK(srv_stat_num(b, "remote", "bytes_read") > 0);
+	CHECK_EQ(srv_stat_num(b, "remote", "bad_values"), 0);
 
 	/* Redis gone: both nodes serve from their own tiers */
 	rt_stop(&rs, SIGKILL);
