@@ -108,14 +108,21 @@ loads fail every block (recomputed), stores are counted as errors; both
 sides reconnect at most every 5 s, the worker registering its caches
 again.
 
+Hybrid models (several KV cache groups: sliding-window layers beside full
+attention) are kvtier.vllm_hybrid's: one daemon page per (group, page),
+the daemon serving one group's layers; the connector subclasses vLLM's
+SupportsHMA where the interface has failed_recving.
+
 Current vLLM's get_transfer_results() gives get_finished()'s sets and no
-failed_recving (failures are per block); requires_kv_delivery is False (a
+failed_recving (failures are per block; per request for hybrid models);
+requires_kv_delivery is False (a
 best-effort cache); requires_piecewise_for_cudagraph is True in layerwise
 mode; finish_forward, reset_capture_state, has_pending_block_frees keep
 the base's defaults.
 
-Not done: hybrid (HMA) models with several KV cache groups (refused at
-start, with the reason: vllm_compat.check_kv_cache_config); KV events
+Not done: mamba / linear-attention groups, and hybrid models on the v0.12 /
+v0.26 interfaces (refused at start, with the reason:
+kvtier.vllm_hybrid.plan_of); KV events
 (take_events); layouts in rows on the device path (refused, above). The
 GPU path has run on the emulated device only (CI); scripts/gpu-check runs
 it on a GPU.
