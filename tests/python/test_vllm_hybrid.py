@@ -15,8 +15,11 @@ group's geometry (kvtier.vllm_hybrid).
 - a failed load (a page corrupted in the daemon's ssd) fails the whole
   request (failed_recving, never block ids: vLLM raises on those under
   several groups) and vLLM recomputes it, logits still exact;
-- sliding-window blocks vLLM frees while a store reads them: the store is
-  waited for before the next forward;
+- sliding-window blocks vLLM frees while a store reads them (at the finish,
+  at each chunk of a chunked prefill): the store is waited for before the
+  next forward;
+- a request preempted and resumed restores its own pages and decodes as a
+  full recompute does; the emulated device's memory (the GPU path) too;
 - what is refused, with the reason: state (mamba) groups, the older
   interface, layerwise loads, staging, uneven groups, groups that do not
   share memory.
@@ -63,8 +66,15 @@ def toks(seed, n):
     return [int(t) for t in np.random.default_rng(seed).integers(0, 256, n)]
 
 
-def engine(sock, **kw):
-    return ve.Engine({"socket": sock}, num_blocks=32, model_config=CFG, **kw)
+def engine(sock, device="host", **kw):
+    """A stand-in engine of the hybrid model; @device "emu": its KV caches
+    in the emulated device's memory (the GPU path, registered by
+    handle)."""
+    extra = {"socket": sock}
+    if device == "emu":
+        extra["device"] = "emu"
+        kw["emu"] = True
+    return ve.Engine(extra, num_blocks=32, model_config=CFG, **kw)
 
 
 def serve(e, model, tokens, rid="r"):
@@ -86,11 +96,12 @@ def pages_of(e, rid_blocks, group, pages):
 
 
 @needs_hma
-def test_round_trip_bit_exact(workdir, model):
+@pytest.mark.parametrize("device", ["host", "emu"])
+def test_round_trip_bit_exact(workdir, model, device):
     prompt = toks(1, 11 * P + 1)           # 11 whole pages, 1 to compute
     ref = model.logits(prompt)
     with kvt_testutil.daemon(workdir, GROUP_CFG, page_tokens=P) as sock:
-        a = engine(sock)
+        a = engine(sock, device)
         tables = {}
         orig = a.sched_conn.update_state_after_alloc
 
@@ -119,7 +130,7 @@ def test_round_trip_bit_exact(workdir, model):
         a_full = pages_of(a, tables["a"][1], 1, range(11))
         a.shutdown()
 
-        b = engine(sock)
+        b = engine(sock, device)
         orig_b = b.sched_conn.update_state_after_alloc
 
         def spy_b(request, blocks, n):
@@ -179,6 +190,34 @@ def test_chunked_prefill_frees_while_storing(workdir, model):
         start, lg = serve(b, model, prompt)
         assert start == 10 * P and np.array_equal(lg, ref[start:])
         b.shutdown()
+
+
+@needs_hma
+def test_preempted_then_resumed(workdir, model):
+    """A request preempted after its prefill (its stores stopped, its
+    blocks freed in every group) resumes: it restores its own pages and
+    decodes the tokens an engine without kvtier decodes."""
+    prompt = toks(6, 9 * P + 2)
+    with kvt_testutil.daemon(workdir, GROUP_CFG, page_tokens=P) as sock:
+        a = engine(sock)
+        req = a.add("r", prompt, 4)
+        f = ve.tiny_forward(a, model)
+        a.step(f)                           # the prefill
+        for jobs in a.worker_conn._store_jobs.values():
+            for j in jobs:                  # stored: the resume restores
+                j.wait()
+        a.scheduler.preempt("r")
+        a.run(f)
+        assert req.num_preemptions == 1
+        # one load per group: full attention 9 pages, the window 2
+        assert a.stats["loads"] == 2 and a.stats["load_pages"] == 9 + 2
+        got = list(req.output_token_ids)
+        a.shutdown()
+    ref, seq = [], list(prompt)
+    for _ in range(4):                      # greedy decoding, recomputed
+        ref.append(int(np.argmax(model.logits(seq)[-1])))
+        seq.append(ref[-1])
+    assert got == ref
 
 
 @needs_hma
