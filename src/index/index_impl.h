@@ -209,6 +209,8 @@ void kvti_node_free(kvt_index *x, struct knode *n);
 int kvti_reserve(kvt_index *x, size_t nodes);
 void kvti_attach(kvt_index *x, struct knode *parent, struct knode *n);
 void kvti_detach(kvt_index *x, struct knode *n);
+/* Take @n out of the child table (nothing else: create.c frees trees). */
+void kvti_tab_del(kvt_index *x, struct knode *n);
 struct knode *kvti_child(kvt_index *x, struct knode *parent, struct pk *k,
 			 size_t i);
 int kvti_split(kvt_index *x, struct knode *n, uint32_t j,
