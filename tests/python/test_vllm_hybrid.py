@@ -193,6 +193,24 @@ def test_chunked_prefill_frees_while_storing(workdir, model):
 
 
 @needs_hma
+def test_with_the_decision(workdir, model):
+    """kvtier's load-or-recompute decision on (the default): it prices
+    tinymodel's prefill at about nothing, so B recomputes — the reference
+    group's lookup feeding it, the hit still fitted to every group — and
+    the logits are exact."""
+    prompt = toks(7, 6 * P + 1)
+    ref = model.logits(prompt)
+    with kvt_testutil.daemon(workdir, GROUP_CFG, page_tokens=P) as sock:
+        for _ in ("a", "b"):
+            e = ve.Engine({"socket": sock, "decide": True}, num_blocks=32,
+                          model_config=CFG)
+            start, lg = serve(e, model, prompt)
+            assert np.array_equal(lg, ref[start:])
+            assert e.stats["decisions"] >= 1
+            e.shutdown()
+
+
+@needs_hma
 def test_preempted_then_resumed(workdir, model):
     """A request preempted after its prefill (its stores stopped, its
     blocks freed in every group) resumes: it restores its own pages and
