@@ -1,8 +1,9 @@
 /*
  * index.c — the radix index: nodes, the child table, the eviction heaps,
- * splitting and pruning. The operations are in ops.c, eviction and the
- * write policies in evict.c, the tenants' accounts in quota.c, creation,
- * tenants and counters in create.c, the invariant checker in check.c.
+ * splitting and pruning. The operations are in ops.c and mark.c, eviction
+ * and the write policies in evict.c, the tenants' accounts in quota.c,
+ * creation, tenants and counters in create.c, the invariant checker in
+ * check.c.
  *
  * THE TREE (P = 4 tokens per page here; each [....] is one page)
  *
