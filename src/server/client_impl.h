@@ -110,6 +110,10 @@ void kvti_client_begin(kvt_client *cl, uint16_t op); /* a request in cl->out */
 int kvti_client_rpc(kvt_client *cl, const int *fds, int nfds, kvtd_rd *rd);
 int kvti_client_body_end(kvtd_rd *rd);               /* the reply was whole */
 
+/* client_mem.c: a registration's end; @tell: UNREGISTER first (cl->mu
+ * held) */
+void kvti_client_mem_release(kvt_client_mem *m, int tell);
+
 /* client_job.c: what close, shutdown and the stream-wait registration use */
 const _Atomic uint32_t *kvti_client_word_of(kvt_client_job *j);
 int kvti_client_waits_make(kvt_client *cl, uint32_t nwords); /* WAITS */
