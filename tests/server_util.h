@@ -194,8 +194,10 @@ static inline int srv_job_end(kvt_client_job *j, long *nfailed)
 	return err;
 }
 
-/* A gauge of the daemon's STATS (docs/METRICS.md), or -1. */
-static inline double srv_gauge(kvt_client *cl, const char *name)
+/* @obj.@name of the daemon's STATS (docs/METRICS.md), or -1 (none; also
+ * when @obj is not an object). */
+static inline double srv_stat_num(kvt_client *cl, const char *obj,
+				  const char *name)
 {
 	char *js = NULL;
 	double v = -1;
@@ -204,12 +206,18 @@ static inline double srv_gauge(kvt_client *cl, const char *name)
 	if (kvt_client_stats(cl, &js))
 		return -1;
 	root = cJSON_Parse(js);
-	g = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "gauges"), name);
+	g = cJSON_GetObjectItem(cJSON_GetObjectItem(root, obj), name);
 	if (cJSON_IsNumber(g))
 		v = g->valuedouble;
 	cJSON_Delete(root);
 	free(js);
 	return v;
+}
+
+/* A gauge of the daemon's STATS, or -1. */
+static inline double srv_gauge(kvt_client *cl, const char *name)
+{
+	return srv_stat_num(cl, "gauges", name);
 }
 
 #endif /* KVT_TEST_SERVER_UTIL_H */

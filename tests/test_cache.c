@@ -6,60 +6,20 @@
  * down to ssd and come back bit-exact; registration errors; lookup counts
  * by tier; loads of absent pages (failed list, nothing written); stores
  * cancelled before they ran are never served; stores whose parents are
- * missing; bad arguments; tenant isolation; kvt_cache_verify() after all
- * of it; and a failed allocation at every point of open, register, store
- * and load (no leak, no crash, nothing half-visible).
+ * missing; cancel, abort and job handles; kvt_cache_verify() after all of
+ * it.
  *
- * Layer readiness and corruption are in test_cache_layers.c, threads in
+ * Bad arguments and failed allocations are in test_cache_faults.c, tenant
+ * isolation in test_cache_tenants.c (the same small cache: cache_small.h),
+ * layer readiness and corruption in test_cache_layers.c, threads in
  * test_cache_threads.c, GPU memory in test_cache_cuda.c.
  */
-#include "cache_util.h"
+#include "cache_small.h"
 
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
-
-#define P 4
-#define NB 64 /* engine blocks */
-
-static kvt_geom geom;
-static char spec[1024];
-
-static int open_cache(kvt_cache **c, unsigned flags, int write)
-{
-	kvt_cache_config cfg = KVT_CACHE_CONFIG_INIT;
-
-	cfg.tiers = spec;
-	cfg.geom = &geom;
-	cfg.flags = flags;
-	cfg.write = write;
-	return kvt_cache_open(c, &cfg);
-}
-
-/* An open cache with registered host memory, or a failed check. */
-static kvt_cache *setup(eng *e, int outer, unsigned flags, int write)
-{
-	kvt_cache *c = NULL;
-	int err;
-
-	if ((err = open_cache(&c, flags, write))) {
-		fprintf(stderr, "open: %s (%s)\n", kvt_strerror(err),
-			kvt_errdetail());
-		kvt_test_failures++;
-		return NULL;
-	}
-	CHECK_OK(eng_init(e, &geom, NB, outer, 64, -1));
-	CHECK_OK(eng_register(c, e));
-	return c;
-}
-
-static void lookup_n(kvt_cache *c, uint32_t tenant, const kvt_page_key *k,
-		     size_t n, kvt_cache_lookup_result *r)
-{
-	memset(r, 0xff, sizeof(*r));
-	CHECK_OK(kvt_cache_lookup(c, tenant, k, n, 0, r));
-}
 
 /* ---- KVT_LOOKUP_EACH: keys that are one-page prefixes of their own ----- */
 
@@ -786,277 +746,12 @@ static void test_cancel(void)
 	eng_free(&e);
 }
 
-/* ---- bad arguments ---------------------------------------------------- */
-
-static void test_bad_args(void)
-{
-	kvt_page_key k[4];
-	uint32_t b[4] = { 0, 1, 2, 3 }, twice[4] = { 0, 1, 1, 3 };
-	uint32_t out_of_range[4] = { 0, 1, NB, 3 }, tok[8] = { 0 };
-	kvt_cache_lookup_result r;
-	kvt_cache_job *j = NULL;
-	kvt_cache *c;
-	eng e;
-
-	CHECK_OK(open_cache(&c, 0, 0));
-	if (!c)
-		return;
-	CHECK_OK(eng_init(&e, &geom, NB, ENG_KV_OUTER, 0, -1));
-	CHECK_OK(session_keys(c, 0, 700, 4, k));
-	eng_fill(&e, k, 4, 0, b);
-	/* no memory registered */
-	CHECK_ERR(kvt_cache_load(c, 0, k, 4, 0, b, &j), KVT_EBUSY);
-	CHECK_ERR(kvt_cache_store(c, 0, k, 4, 0, b, &j), KVT_EBUSY);
-	lookup_n(c, 0, k, 4, &r);
-	CHECK_EQ(r.pages, 0);
-	CHECK_OK(eng_register(c, &e));
-
-	CHECK_ERR(kvt_cache_lookup(c, 0, NULL, 4, 0, &r), -EINVAL);
-	CHECK_ERR(kvt_cache_lookup(c, 0, k, 4, 0, NULL), -EINVAL);
-	CHECK_ERR(kvt_cache_lookup(c, 5, k, 4, 0, &r), KVT_ENOTFOUND);
-	for (int store = 0; store < 2; store++) {
-		int (*fn)(kvt_cache *, uint32_t, const kvt_page_key *, size_t,
-			  size_t, const uint32_t *, kvt_cache_job **) =
-			store ? kvt_cache_store : kvt_cache_load;
-		CHECK_ERR(fn(c, 0, k, 4, 5, b, &j), -EINVAL);
-		CHECK_ERR(fn(c, 0, NULL, 4, 0, b, &j), -EINVAL);
-		CHECK_ERR(fn(c, 0, k, 4, 0, NULL, &j), -EINVAL);
-		CHECK_ERR(fn(c, 0, k, 4, 0, b, NULL), -EINVAL);
-		CHECK_ERR(fn(c, 0, k, 4, 0, twice, &j), -EINVAL);
-		CHECK_ERR(fn(c, 0, k, 4, 0, out_of_range, &j), -EINVAL);
-		CHECK_ERR(fn(c, 5, k, 4, 0, b, &j), KVT_ENOTFOUND);
-		CHECK(j == NULL);
-	}
-	CHECK_ERR(kvt_cache_hash_tokens(c, 5, tok, 8, k), KVT_ENOTFOUND);
-	CHECK_ERR(kvt_cache_hash_tokens(c, 0, NULL, 8, k), -EINVAL);
-	CHECK_ERR(kvt_cache_tenant_add(c, 0, 1), -EEXIST);
-	CHECK_OK(kvt_cache_tenant_add(c, 5, 1));
-	CHECK_ERR(kvt_cache_tenant_add(c, 5, 2), -EEXIST);
-	/* nothing of the refused calls is reserved or visible */
-	CHECK_EQ(cache_used(c), 0);
-	lookup_n(c, 0, k, 4, &r);
-	CHECK_EQ(r.pages, 0);
-	CHECK_EQ(r.inflight, 0);
-	/* and the same calls, right, work */
-	CHECK_OK(cache_store_wait(c, 0, k, 4, 0, b, NULL));
-	CHECK_ERR(kvt_cache_store(c, 0, k, 4, 0, twice, &j), -EINVAL);
-	lookup_n(c, 0, k, 4, &r);
-	CHECK_EQ(r.pages, 4);
-	kvt_cache_close(c);
-	eng_free(&e);
-}
-
-/* ---- tenants --------------------------------------------------------------- */
-
-static void test_tenants(void)
-{
-	kvt_page_key k0[8], k1[8], again[8];
-	uint32_t b[8] = { 0, 1, 2, 3, 4, 5, 6, 7 }, failed[8];
-	kvt_cache_lookup_result r;
-	kvt_cache *c, *c2;
-	long nf;
-	eng e;
-
-	if (!(c = setup(&e, ENG_KV_OUTER, 0, 0)))
-		return;
-	CHECK_OK(kvt_cache_tenant_add(c, 1, 0xfeedull));
-	CHECK_OK(session_keys(c, 0, 800, 8, k0));
-	CHECK_OK(session_keys(c, 1, 800, 8, k1));
-	for (int i = 0; i < 8; i++)
-		CHECK(k0[i].lo != k1[i].lo || k0[i].hi != k1[i].hi);
-	/* the same tokens give the same keys in another cache */
-	CHECK_OK(open_cache(&c2, KVT_CACHE_NO_BACKGROUND, 0));
-	if (c2) {
-		CHECK_OK(kvt_cache_tenant_add(c2, 1, 0xfeedull));
-		CHECK_OK(session_keys(c2, 1, 800, 8, again));
-		CHECK(!memcmp(again, k1, sizeof(k1)));
-	}
-	kvt_cache_close(c2);
-
-	eng_fill(&e, k0, 8, 0, b);
-	CHECK_OK(cache_store_wait(c, 0, k0, 8, 0, b, NULL));
-	lookup_n(c, 0, k0, 8, &r);
-	CHECK_EQ(r.pages, 8);
-	lookup_n(c, 1, k1, 8, &r);
-	CHECK_EQ(r.pages, 0);
-	/* an engine's raw block hashes under another tenant: no hit either */
-	lookup_n(c, 1, k0, 8, &r);
-	CHECK_EQ(r.pages, 0);
-	CHECK_EQ(r.inflight, 0);
-	for (int i = 0; i < 8; i++)
-		eng_poison(&e, b[i]);
-	CHECK_ERR(cache_load_wait(c, 1, k0, 8, 0, b, failed, &nf, NULL),
-		  KVT_ENOTFOUND);
-	CHECK_EQ(nf, 8);
-	for (int i = 0; i < 8; i++)
-		CHECK(eng_block_poisoned(&e, b[i]));
-	/* tenant 1 stores its own; each gets its own bytes back */
-	eng_fill(&e, k1, 8, 0, b);
-	CHECK_OK(cache_store_wait(c, 1, k1, 8, 0, b, NULL));
-	CHECK_OK(cache_store_wait(c, 1, k0, 8, 0, b, NULL)); /* k0 as tenant 1 */
-	CHECK_OK(cache_load_wait(c, 0, k0, 8, 0, b, failed, &nf, NULL));
-	for (int i = 0; i < 8; i++)
-		CHECK(eng_block_is(&e, b[i], k0[i]));
-	CHECK_OK(cache_load_wait(c, 1, k1, 8, 0, b, failed, &nf, NULL));
-	for (int i = 0; i < 8; i++)
-		CHECK(eng_block_is(&e, b[i], k1[i]));
-	{
-		kvt_cache_check chk;
-		CHECK_OK(kvt_cache_verify(c, &chk));
-		CHECK_EQ(chk.checked, 24);
-		CHECK_EQ(chk.bad, 0);
-	}
-	kvt_cache_close(c);
-	eng_free(&e);
-}
-
-/* ---- failed allocations ------------------------------------------------ */
-
-static void test_open_faults(const char *ssd)
-{
-	uint64_t before = kvt_alloc_count(), points;
-	kvt_cache *c;
-	int failed = 0;
-
-	CHECK_OK(open_cache(&c, 0, 0));
-	points = kvt_alloc_count() - before;
-	kvt_cache_close(c);
-	for (uint64_t n = 1; n <= points; n++) {
-		int64_t live = kvt_alloc_live();
-		int err;
-
-		kvt_alloc_fail_at(n);
-		err = open_cache(&c, 0, 0);
-		kvt_alloc_fail_at(0);
-		if (!err) {
-			kvt_cache_close(c);
-			continue;
-		}
-		failed++;
-		CHECK(err == -ENOMEM || err == -ENOSPC || err == -EAGAIN);
-		CHECK_EQ(kvt_alloc_live(), live);
-		CHECK(test_count_entries(ssd) <= 0); /* gone or empty */
-	}
-	CHECK(failed > 5);
-	fprintf(stderr, "open: %llu allocations, %d failures injected\n",
-		(unsigned long long)points, failed);
-}
-
-/* Fail every allocation of register, store+wait and load+wait in turn. */
-static void test_op_faults(void)
-{
-	kvt_cache_lookup_result r;
-	uint32_t b[6] = { 2, 4, 6, 8, 10, 12 }, d[6] = { 1, 3, 5, 7, 9, 11 };
-	uint32_t failed[6];
-	kvt_page_key k[6];
-	kvt_cache *c;
-	uint64_t before, points;
-	int injected = 0;
-	eng e;
-
-	CHECK_OK(open_cache(&c, KVT_CACHE_NO_BACKGROUND, 0));
-	if (!c)
-		return;
-	CHECK_OK(eng_init(&e, &geom, NB, ENG_KV_OUTER, 16, -1));
-	for (uint64_t n = 1; n < 64; n++) {
-		kvt_alloc_fail_at(n);
-		int err = eng_register(c, &e);
-		kvt_alloc_fail_at(0);
-		if (!err)
-			break;
-		CHECK_ERR(err, -ENOMEM);
-	}
-	CHECK_ERR(eng_register(c, &e), KVT_EBUSY);
-
-	/* store */
-	CHECK_OK(session_keys(c, 0, 900, 6, k));
-	eng_fill(&e, k, 6, 0, b);
-	before = kvt_alloc_count();
-	CHECK_OK(cache_store_wait(c, 0, k, 6, 0, b, NULL));
-	points = kvt_alloc_count() - before + 2;
-	for (uint64_t n = 1; n <= points; n++) {
-		int err;
-
-		CHECK_OK(session_keys(c, 0, 1000 + (uint32_t)n, 6, k));
-		eng_fill(&e, k, 6, 0, b);
-		kvt_alloc_fail_at(n);
-		err = cache_store_wait(c, 0, k, 6, 0, b, NULL);
-		kvt_alloc_fail_at(0);
-		lookup_n(c, 0, k, 6, &r);
-		CHECK_EQ(r.inflight, 0);
-		if (err) {
-			injected++;
-			CHECK(err == -ENOMEM || err == -EAGAIN);
-			CHECK_EQ(r.pages, 0);
-		} else {
-			CHECK_EQ(r.pages, 6);
-		}
-	}
-	/* load: session 900 again (a failed allocation in a demotion may
-	 * have dropped it: a cache may drop pages), now in the top tier */
-	CHECK_OK(session_keys(c, 0, 900, 6, k));
-	eng_fill(&e, k, 6, 0, b);
-	CHECK_OK(cache_store_wait(c, 0, k, 6, 0, b, NULL));
-	before = kvt_alloc_count();
-	CHECK_OK(cache_load_wait(c, 0, k, 6, 0, d, NULL, NULL, NULL));
-	points = kvt_alloc_count() - before + 2;
-	for (uint64_t n = 1; n <= points; n++) {
-		kvt_cache_job *j = NULL;
-		long nf = 0;
-		int err;
-
-		for (int i = 0; i < 6; i++)
-			eng_poison(&e, d[i]);
-		kvt_alloc_fail_at(n);
-		err = kvt_cache_load(c, 0, k, 6, 0, d, &j);
-		if (!err)
-			err = job_finish(j, failed, 6, &nf);
-		kvt_alloc_fail_at(0);
-		if (err)
-			injected++;
-		if (err && !j) { /* the call failed: nothing started */
-			CHECK_ERR(err, -ENOMEM);
-			for (int i = 0; i < 6; i++)
-				CHECK(eng_block_poisoned(&e, d[i]));
-			continue;
-		}
-		/* the job ran: every block not on the failed list is right */
-		for (int i = 0, f = 0; i < 6; i++) {
-			if (f < nf && failed[f] == d[i]) {
-				f++;
-				continue;
-			}
-			CHECK(eng_block_is(&e, d[i], k[i]));
-		}
-	}
-	/* everything still whole and served */
-	CHECK_OK(cache_load_wait(c, 0, k, 6, 0, d, NULL, NULL, NULL));
-	for (int i = 0; i < 6; i++)
-		CHECK(eng_block_is(&e, d[i], k[i]));
-	{
-		kvt_cache_check chk;
-		CHECK_OK(kvt_cache_verify(c, &chk));
-		CHECK_EQ(chk.bad, 0);
-		CHECK_OK(kvt_index_check(kvt_cache_index(c)));
-	}
-	CHECK(injected > 2);
-	fprintf(stderr, "store/load: %d failures injected\n", injected);
-	kvt_cache_close(c);
-	eng_free(&e);
-}
-
 int main(void)
 {
-	const char *dir = test_dir("cache");
 	char ssd[600];
+	const char *dir = cache_small_init("cache", ssd, sizeof(ssd));
 	int64_t live = kvt_alloc_live();
 
-	small_geom(&geom, 4, P); /* 8 KiB pages */
-	snprintf(ssd, sizeof(ssd), "%s/ssd", dir);
-	/* 32 pages of fabric, 64 of dram, 512 of ssd */
-	snprintf(spec, sizeof(spec), "fabric:memfd,256K dram:512K "
-		 "ssd:%s,4M,temp", ssd);
-	test_watchdog(240);
 	test_phase = "config";
 	test_config(dir);
 	test_phase = "register";
@@ -1073,14 +768,6 @@ int main(void)
 	test_lookup_each();
 	test_phase = "cancel";
 	test_cancel();
-	test_phase = "bad args";
-	test_bad_args();
-	test_phase = "tenants";
-	test_tenants();
-	test_phase = "open faults";
-	test_open_faults(ssd);
-	test_phase = "op faults";
-	test_op_faults();
 	CHECK_EQ(kvt_alloc_live(), live);
 	TEST_DONE();
 }

@@ -48,4 +48,47 @@ grep -q "missing: .*tests/test_server_dev_threads" "$TMP/half.log" || fail "the 
 # no such directory
 OUT="$TMP/none-out" "$SRC/scripts/gpu-check" --prebuilt "$TMP/nothere" >/dev/null 2>&1
 [ $? = 1 ] && grep -q "names no directory" "$TMP/none-out/prereqs.json" || fail "--prebuilt of nothing"
+
+# a bundle on a GPU machine without nvcc (what the device tool lends): the
+# prebuilt library decides whether it is a CUDA build, and the driver must
+# support its runtime's major version. A fake nvidia-smi plays the machine.
+cudart=$(ldd "$B/libkvtier.so" 2>/dev/null | awk '$1 ~ /^libcudart\.so/ {print $1; exit}')
+mkdir -p "$TMP/fake"
+fake_smi() { # CUDA version the fake driver reports
+	cat >"$TMP/fake/nvidia-smi" <<SH
+#!/bin/sh
+case "\$1" in
+-L) echo "GPU 0: Fake GPU (UUID: GPU-0)" ;;
+--query-gpu=*) echo "999.99" ;;
+*) echo "| NVIDIA-SMI 999.99   Driver Version: 999.99   CUDA Version: $1     |" ;;
+esac
+SH
+	chmod +x "$TMP/fake/nvidia-smi"
+}
+if [ -n "$cudart" ]; then
+	rt=${cudart#libcudart.so.}
+	fake_smi "$((rt - 1)).9"
+	PATH="$TMP/fake:$PATH" OUT="$TMP/olddrv" GPU_CHECK_ONLY=none \
+		"$SRC/scripts/gpu-check" --prebuilt "$B" >"$TMP/olddrv.log" 2>&1
+	rc=$?
+	[ $rc = 1 ] || fail "a driver older than the bundle's runtime: exit $rc (want 1)"
+	grep -q "a driver for CUDA $rt: this driver supports CUDA $((rt - 1)).9" "$TMP/olddrv/prereqs.json" ||
+		fail "prereqs.json does not name the driver: $(cat "$TMP/olddrv/prereqs.json")"
+	fake_smi "$rt.0"
+	PATH="$TMP/fake:$PATH" OUT="$TMP/newdrv" GPU_CHECK_ONLY=none \
+		"$SRC/scripts/gpu-check" --prebuilt "$B" >"$TMP/newdrv.log" 2>&1
+	python3 - "$TMP/newdrv" <<'PY' || fail "a driver new enough: $(head -c 600 "$TMP/newdrv/prereqs.json")"
+import json, sys
+p = json.load(open(sys.argv[1] + "/prereqs.json"))
+assert p["missing"] == [], p
+# a CUDA build found without nvcc on the path: no "a GPU:" line
+assert not any(o.startswith("a GPU:") for o in p["optional"]), p
+PY
+else
+	fake_smi "13.0"
+	PATH="$TMP/fake:$PATH" OUT="$TMP/nocuda" GPU_CHECK_ONLY=none \
+		"$SRC/scripts/gpu-check" --prebuilt "$B" >"$TMP/nocuda.log" 2>&1
+	grep -q "not a CUDA build" "$TMP/nocuda/prereqs.json" ||
+		fail "a prebuilt tree without CUDA is not named: $(cat "$TMP/nocuda/prereqs.json")"
+fi
 exit $((fails > 0))

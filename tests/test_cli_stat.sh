@@ -20,7 +20,8 @@ has "$TMP/table.txt" "kvtier daemon 0." "clients 3, leases 7 (56 pages pinned)" 
 	"ssd->engine 1.20 GiB" "lease expiries: disconnect 3" "180/200" \
 	"tenant bob (id 2): 576 pages looked up, hit rate 11.1%, 512 misses" \
 	"protocol errors: not_owner 1" "protocol errors: truncated 1, idle 1" \
-	"node (no tenant" "dram->ssd 480.00 MiB"
+	"node (no tenant" "dram->ssd 480.00 MiB" \
+	"remote: pages hit 192, missed 8, stored 256" "bad values 2 (failed MAC/checksum"
 # the data path: the restore path's CPU copies, movers by flow, the devices
 has "$TMP/table.txt" "data path: restore bytes copied by a CPU 0 B; device checksums 2048, failed 1" \
 	"device emu:0 (emulated: CPU copies): copy engines 128.00 MiB, kernels 256.00 MiB" \

@@ -104,6 +104,14 @@ int main(void)
 		for (uint32_t i = 0; i < NP; i++)
 			CHECK(srv_holds(&mb, blk[i], keys[i]));
 	}
+	/* the remote tier in the daemons' metrics: A wrote the prompt
+	 * through, B found it there and fetched it, nothing forged */
+	CHECK(srv_stat_num(a, "remote", "written") >= NP);
+	CHECK(srv_stat_num(a, "remote", "stored") >= NP);
+	CHECK(srv_stat_num(b, "remote", "lookup_pages") >= NP);
+	CHECK(srv_stat_num(b, "remote", "hits") >= NP);
+	CHECK(srv_stat_num(b, "remote", "bytes_read") > 0);
+	CHECK_EQ(srv_stat_num(b, "remote", "bad_values"), 0);
 
 	/* Redis gone: both nodes serve from their own tiers */
 	rt_stop(&rs, SIGKILL);

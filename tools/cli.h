@@ -67,6 +67,9 @@ int cli_geom(kvt_geom *g, const char *model, uint32_t page_tokens,
 
 /* Print a cJSON tree (formatted) to stdout and free it. */
 void cli_json_print(cJSON *root);
+/* A distribution as {mean, p50, p90, p99, max, n} (the caller owns it):
+ * sim's and demo's JSON share it, so their keys cannot drift apart. */
+cJSON *cli_dist_json(const kvt_dist *d);
 
 /* Median of @n values (at most 1024 are looked at; @v is not changed). */
 double cli_median(const double *v, int n);

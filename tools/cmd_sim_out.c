@@ -21,19 +21,6 @@ static const char *tier_name(int t)
 	return kvt_tier_kind_name((kvt_tier_kind)t);
 }
 
-static cJSON *dist_json(const kvt_dist *d)
-{
-	cJSON *o = cJSON_CreateObject();
-
-	cJSON_AddNumberToObject(o, "mean", d->mean);
-	cJSON_AddNumberToObject(o, "p50", d->p50);
-	cJSON_AddNumberToObject(o, "p90", d->p90);
-	cJSON_AddNumberToObject(o, "p99", d->p99);
-	cJSON_AddNumberToObject(o, "max", d->max);
-	cJSON_AddNumberToObject(o, "n", (double)d->n);
-	return o;
-}
-
 cJSON *kvti_cs_result_json(const kvt_sim_result *r)
 {
 	cJSON *o = cJSON_CreateObject(), *t, *h, *a;
@@ -41,10 +28,10 @@ cJSON *kvti_cs_result_json(const kvt_sim_result *r)
 	cJSON_AddNumberToObject(o, "requests", (double)r->requests);
 	cJSON_AddNumberToObject(o, "finished", (double)r->finished);
 	cJSON_AddNumberToObject(o, "measured", (double)r->measured);
-	cJSON_AddItemToObject(o, "ttft_ms", dist_json(&r->ttft_ms));
-	cJSON_AddItemToObject(o, "warm_ttft_ms", dist_json(&r->warm_ttft_ms));
-	cJSON_AddItemToObject(o, "tpot_ms", dist_json(&r->tpot_ms));
-	cJSON_AddItemToObject(o, "e2e_ms", dist_json(&r->e2e_ms));
+	cJSON_AddItemToObject(o, "ttft_ms", cli_dist_json(&r->ttft_ms));
+	cJSON_AddItemToObject(o, "warm_ttft_ms", cli_dist_json(&r->warm_ttft_ms));
+	cJSON_AddItemToObject(o, "tpot_ms", cli_dist_json(&r->tpot_ms));
+	cJSON_AddItemToObject(o, "e2e_ms", cli_dist_json(&r->e2e_ms));
 	cJSON_AddNumberToObject(o, "throughput_tok_s", r->throughput_tok_s);
 	cJSON_AddNumberToObject(o, "output_tok_s", r->output_tok_s);
 	cJSON_AddNumberToObject(o, "request_s", r->request_s);

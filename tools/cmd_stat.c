@@ -212,6 +212,19 @@ static void print_tiers(const cJSON *root)
 		       num(c, "evicted_pages"), num(c, "move_errors"),
 		       num(c, "checksum_failures"), num(c, "verified_copies"),
 		       num(c, "failed_blocks"), num(c, "wait_seconds"));
+	c = cJSON_GetObjectItemCaseSensitive(root, "remote");
+	if (cJSON_IsObject(c))
+		printf("remote: pages hit %.0f, missed %.0f, stored %.0f "
+		       "(%.0f failed), read %s, written %s\n        bad "
+		       "values %.0f (failed MAC/checksum: forged or corrupt, "
+		       "never served), node errors %.0f, write-through "
+		       "dropped %.0f of %.0f\n",
+		       num(c, "hits"), num(c, "misses"), num(c, "stored"),
+		       num(c, "write_failures"),
+		       bytes(num(c, "bytes_read"), b1, sizeof(b1)),
+		       bytes(num(c, "bytes_written"), b2, sizeof(b2)),
+		       num(c, "bad_values"), num(c, "node_errors"),
+		       num(c, "dropped"), num(c, "queued"));
 }
 
 /* The data path: who moved the bytes, who hashed them, the devices. */

@@ -1,5 +1,6 @@
 /*
- * kvtier.c — the kvtier command: find the subcommand, run it.
+ * kvtier.c — the kvtier command: find the subcommand, run it; and the small
+ * helpers of cli.h every subcommand shares.
  */
 #include "cli.h"
 
@@ -184,6 +185,19 @@ void cli_json_print(cJSON *root)
 		cJSON_free(s);
 	}
 	cJSON_Delete(root);
+}
+
+cJSON *cli_dist_json(const kvt_dist *d)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	cJSON_AddNumberToObject(o, "mean", d->mean);
+	cJSON_AddNumberToObject(o, "p50", d->p50);
+	cJSON_AddNumberToObject(o, "p90", d->p90);
+	cJSON_AddNumberToObject(o, "p99", d->p99);
+	cJSON_AddNumberToObject(o, "max", d->max);
+	cJSON_AddNumberToObject(o, "n", (double)d->n);
+	return o;
 }
 
 static int cmp_double(const void *a, const void *b)

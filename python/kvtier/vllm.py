@@ -108,14 +108,21 @@ loads fail every block (recomputed), stores are counted as errors; both
 sides reconnect at most every 5 s, the worker registering its caches
 again.
 
+Hybrid models (several KV cache groups: sliding-window layers beside full
+attention) are kvtier.vllm_hybrid's: one daemon page per (group, page),
+the daemon serving one group's layers; the connector subclasses vLLM's
+SupportsHMA where the interface has failed_recving.
+
 Current vLLM's get_transfer_results() gives get_finished()'s sets and no
-failed_recving (failures are per block); requires_kv_delivery is False (a
+failed_recving (failures are per block; per request for hybrid models);
+requires_kv_delivery is False (a
 best-effort cache); requires_piecewise_for_cudagraph is True in layerwise
 mode; finish_forward, reset_capture_state, has_pending_block_frees keep
 the base's defaults.
 
-Not done: hybrid (HMA) models with several KV cache groups (refused at
-start, with the reason: vllm_compat.check_kv_cache_config); KV events
+Not done: mamba / linear-attention groups, and hybrid models on the v0.12 /
+v0.26 interfaces (refused at start, with the reason:
+kvtier.vllm_hybrid.plan_of); KV events
 (take_events); layouts in rows on the device path (refused, above). The
 GPU path has run on the emulated device only (CI); scripts/gpu-check runs
 it on a GPU.
@@ -124,19 +131,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
-    KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
-from vllm.distributed.kv_transfer.kv_connector.v1.metrics import \
-    KVConnectorStats
+    KVConnectorBase_V1, KVConnectorRole)
 
 try:    # current vLLM (not v0.12): the workers call get_transfer_results()
     from vllm.distributed.kv_transfer.kv_connector.v1.base import \
         KVConnectorTransferResults
+    _HAS_TRANSFER_RESULTS = True
 except ImportError:
+    _HAS_TRANSFER_RESULTS = False
+
     @dataclasses.dataclass
     class KVConnectorTransferResults:   # type: ignore[no-redef]
         """The fields of current vLLM's class, for releases without it
@@ -148,112 +155,31 @@ except ImportError:
 from . import (KVT_ENOTFOUND, Client, ConnectionLost,
                Geometry, Job, KvtierError)
 from . import Memory, keys_from_hashes
-from .decide import STAT_KEYS as DECIDE_STAT_KEYS
 from .decide import Decider
 from . import layout as _layout
 from . import vllm_compat as _compat
 from .staging import StagingPool
 from .vllm_host import emu_kv_buffer, host_kv_buffer  # noqa: F401 (API)
-from .vllm_register import _Registration
+from .vllm_meta import (KvtierConnectorMetadata, KvtierStats, LoadSpec,
+                        SaveSpec, _FailedLoad)
+from .vllm_register import _RECONNECT_S, _Registration
+from . import vllm_hybrid as _hybrid
+from .vllm_hybrid import _Hybrid
 
-# a scheduler side that lost its daemon tries again this often (seconds)
-_RECONNECT_S = 5.0
-
-
-class _FailedLoad:
-    """A load the daemon did not take (it went away): every block failed,
-    reported as a finished job so vLLM's bookkeeping runs as usual."""
-
-    def __init__(self, blocks: List[int]) -> None:
-        self.blocks = list(blocks)
-        self.failed = list(blocks)
-
-    def wait_layer(self, layer: int, timeout: Optional[float] = None) -> bool:
-        return False
-
-    def wait(self, timeout: Optional[float] = None) -> List[int]:
-        return list(self.blocks)
-
-    def poll(self) -> bool:
-        return True
-
-    def cancel(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
+try:    # vLLM's hybrid memory allocator keeps several KV cache groups only
+    # for connectors that subclass SupportsHMA: kvtier does where vLLM can
+    # report a failed load of one (failed_recving; kvtier.vllm_hybrid)
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import \
+        SupportsHMA
+    _HMA: Tuple[type, ...] = (SupportsHMA,) if _HAS_TRANSFER_RESULTS \
+        else ()
+except ImportError:
+    _HMA = ()
 
 __all__ = ["KvtierConnector", "KvtierConnectorMetadata", "KvtierStats",
            "LoadSpec", "SaveSpec", "emu_kv_buffer", "host_kv_buffer"]
 
 log = logging.getLogger("kvtier.vllm")
-
-
-# -- metadata and stats ------------------------------------------------------------
-
-@dataclasses.dataclass
-class LoadSpec:
-    """Load pages first..len(keys)-1 of the prefix @keys into @blocks."""
-    req_id: str
-    keys: List[bytes]
-    first: int
-    blocks: List[int]
-    is_async: bool = True
-
-
-@dataclasses.dataclass
-class SaveSpec:
-    """Store pages first..len(keys)-1 of the prefix @keys out of
-    blocks[first:] (@blocks: the request's blocks from page 0)."""
-    req_id: str
-    keys: List[bytes]
-    first: int
-    blocks: List[int]
-
-
-@dataclasses.dataclass
-class KvtierConnectorMetadata(KVConnectorMetadata):
-    """One step's orders, scheduler side to worker side."""
-    loads: List[LoadSpec] = dataclasses.field(default_factory=list)
-    saves: List[SaveSpec] = dataclasses.field(default_factory=list)
-    preempted: Set[str] = dataclasses.field(default_factory=set)
-    # finished requests whose blocks vLLM keeps until the workers return
-    # them in finished_sending (request_finished said delay_free)
-    delayed: Set[str] = dataclasses.field(default_factory=set)
-    # finished (aborted) requests whose async load vLLM still waits for:
-    # stop it, report it in finished_recving once it has stopped (vLLM
-    # frees the blocks then; never in finished_sending, which it asserts)
-    aborted: Set[str] = dataclasses.field(default_factory=set)
-
-
-_STAT_KEYS = ("loads", "load_pages", "load_failed_blocks", "stores",
-              "store_pages", "store_failed_blocks", "store_errors",
-              "store_dropped_pages", "cancelled", "stop_timeouts",
-              # scheduler side: get_num_new_matched_tokens' decisions
-              *DECIDE_STAT_KEYS)
-
-
-@dataclasses.dataclass
-class KvtierStats(KVConnectorStats):
-    """Worker counters since the last interval (get_kv_connector_stats)."""
-
-    def __post_init__(self) -> None:
-        for k in _STAT_KEYS:
-            self.data.setdefault(k, 0)
-
-    def reset(self) -> None:
-        self.data = {k: 0 for k in _STAT_KEYS}
-
-    def aggregate(self, other: KVConnectorStats) -> "KvtierStats":
-        for k in _STAT_KEYS:
-            self.data[k] = self.data.get(k, 0) + other.data.get(k, 0)
-        return self
-
-    def reduce(self) -> Dict[str, int]:
-        return dict(self.data)
-
-    def is_empty(self) -> bool:
-        return not any(self.data.get(k, 0) for k in _STAT_KEYS)
 
 
 # -- the connector -------------------------------------------------------------
@@ -265,9 +191,14 @@ class _SchedReq:
     saved: int = 0          # pages handed to the workers to store
     # keys of the pages it computes (in KvtierConnector._producing)
     produces: List[bytes] = dataclasses.field(default_factory=list)
+    # hybrid models (kvtier.vllm_hybrid): a block table per group; pages
+    # below sw_guard had their freed sliding-window blocks' stores waited
+    gblocks: Optional[List[List[int]]] = None
+    sw_guard: int = 0
 
 
-class KvtierConnector(_Registration, KVConnectorBase_V1):
+class KvtierConnector(_Registration, _Hybrid, _compat._Fingerprint,
+                      KVConnectorBase_V1, *_HMA):
     """vLLM v1 KV connector over the node's kvtier daemon.
 
     kv_connector_extra_config:
@@ -360,7 +291,12 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
         self._salt = f"vllm|{tenant}|{self._ns}|{model}|" \
                      f"{extra.get('salt', '')}".encode()
         _compat.require_hash_seed(extra, role == KVConnectorRole.SCHEDULER)
-        _compat.check_kv_cache_config(kv_cache_config)
+        self._hplan = _hybrid.plan_of(kv_cache_config, self._block_size,
+                                      self._load_mode, self._staging_mode,
+                                      bool(_HMA))
+        self._salt_base = self._salt
+        if self._hplan is not None:   # the reference group's keys: _keys()
+            self._salt = self._hplan.salt(self._salt, self._hplan.ref)
         self._kv_shape = extra.get("kv_shape")
         if self._kv_shape is not None and \
                 self._kv_shape not in _layout.VLLM_SHAPES:
@@ -373,6 +309,8 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
             cfg = hf.to_dict() if hasattr(hf, "to_dict") else dict(hf)
         cfg = _compat.kv_dtype_config(cfg, getattr(vllm_config.cache_config,
                                             "cache_dtype", "auto"))
+        if self._hplan is not None:   # the daemon serves one group's layers
+            cfg = _hybrid.group_config(cfg, self._hplan.layers)
         pc = vllm_config.parallel_config
         tp = int(getattr(pc, "tensor_parallel_size", 1))
         rank = 0
@@ -413,6 +351,9 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
         self._awaiting: Set[str] = set()   # reported by the workers yet
         self._waiting_since: Dict[str, float] = {}
         self._key_cache: Dict[str, Tuple[int, List[bytes]]] = {}
+        self._hkeys: Dict[Tuple[str, int], List[bytes]] = {}
+        self._sw_pending: Set[str] = set()
+        self._failed_loads: Set[str] = set()   # failed_recving: no hit
         self._fp_sent = False      # fingerprint published on this connection
         self._fp_off = False       # the daemon cannot take one
         self._fp_warned = False
@@ -433,6 +374,7 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
         self._finishing: Set[str] = set()
         self._aborted_loads: Set[str] = set()
         self._load_errors: Set[int] = set()
+        self._failed_recving: Set[str] = set()
         self._stats = KvtierStats(data={})
         self._down_since: Optional[float] = None
         self._retired: List[Tuple[Client, Optional[StagingPool]]] = []
@@ -443,11 +385,17 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
                           tenant=self._tenant, timeout_ms=self._timeout_ms)
         except KvtierError as e:
             if e.name == "KVT_EGEOM":
+                hyb = "" if self._hplan is None else (
+                    f" (a hybrid model: {len(self._hplan.groups)} KV cache "
+                    f"groups of {self._hplan.layers} layers, one daemon page "
+                    f"per group, so the daemon's --model is a config whose "
+                    f"num_hidden_layers is {self._hplan.layers})")
                 raise KvtierError(e.code, "kvtier.vllm: the daemon serves "
                                   "another model or page size: its "
                                   "--page-tokens must be vLLM's --block-size "
                                   f"({self._block_size}), its --model this "
-                                  "model's config, its --tp vLLM's", e.detail)
+                                  f"model's config{hyb}, its --tp vLLM's",
+                                  e.detail)
             raise
 
     # -- keys ---------------------------------------------------------------
@@ -474,6 +422,8 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
         the next pages are in flight and waiting is cheaper (module doc)."""
         P = self._block_size
         rid = request.request_id
+        if rid in self._failed_loads:  # it failed once: vLLM recomputes it
+            return 0, False
         # one token must be computed: never match the prompt's last
         limit = min(len(request.block_hashes), (request.num_tokens - 1) // P)
         start = num_computed_tokens // P
@@ -493,6 +443,8 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
             if n is None:
                 return None, False
         self._waiting_since.pop(rid, None)
+        if self._hplan is not None and n > start:
+            n = self._hyb_fit(request, n, start)
         if n <= start:
             return 0, False
         self._pending_load[rid] = (keys[:n], start)
@@ -566,60 +518,12 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
                       "cache (reconnect in %.0f s): %s", _RECONNECT_S, e)
             return None
 
-    def _check_fingerprint(self) -> None:
-        """Once per connection, at a lookup: publish the fingerprint of
-        what determines this engine's block hashes (PYTHONHASHSEED through
-        NONE_HASH, the hash algorithm, block size, model:
-        vllm_compat.hash_fingerprint) and warn once when other engines of
-        this tenant published different ones: their pages and this one's
-        never match. Counted by the daemon
-        (kvtier_fingerprint_conflicts_total) and in self.hash_conflicts."""
-        if self._fp_sent or self._fp_off or self._down_since is not None:
-            return
-        fp = _compat.hash_fingerprint(self._vllm_config.cache_config,
-                                      self._model)
-        if fp is None:  # the engine core has not seeded its hashes yet
-            self._fp_tries += 1
-            if self._fp_tries >= 100:
-                self._fp_off = True
-                log.warning("kvtier.vllm: this vLLM has no seeded "
-                            "vllm.v1.core.kv_cache_utils.NONE_HASH after "
-                            "100 lookups: engines with different hash "
-                            "seeds sharing the daemon will not be noticed")
-            return
-        self._fp_sent = True
-        try:
-            others, _ = self._client.publish_fingerprint(Client.FP_VLLM, fp)
-        except KvtierError as e:
-            # a daemon that predates FPRINT: never again on this connector
-            self._fp_off = True
-            self._note_down(e)
-            log.warning("kvtier.vllm: could not publish the block-hash "
-                        "fingerprint (an older daemon?): engines with "
-                        "different hash seeds will not be noticed: %s", e)
-            return
-        self.hash_conflicts = others
-        if others and not self._fp_warned:
-            self._fp_warned = True
-            log.warning(
-                "kvtier.vllm: %d other engine(s) of tenant %s in namespace "
-                "%r published a different block-hash fingerprint: their "
-                "pages and this engine's never match (0 hits between "
-                "them). vLLM's block hashes depend on PYTHONHASHSEED "
-                "(here: %s), the prefix-caching hash algorithm (here: %s), "
-                "the block size (%d) and the model (%s): give every engine "
-                "sharing the daemon the same (kvtier_fingerprint_conflicts_"
-                "total counts this)", others, self._tenant, self._ns,
-                "set" if os.environ.get("PYTHONHASHSEED") is not None
-                else "unset, random per process",
-                getattr(self._vllm_config.cache_config,
-                        "prefix_caching_hash_algo", "sha256"),
-                self._block_size, self._model)
-
     def update_state_after_alloc(self, request: Any, blocks: Any,
                                  num_external_tokens: int) -> None:
         """Record the blocks vLLM allocated (for the load when
         @num_external_tokens > 0)."""
+        if self._hplan is not None:
+            return self._hyb_after_alloc(request, blocks, num_external_tokens)
         rid = request.request_id
         ids = _compat.block_ids(blocks)
         st = self._reqs.get(rid)
@@ -672,33 +576,25 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
             meta.preempted.add(rid)
             st = self._reqs.get(rid)
             if st is not None:
-                st.saved = 0
-                st.block_ids = []
+                st.saved = st.sw_guard = 0
+                st.block_ids, st.gblocks = [], None
                 self._unproduce(st)
             self._loading.discard(rid)
+        if self._hplan is not None:
+            self._hyb_plan_saves(meta, scheduler_output)
+            return meta
         if not self._save:
             return meta
-        sched = scheduler_output.num_scheduled_tokens
-        for nr in scheduler_output.scheduled_new_reqs:
-            st = self._reqs.get(nr.req_id)
-            if st is None:
-                continue
-            st.block_ids = list(nr.block_ids[0])
-            self._plan_save(meta, nr.req_id, st,
-                            nr.num_computed_tokens + sched.get(nr.req_id, 0))
-        cr = scheduler_output.scheduled_cached_reqs
-        resumed = _compat.resumed_ids(cr)
-        for i, rid in enumerate(cr.req_ids):
+        for rid, new, replace, computed, n in \
+                _compat.scheduled_reqs(scheduler_output):
             st = self._reqs.get(rid)
             if st is None:
                 continue
-            new = cr.new_block_ids[i]
-            if rid in resumed:   # its new blocks replace the old ones
+            if replace:     # its new blocks replace the old ones
                 st.block_ids = list(new[0]) if new else []
             elif new:
                 st.block_ids += list(new[0])
-            self._plan_save(meta, rid, st,
-                            cr.num_computed_tokens[i] + sched.get(rid, 0))
+            self._plan_save(meta, rid, st, computed + n)
         return meta
 
     def _plan_save(self, meta: KvtierConnectorMetadata, rid: str,
@@ -723,6 +619,13 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
             self._awaiting.discard(rid)
         for rid in connector_output.finished_sending or ():
             self._awaiting.discard(rid)
+        for rid in getattr(connector_output, "failed_recving", None) or ():
+            # vLLM starts it over: no hit again (a page that failed to
+            # load would fail again), its pages stored anew
+            self._failed_loads.add(rid)
+            st = self._reqs.get(rid)
+            if st is not None:
+                st.saved = st.sw_guard = 0
         bad = connector_output.invalid_block_ids
         if bad:
             for st in self._reqs.values():
@@ -744,6 +647,7 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
             self._unproduce(st)
         self._pending_load.pop(rid, None)
         self._key_cache.pop(rid, None)
+        self._failed_loads.discard(rid)
         self._waiting_since.pop(rid, None)
         loading = rid in self._loading
         busy = rid in self._ever_saved and not loading
@@ -775,13 +679,15 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
     # worker side
     # ==========================================================================
 
-    def _load(self, keys: List[bytes], blocks: List[int], first: int) -> Any:
+    def _load(self, keys: List[bytes], blocks: List[int], first: int,
+              each: bool = False) -> Any:
         if self._staging is not None:
             return self._staging.load(keys, blocks, first)
-        return self._client.load(self._need_mem(), keys, blocks, first)
+        return self._client.load(self._need_mem(), keys, blocks, first,
+                                 each=each)
 
     def _store(self, keys: List[bytes], blocks: List[int], first: int,
-               event: Any = None) -> Any:
+               event: Any = None, each: bool = False) -> Any:
         if self._staging is not None:
             st = self._staging.store(keys, blocks, first)
             st.copy_all()  # the step's forward is done: every layer written
@@ -789,7 +695,7 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
             self._stats.data["store_dropped_pages"] += st.dropped
             return st
         return self._client.store(self._need_mem(), keys, blocks, first,
-                                  event=event)
+                                  each=each, event=event)
 
     def _need_mem(self) -> Memory:
         if self._mem is None:
@@ -806,7 +712,10 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
         re-made at the next step. vLLM v0.12-v0.15 pass the preempted
         request ids (a set, only in steps that preempted), later releases
         this step's connector metadata (every step): both are taken
-        (kvtier.vllm_compat.preempted_ids)."""
+        (kvtier.vllm_compat.preempted_ids). Hybrid models: the stores
+        reading sliding-window blocks vLLM freed this step end first."""
+        if self._hplan is not None:
+            self._hyb_wait_stores(kv_connector_metadata)
         for rid in _compat.preempted_ids(kv_connector_metadata):
             jobs = self._store_jobs.pop(rid, [])
             job = self._load_jobs.pop(rid, None)
@@ -854,9 +763,10 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
         if self._staging is None:
             self._need_mem()
         self._sync_jobs = []
+        groups: Dict[str, List[Any]] = {}
         for ls in meta.loads:
             try:
-                job = self._load(ls.keys, ls.blocks, ls.first)
+                job = self._load(ls.keys, ls.blocks, ls.first, ls.each)
             except KvtierError as e:
                 # the daemon refused or went away: vLLM recomputes them
                 log.error("kvtier.vllm: load of %s failed: %s", ls.req_id, e)
@@ -864,10 +774,14 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
                 job = _FailedLoad(ls.blocks)
             self._stats.data["loads"] += 1
             self._stats.data["load_pages"] += len(ls.blocks)
-            if ls.is_async:
+            if ls.is_async and self._hplan is not None:
+                groups.setdefault(ls.req_id, []).append(job)
+            elif ls.is_async:
                 self._load_jobs[ls.req_id] = job
             else:
                 self._sync_jobs.append((ls.req_id, job))
+        for rid, jobs in groups.items():     # one per group: one job
+            self._load_jobs[rid] = _hybrid._JobSet(jobs)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Layerwise loads: block until @layer_name is in place."""
@@ -915,10 +829,10 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
                 continue
             try:
                 job = self._store(ss.keys, ss.blocks[ss.first:], ss.first,
-                                  event)
+                                  event, ss.each)
             except KvtierError as e:
                 self._note_down(e)
-                if e.code != KVT_ENOTFOUND or ss.first == 0:
+                if e.code != KVT_ENOTFOUND or ss.first == 0 or ss.each:
                     self._stats.data["store_errors"] += 1
                     log.warning("kvtier.vllm: store of %s: %s", ss.req_id, e)
                     continue
@@ -928,13 +842,18 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
             self._stats.data["stores"] += 1
             self._stats.data["store_pages"] += len(ss.keys) - ss.first
 
-    def _end_load(self, job: Job) -> List[int]:
+    def _end_load(self, job: Job, rid: str = "") -> List[int]:
         try:
             failed = job.wait(timeout=self._stop_s())
         except TimeoutError:  # a hung daemon: drop it, every block fails
             self._stop_timeout("(load)")
             failed = job.wait(timeout=self._stop_s())
-        self._load_errors.update(failed)
+        if self._hplan is not None and failed:
+            # block ids are a group's: vLLM takes only the whole request
+            self._failed_recving.add(rid)
+            self._stats.data["failed_requests"] += 1
+        else:
+            self._load_errors.update(failed)
         self._stats.data["load_failed_blocks"] += len(failed)
         job.close()
         return failed
@@ -958,7 +877,7 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
                     job.close()
                     recving.add(rid)
                 else:
-                    self._end_load(job)
+                    self._end_load(job, rid)
                     recving.add(rid)
         for rid, jobs in list(self._store_jobs.items()):
             still = []
@@ -983,15 +902,17 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
     def get_transfer_results(self, finished_req_ids: Set[str]
                              ) -> KVConnectorTransferResults:
         """What current vLLM's workers call instead of get_finished():
-        get_finished()'s two sets, and failed_recving always empty — a
-        failed load is reported per block (get_block_ids_with_load_errors),
-        so vLLM keeps the pages that did land and recomputes from the first
-        failed block; failed_recving would make it recompute (or fail) the
-        whole request."""
+        get_finished()'s two sets, and failed_recving empty but for hybrid
+        models — a failed load is reported per block
+        (get_block_ids_with_load_errors), so vLLM keeps the pages that did
+        land and recomputes from the first failed block; failed_recving
+        makes it recompute (or fail) the whole request, the only way
+        under several KV cache groups (kvtier.vllm_hybrid)."""
         sending, recving = self.get_finished(finished_req_ids)
+        failed, self._failed_recving = self._failed_recving, set()
         return KVConnectorTransferResults(
             finished_sending=set(sending or ()),
-            finished_recving=set(recving or ()))
+            finished_recving=set(recving or ()), failed_recving=failed)
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -1012,62 +933,9 @@ class KvtierConnector(_Registration, KVConnectorBase_V1):
         loads wait for nothing inside the forward: False."""
         return (extra_config or {}).get("load_mode", "async") == "layerwise"
 
-    def _close_retired(self) -> None:
-        """Close connections replaced by a reconnect, once none of their
-        jobs is left (their staging memory is freed with them)."""
-        for cl, pool in self._retired:
-            try:
-                if pool is not None:
-                    pool.close()
-            except KvtierError:
-                pass  # the old daemon is gone: nothing to unregister
-            cl.close()
-        self._retired = []
-
     def _note_down(self, e: KvtierError) -> None:
         if isinstance(e, ConnectionLost) and self._down_since is None:
             self._down_since = time.monotonic()
-
-    def _worker_reconnect(self) -> None:
-        """The daemon went away: connect again (at most every
-        _RECONNECT_S) and register the KV caches (or a new staging pool)
-        with the new one. Called at the start of a step."""
-        if self._down_since is None:
-            return
-        if time.monotonic() - self._down_since < _RECONNECT_S or (
-                self._mem is None and self._staging is None):
-            return
-        cl: Optional[Client] = None
-        try:
-            cl = self._connect()
-            if self._staging is not None:
-                staging = StagingPool(cl, self._staging.kv,
-                                      self._staging.nblocks,
-                                      roles=self._staging.roles)
-            elif self._register[0] == "torch":
-                mem = cl.register_torch(self._kv_list,
-                                        layout=self._register[1])
-            elif self._register[0] == "emu":
-                mem = cl.register_device(self._dev, *self._register[1:])
-            else:
-                mem = self._register_mem(cl)
-        except KvtierError as e:
-            if cl is not None:
-                cl.close()
-            self._down_since = time.monotonic()
-            log.debug("kvtier.vllm: reconnect failed: %s", e)
-            return
-        # jobs of the old connection finish reporting through it: it is
-        # closed (and its staging memory freed) once they have
-        self._retired.append((self._client, self._staging))
-        self._client = cl
-        self._ipc_event = None  # registered with the old daemon
-        if self._staging is not None:
-            self._staging = staging
-        else:
-            self._mem = mem
-        self._down_since = None
-        log.warning("kvtier.vllm: worker reconnected to the daemon")
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         """Blocks whose load failed since the last call (vLLM recomputes

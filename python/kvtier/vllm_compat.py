@@ -23,12 +23,17 @@ construct a connector with (vllm_config, role): both are handled too.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
-from typing import Any, Iterable, List, Optional, Set
+from typing import Any, Iterable, Iterator, List, Optional, Set, Tuple
 
-__all__ = ["preempted_ids", "resumed_ids", "check_kv_cache_config",
+from . import KvtierError
+
+log = logging.getLogger("kvtier.vllm")
+
+__all__ = ["preempted_ids", "resumed_ids",
            "block_ids", "publishable_blocks", "require_hash_seed",
-           "hash_fingerprint",
+           "hash_fingerprint", "load_config", "scheduled_reqs",
            "kv_dtype_config"]
 
 
@@ -63,44 +68,6 @@ def resumed_ids(cached: Any) -> Set[str]:
     if flags is None:
         return set()
     return {rid for rid, f in zip(cached.req_ids, flags) if f}
-
-
-def _spec_name(group: Any) -> str:
-    spec = getattr(group, "kv_cache_spec", None)
-    return type(spec).__name__ if spec is not None else "?"
-
-
-def check_kv_cache_config(kv_cache_config: Any) -> None:
-    """Refuse, at start, what the connector cannot serve: several KV cache
-    groups (a hybrid model — sliding-window or mamba layers beside full
-    attention — under vLLM's hybrid memory allocator) or a non-attention
-    group. None (v0.11-era constructors): nothing to check here."""
-    if kv_cache_config is None:
-        return
-    groups = getattr(kv_cache_config, "kv_cache_groups", None)
-    if groups is None:
-        return
-    if len(groups) != 1:
-        kinds = ", ".join(_spec_name(g) for g in groups)
-        raise ValueError(
-            f"kvtier.vllm: {len(groups)} KV cache groups ({kinds}): a "
-            f"hybrid model under vLLM's hybrid memory allocator. vLLM's "
-            f"interface allows a connector there (SupportsHMA: "
-            f"request_finished_all_groups, a block table per group), but "
-            f"kvtier stores a page as all of the model's layers, and here "
-            f"the groups' layers live in different blocks: a sliding-window "
-            f"group frees a page's blocks once the page left the window "
-            f"while the full-attention group keeps it, so most pages are "
-            f"never whole (and a mamba group holds per-request state, not "
-            f"pages). Not supported: models with sliding-window layers run "
-            f"with --disable-hybrid-kv-cache-manager (one group; vLLM then "
-            f"keeps every layer's full KV); models with mamba layers are "
-            f"not supported")
-    name = _spec_name(groups[0])
-    if "Mamba" in name or "Linear" in name:
-        raise ValueError(f"kvtier.vllm: KV cache group of {name}: state "
-                         f"caches (mamba / linear attention) are not KV "
-                         f"pages this connector can store")
 
 
 def block_ids(blocks: Any) -> List[int]:
@@ -168,6 +135,35 @@ def ids_of(x: Optional[Iterable[str]]) -> Set[str]:
     return set(x) if x else set()
 
 
+def load_config(cfg: Any) -> dict:
+    """A model config given as a path, JSON text or a dict, as a new
+    dict."""
+    import json
+    if isinstance(cfg, (str, os.PathLike)) and not str(cfg).lstrip() \
+            .startswith("{"):
+        with open(cfg, encoding="utf-8") as f:
+            return dict(json.load(f))
+    if isinstance(cfg, str):
+        return dict(json.loads(cfg))
+    return dict(cfg)
+
+
+def scheduled_reqs(so: Any) -> Iterator[Tuple[str, Any, bool, int, int]]:
+    """The requests a step's SchedulerOutput @so schedules: (id, the block
+    ids it adds per group or None, whether those replace the request's
+    blocks (a new or resumed request), tokens computed before the step,
+    tokens scheduled in it)."""
+    sched = so.num_scheduled_tokens
+    for nr in so.scheduled_new_reqs:
+        yield (nr.req_id, nr.block_ids, True, nr.num_computed_tokens,
+               sched.get(nr.req_id, 0))
+    cr = so.scheduled_cached_reqs
+    resumed = resumed_ids(cr)
+    for i, rid in enumerate(cr.req_ids):
+        yield (rid, cr.new_block_ids[i], rid in resumed,
+               cr.num_computed_tokens[i], sched.get(rid, 0))
+
+
 _FP8 = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
         "fp8_e5m2": "float8_e5m2", "fp8_inc": "float8_e4m3fn",
         "fp8_ds_mla": "float8_e4m3fn"}
@@ -187,17 +183,64 @@ def kv_dtype_config(cfg: Any, cache_dtype: str) -> Any:
             return cfg
         kvd = {"half": "float16", "float": "float32"}.get(
             str(cache_dtype), str(cache_dtype))
-    if isinstance(cfg, (str, os.PathLike)) and not str(cfg).lstrip() \
-            .startswith("{"):
-        with open(cfg, encoding="utf-8") as f:
-            import json
-            cfg = json.load(f)
-    elif isinstance(cfg, str):
-        import json
-        cfg = json.loads(cfg)
-    cfg = dict(cfg)
+    cfg = load_config(cfg)
     if "text_config" in cfg and isinstance(cfg["text_config"], dict):
         cfg["text_config"] = dict(cfg["text_config"], torch_dtype=kvd)
     cfg["torch_dtype"] = kvd
     cfg.pop("dtype", None)
     return cfg
+
+
+class _Fingerprint:
+    """KvtierConnector's publication of its hash_fingerprint() (a mixin:
+    the scheduler side's state _fp_*, _client, _tenant, _ns, _model)."""
+
+    def _check_fingerprint(self) -> None:  # noqa: C901
+        """Once per connection, at a lookup: publish the fingerprint of
+        what determines this engine's block hashes (PYTHONHASHSEED through
+        NONE_HASH, the hash algorithm, block size, model:
+        vllm_compat.hash_fingerprint) and warn once when other engines of
+        this tenant published different ones: their pages and this one's
+        never match. Counted by the daemon
+        (kvtier_fingerprint_conflicts_total) and in self.hash_conflicts."""
+        if self._fp_sent or self._fp_off or self._down_since is not None:
+            return
+        fp = hash_fingerprint(self._vllm_config.cache_config, self._model)
+        if fp is None:  # the engine core has not seeded its hashes yet
+            self._fp_tries += 1
+            if self._fp_tries >= 100:
+                self._fp_off = True
+                log.warning("kvtier.vllm: this vLLM has no seeded "
+                            "vllm.v1.core.kv_cache_utils.NONE_HASH after "
+                            "100 lookups: engines with different hash "
+                            "seeds sharing the daemon will not be noticed")
+            return
+        self._fp_sent = True
+        try:
+            others, _ = self._client.publish_fingerprint(
+                self._client.FP_VLLM, fp)
+        except KvtierError as e:
+            # a daemon that predates FPRINT: never again on this connector
+            self._fp_off = True
+            self._note_down(e)
+            log.warning("kvtier.vllm: could not publish the block-hash "
+                        "fingerprint (an older daemon?): engines with "
+                        "different hash seeds will not be noticed: %s", e)
+            return
+        self.hash_conflicts = others
+        if others and not self._fp_warned:
+            self._fp_warned = True
+            log.warning(
+                "kvtier.vllm: %d other engine(s) of tenant %s in namespace "
+                "%r published a different block-hash fingerprint: their "
+                "pages and this engine's never match (0 hits between "
+                "them). vLLM's block hashes depend on PYTHONHASHSEED "
+                "(here: %s), the prefix-caching hash algorithm (here: %s), "
+                "the block size (%d) and the model (%s): give every engine "
+                "sharing the daemon the same (kvtier_fingerprint_conflicts_"
+                "total counts this)", others, self._tenant, self._ns,
+                "set" if os.environ.get("PYTHONHASHSEED") is not None
+                else "unset, random per process",
+                getattr(self._vllm_config.cache_config,
+                        "prefix_caching_hash_algo", "sha256"),
+                self._block_size, self._model)

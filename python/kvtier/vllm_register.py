@@ -15,18 +15,25 @@ Three paths, chosen by where the caches live and the extra config:
 
 Every method here runs on the worker side and sets the connector's
 _register, _mem, _layer_index (and _dev, _kv_list, _staging) that the
-worker calls in kvtier/vllm.py use.
+worker calls in kvtier/vllm.py use; _worker_reconnect() registers the same
+caches with a daemon that came back (the old connection retired once its
+jobs are reported, _close_retired()). Hybrid models register one group's
+layers (kvtier.vllm_hybrid: the k-th layer of every group is one tensor).
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Tuple
+import time
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import KVT_ENOTBUILT, Client, KvtierError, Memory
 from . import layout as _layout
 from .staging import StagingPool
 from .vllm_host import (_buffer_of, _emu_device, _emu_memory, _is_torch,
                         _rehome_torch)
+
+# a side that lost its daemon tries again this often (seconds)
+_RECONNECT_S = 5.0
 
 # host memory for staging GPU KV (when staging_blocks is not given): 2 GiB
 _STAGING_BYTES = 2 << 30
@@ -43,7 +50,10 @@ class _Registration:
         NHD / HND, FlashInfer, the CPU backend, MLA; fp8 caches are 1-byte
         elements); CPU torch tensors are re-homed into daemon-mappable
         memory first, GPU tensors registered by handle (or staged through
-        host blocks with "staging": true, kvtier.staging)."""
+        host blocks with "staging": true, kvtier.staging). A hybrid
+        model's are one group's layers (kvtier.vllm_hybrid)."""
+        if self._hplan is not None:
+            kv_caches = self._hyb_layers(kv_caches)
         g = self._geom
         if len(kv_caches) != g.layers:
             raise ValueError(f"kvtier.vllm: {len(kv_caches)} KV cache layers "
@@ -217,3 +227,56 @@ class _Registration:
             "two or three times. Leave \"staging\" unset for the direct "
             "path (the daemon DMAs into GPU memory it opens by handle).",
             n, self._staging.pinned, n * g.page_bytes / (1 << 30))
+
+    def _close_retired(self) -> None:
+        """Close connections replaced by a reconnect, once none of their
+        jobs is left (their staging memory is freed with them)."""
+        for cl, pool in self._retired:
+            try:
+                if pool is not None:
+                    pool.close()
+            except KvtierError:
+                pass  # the old daemon is gone: nothing to unregister
+            cl.close()
+        self._retired = []
+
+    def _worker_reconnect(self) -> None:
+        """The daemon went away: connect again (at most every
+        _RECONNECT_S) and register the KV caches (or a new staging pool)
+        with the new one. Called at the start of a step."""
+        if self._down_since is None:
+            return
+        if time.monotonic() - self._down_since < _RECONNECT_S or (
+                self._mem is None and self._staging is None):
+            return
+        cl: Optional[Client] = None
+        try:
+            cl = self._connect()
+            if self._staging is not None:
+                staging = StagingPool(cl, self._staging.kv,
+                                      self._staging.nblocks,
+                                      roles=self._staging.roles)
+            elif self._register[0] == "torch":
+                mem = cl.register_torch(self._kv_list,
+                                        layout=self._register[1])
+            elif self._register[0] == "emu":
+                mem = cl.register_device(self._dev, *self._register[1:])
+            else:
+                mem = self._register_mem(cl)
+        except KvtierError as e:
+            if cl is not None:
+                cl.close()
+            self._down_since = time.monotonic()
+            log.debug("kvtier.vllm: reconnect failed: %s", e)
+            return
+        # jobs of the old connection finish reporting through it: it is
+        # closed (and its staging memory freed) once they have
+        self._retired.append((self._client, self._staging))
+        self._client = cl
+        self._ipc_event = None  # registered with the old daemon
+        if self._staging is not None:
+            self._staging = staging
+        else:
+            self._mem = mem
+        self._down_since = None
+        log.warning("kvtier.vllm: worker reconnected to the daemon")

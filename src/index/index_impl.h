@@ -209,6 +209,8 @@ void kvti_node_free(kvt_index *x, struct knode *n);
 int kvti_reserve(kvt_index *x, size_t nodes);
 void kvti_attach(kvt_index *x, struct knode *parent, struct knode *n);
 void kvti_detach(kvt_index *x, struct knode *n);
+/* Take @n out of the child table (nothing else: create.c frees trees). */
+void kvti_tab_del(kvt_index *x, struct knode *n);
 struct knode *kvti_child(kvt_index *x, struct knode *parent, struct pk *k,
 			 size_t i);
 int kvti_split(kvt_index *x, struct knode *n, uint32_t j,
@@ -263,5 +265,18 @@ struct walker {
 void kvti_walk_init(struct pk *k, struct walker *w);
 uint32_t kvti_walk_next(kvt_index *x, struct pk *k, struct walker *w,
 			size_t limit);
+
+/* ops.c: the path helpers mark.c shares. Split so that the prefix's first
+ * @np pages (in the tree) end on an edge boundary; apply @fn to each node
+ * of the first @np pages (on edge boundaries), root side first; walk the
+ * whole prefix, returning the pages the tree holds (the walker left at
+ * the end); a node for the pages from @have on, with table and heap room. */
+int kvti_split_at(kvt_index *x, struct pk *k, size_t np);
+void kvti_for_path(kvt_index *x, struct pk *k, size_t np,
+		   void (*fn)(kvt_index *x, struct knode *n, void *arg),
+		   void *arg);
+size_t kvti_walk_all(kvt_index *x, struct pk *k, struct walker *w);
+int kvti_new_tail(kvt_index *x, struct pk *k, size_t have,
+		  struct knode **nn);
 
 #endif

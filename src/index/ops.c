@@ -1,6 +1,7 @@
 /*
- * ops.c — the index's operations: match, inspect, insert, pin, unpin and
- * the transient marks (queue, start, cancel).
+ * ops.c — the index's operations: match, inspect, insert (by tier or by
+ * room), restore, pin and unpin; the transient marks (queue, start,
+ * cancel) are in mark.c, over the path helpers this file shares.
  *
  * Every change runs in the same order, so a failure leaves the cached
  * contents as they were:
@@ -25,7 +26,7 @@
 
 /* Split so that the first @np pages of the prefix end on an edge boundary.
  * The pages must be in the tree. */
-static int split_at(kvt_index *x, struct pk *k, size_t np)
+int kvti_split_at(kvt_index *x, struct pk *k, size_t np)
 {
 	struct walker w;
 	struct knode *h;
@@ -40,9 +41,9 @@ static int split_at(kvt_index *x, struct pk *k, size_t np)
 
 /* Walk the first @np pages (on edge boundaries) and apply @fn to each
  * node, root side first. */
-static void for_path(kvt_index *x, struct pk *k, size_t np,
-		     void (*fn)(kvt_index *x, struct knode *n, void *arg),
-		     void *arg)
+void kvti_for_path(kvt_index *x, struct pk *k, size_t np,
+		   void (*fn)(kvt_index *x, struct knode *n, void *arg),
+		   void *arg)
 {
 	struct walker w;
 
@@ -76,7 +77,7 @@ static void copy_fn(kvt_index *x, struct knode *n, void *arg)
 static void policy(kvt_index *x, struct pk *k, size_t np)
 {
 	if (x->copy_hits)
-		for_path(x, k, np, copy_fn, NULL);
+		kvti_for_path(x, k, np, copy_fn, NULL);
 }
 
 /* ---- match and inspect ------------------------------------------------ */
@@ -165,15 +166,15 @@ int kvt_index_match(kvt_index *x, const kvt_prefix *px, unsigned flags,
 		r.tier_tokens[x->kind[t]] = tc[t] * x->P;
 	r.compute_tokens = r.tokens - r.pages * x->P;
 	if ((flags & KVT_MATCH_TOUCH) && r.pages) {
-		if ((err = split_at(x, &k, r.pages)))
+		if ((err = kvti_split_at(x, &k, r.pages)))
 			return err;
 		kvti_set_clock(x, now);
 		kvti_enter(x);
-		for_path(x, &k, r.pages, touch_fn, NULL);
+		kvti_for_path(x, &k, r.pages, touch_fn, NULL);
 		if (x->copy_hits) {
-			for_path(x, &k, r.pages, pin_fn, &one);
+			kvti_for_path(x, &k, r.pages, pin_fn, &one);
 			policy(x, &k, r.pages);
-			for_path(x, &k, r.pages, pin_fn, &minus);
+			kvti_for_path(x, &k, r.pages, pin_fn, &minus);
 		}
 		kvti_leave(x);
 	}
@@ -261,8 +262,8 @@ static struct knode *node_for(kvt_index *x, struct pk *k, size_t from,
 
 /* A node for the prefix's pages from @have on (the tree lacks them), with
  * table and heap room for it. */
-static int new_tail(kvt_index *x, struct pk *k, size_t have,
-		    struct knode **nn)
+int kvti_new_tail(kvt_index *x, struct pk *k, size_t have,
+		  struct knode **nn)
 {
 	int err = kvti_reserve(x, 1);
 
@@ -274,7 +275,7 @@ static int new_tail(kvt_index *x, struct pk *k, size_t have,
 
 /* Walk the whole prefix in the tree: returns the pages the tree holds and
  * leaves the walker at the end. */
-static size_t walk_all(kvt_index *x, struct pk *k, struct walker *w)
+size_t kvti_walk_all(kvt_index *x, struct pk *k, struct walker *w)
 {
 	kvti_walk_init(k, w);
 	while (kvti_walk_next(x, k, w, k->n))
@@ -288,7 +289,7 @@ static void prune_path(kvt_index *x, struct pk *k)
 {
 	struct walker w;
 
-	walk_all(x, k, &w);
+	kvti_walk_all(x, k, &w);
 	kvti_prune(x, w.n);
 }
 
@@ -397,10 +398,10 @@ static int shape_prefix(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 	if ((*t = tier_of(x, tier)) < 0)
 		return KVT_ENOTFOUND;
 	kvti_set_clock(x, now);
-	*have = walk_all(x, k, &w);
-	if ((err = split_at(x, k, *have)))
+	*have = kvti_walk_all(x, k, &w);
+	if ((err = kvti_split_at(x, k, *have)))
 		return err;
-	if (*have < k->n && (err = new_tail(x, k, *have, nn)))
+	if (*have < k->n && (err = kvti_new_tail(x, k, *have, nn)))
 		return err;
 	return 0;
 }
@@ -431,10 +432,10 @@ static int insert_begin(kvt_index *x, const kvt_prefix *px,
 		return err;
 	kvti_enter(x);
 	if (*nn) {
-		walk_all(x, k, &w);
+		kvti_walk_all(x, k, &w);
 		kvti_attach(x, w.n, *nn);
 	}
-	for_path(x, k, k->n, pin_fn, &one);
+	kvti_for_path(x, k, k->n, pin_fn, &one);
 	return 0;
 }
 
@@ -444,7 +445,7 @@ static void insert_undo(kvt_index *x, struct pk *k, struct knode *nn)
 {
 	int minus = -1;
 
-	for_path(x, k, k->n, pin_fn, &minus);
+	kvti_for_path(x, k, k->n, pin_fn, &minus);
 	if (nn)
 		kvti_detach(x, nn);
 	prune_path(x, k);
@@ -462,11 +463,11 @@ static void insert_end(kvt_index *x, struct pk *k, int t, unsigned flags,
 	int minus = -1;
 
 	if (t == 0)
-		for_path(x, k, cut, clear_mark_fn,
-			 flags & KVT_INSERT_SPILL ? k : NULL);
+		kvti_for_path(x, k, cut, clear_mark_fn,
+			      flags & KVT_INSERT_SPILL ? k : NULL);
 	if (!(flags & KVT_INSERT_PIN)) {
 		policy(x, k, np);
-		for_path(x, k, np, pin_fn, &minus);
+		kvti_for_path(x, k, np, pin_fn, &minus);
 	}
 	prune_path(x, k);
 	x->inserts++;
@@ -583,9 +584,9 @@ static int insert_spill(kvt_index *x, const kvt_prefix *px,
 	err = placed < miss && (!(flags & KVT_INSERT_PARTIAL) || !cut) ?
 	      KVT_EFULL : 0;
 	/* the pages past the cut keep no lease: an edge ends there */
-	if (!err && cut < k.n && !(err = split_at(x, &k, cut))) {
-		for_path(x, &k, k.n, pin_fn, &minus);
-		for_path(x, &k, cut, pin_fn, &one);
+	if (!err && cut < k.n && !(err = kvti_split_at(x, &k, cut))) {
+		kvti_for_path(x, &k, k.n, pin_fn, &minus);
+		kvti_for_path(x, &k, cut, pin_fn, &one);
 		nn = NULL; /* it may be split; what is past the cut is pruned */
 	}
 	if (err) {
@@ -600,7 +601,7 @@ static int insert_spill(kvt_index *x, const kvt_prefix *px,
 				 (unsigned long long)placed, px->tenant);
 	}
 	fresh = spill_slots(x, &k, cut, t, got, locs, nlocs);
-	for_path(x, &k, cut, touch_fn, NULL);
+	kvti_for_path(x, &k, cut, touch_fn, NULL);
 	insert_end(x, &k, t, flags, cut, cut, fresh, res);
 	return 0;
 }
@@ -681,7 +682,7 @@ int kvt_index_insert(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 			kvti_pin_delta(x, nn, 1);
 		}
 	}
-	for_path(x, &k, k.n, touch_fn, NULL);
+	kvti_for_path(x, &k, k.n, touch_fn, NULL);
 	insert_end(x, &k, t, flags, cut, k.n, fresh, res);
 	return 0;
 }
@@ -791,7 +792,7 @@ int kvt_index_restore(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 
 	kvti_enter(x);
 	if (nn) {
-		walk_all(x, &k, &w);
+		kvti_walk_all(x, &k, &w);
 		kvti_attach(x, w.n, nn);
 	}
 	kvti_walk_init(&k, &w);
@@ -812,9 +813,9 @@ int kvt_index_restore(kvt_index *x, const kvt_prefix *px, kvt_tier_kind tier,
 		if (add)
 			kvti_res_delta(x, n, t, add);
 	}
-	for_path(x, &k, k.n, restore_touch_fn, NULL);
+	kvti_for_path(x, &k, k.n, restore_touch_fn, NULL);
 	if (t == 0)
-		for_path(x, &k, k.n, clear_mark_fn, NULL);
+		kvti_for_path(x, &k, k.n, clear_mark_fn, NULL);
 	kvti_leave(x);
 	if (added)
 		*added = taken;
@@ -845,9 +846,9 @@ int kvt_index_pin(kvt_index *x, const kvt_prefix *px)
 	if (w.i < k.n)
 		return kvti_fail(KVT_ENOTFOUND, "cannot pin: page %zu of the "
 				 "prefix is not cached", w.i);
-	if ((err = split_at(x, &k, k.n)))
+	if ((err = kvti_split_at(x, &k, k.n)))
 		return err;
-	for_path(x, &k, k.n, pin_fn, &one);
+	kvti_for_path(x, &k, k.n, pin_fn, &one);
 	return 0;
 }
 
@@ -878,154 +879,7 @@ int kvt_index_unpin(kvt_index *x, const kvt_prefix *px)
 	/* the copies an insert with KVT_INSERT_PIN deferred, made while the
 	 * pages are still held (as an insert makes them) */
 	policy(x, &k, k.n);
-	for_path(x, &k, k.n, pin_fn, &minus);
+	kvti_for_path(x, &k, k.n, pin_fn, &minus);
 	kvti_leave(x);
 	return 0;
-}
-
-/* ---- transient marks -------------------------------------------------- */
-
-enum { OP_QUEUE, OP_START, OP_CANCEL };
-
-struct mark {
-	int op;
-	uint64_t ticket, ready, count;
-};
-
-/* May this call mark (or clear) node n, apart from the page-level rule? */
-static int node_markable(const struct mark *mk, const struct knode *n)
-{
-	switch (mk->op) {
-	case OP_QUEUE:
-		return !n->tstate;
-	case OP_START:
-		return !(n->tstate == KVT_PAGE_INFLIGHT && n->ticket != mk->ticket);
-	default:
-		return n->tstate && n->ticket == mk->ticket;
-	}
-}
-
-/* Split the first np pages so every path node is uniform for the mark:
- * at the prefix's end, and (queue/start) wherever fastest-tier residency
- * changes inside a markable node. */
-static int mark_shape(kvt_index *x, struct pk *k, size_t np,
-		      const struct mark *mk)
-{
-	struct walker w;
-	struct knode *h;
-	uint32_t got;
-	int err;
-
-	kvti_walk_init(k, &w);
-	while ((got = kvti_walk_next(x, k, &w, np))) {
-		struct knode *n = w.n;
-		const uint8_t *b = nmask(x, n);
-		uint32_t c = 1;
-
-		if (mk->op == OP_CANCEL || !node_markable(mk, n))
-			continue;
-		while (c < got && (b[c] & 1) == (b[0] & 1))
-			c++;
-		if (c == got)
-			continue;
-		/* split before page c; walk on from the head */
-		if ((err = kvti_split(x, n, c, &h)))
-			return err;
-		w.n = h;
-		w.j = c;
-		w.i = w.i - got + c;
-	}
-	return split_at(x, k, np);
-}
-
-static void mark_fn(kvt_index *x, struct knode *n, void *arg)
-{
-	struct mark *mk = arg;
-
-	if (!node_markable(mk, n))
-		return;
-	if (mk->op == OP_CANCEL) {
-		n->tstate = 0;
-		n->ticket = 0;
-		n->ready = 0;
-		x->transient -= n->npages;
-		mk->count += n->npages;
-		return;
-	}
-	if (nmask(x, n)[0] & 1)
-		return; /* in the fastest tier (uniform after mark_shape) */
-	if (mk->op == OP_QUEUE && n->tstate)
-		return;
-	if (!n->tstate)
-		x->transient += n->npages;
-	n->tstate = mk->op == OP_QUEUE ? KVT_PAGE_QUEUED : KVT_PAGE_INFLIGHT;
-	n->ticket = mk->ticket;
-	n->ready = mk->op == OP_START ? mk->ready : 0;
-	mk->count += n->npages;
-}
-
-static int do_mark(kvt_index *x, const kvt_prefix *px, struct mark *mk,
-		   uint64_t now, uint64_t *marked)
-{
-	struct knode *nn = NULL;
-	struct walker w;
-	struct pk k;
-	size_t have;
-	int err;
-
-	kvti_errclear();
-	if (marked)
-		*marked = 0;
-	if ((err = kvti_px_open(x, px, 0, &k)))
-		return err;
-	if (!mk->ticket)
-		return kvti_fail(-EINVAL, "ticket 0 is reserved (no ticket)");
-	kvti_set_clock(x, now);
-	have = walk_all(x, &k, &w);
-	if ((err = mark_shape(x, &k, have, mk)))
-		return err;
-	if (mk->op != OP_CANCEL && have < k.n &&
-	    (err = new_tail(x, &k, have, &nn)))
-		return err;
-	kvti_enter(x);
-	for_path(x, &k, have, mark_fn, mk);
-	if (nn) {
-		walk_all(x, &k, &w);
-		nn->tstate = 1; /* not empty while attaching */
-		kvti_attach(x, w.n, nn);
-		nn->tstate = 0;
-		mark_fn(x, nn, mk);
-	}
-	if (mk->op == OP_CANCEL && have) {
-		walk_all(x, &k, &w);
-		kvti_prune(x, w.n);
-	}
-	kvti_leave(x);
-	if (marked)
-		*marked = mk->count;
-	return 0;
-}
-
-int kvt_index_queue(kvt_index *x, const kvt_prefix *px, uint64_t ticket,
-		    uint64_t now, uint64_t *marked)
-{
-	struct mark mk = { OP_QUEUE, ticket, 0, 0 };
-
-	return do_mark(x, px, &mk, now, marked);
-}
-
-int kvt_index_start(kvt_index *x, const kvt_prefix *px, uint64_t ticket,
-		    uint64_t ready_ns, uint64_t now, uint64_t *marked)
-{
-	struct mark mk = { OP_START, ticket, ready_ns, 0 };
-
-	return do_mark(x, px, &mk, now, marked);
-}
-
-int kvt_index_cancel(kvt_index *x, const kvt_prefix *px, uint64_t ticket,
-		     uint64_t *marked)
-{
-	struct mark mk = { OP_CANCEL, ticket, 0, 0 };
-
-	return do_mark(x, px, &mk, 0, marked);
 }

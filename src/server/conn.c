@@ -15,7 +15,8 @@
  * geometry) may only ask for STATS.
  *
  * The thread owns its connection: jobs, memories, the slot page, fds. It
- * alone frees them, at the end: jobs cancelled and waited for, memories
+ * alone frees them, at the end: jobs all cancelled, then each waited for
+ * (job.c, kvti_jobs_cancel_all()), memories
  * detached and unmapped, then the conn leaves d->conns (d->mu) and
  * d->cv is signalled for close (daemon.c).
  */
@@ -429,6 +430,7 @@ void kvti_conn_free(struct conn *c)
 			break;
 		}
 	pthread_mutex_unlock(&d->mu);
+	kvti_jobs_cancel_all(c); /* all at once, then each waited for */
 	kvti_fetch_end(c, 1);
 	for (uint32_t s = 0; s < MAX_JOBS; s++)
 		kvti_job_free(c, s);

@@ -34,8 +34,9 @@
  * rank): pages of different tenants or ranks never match, while one cache
  * and one set of tiers serves them all.
  *
- * A DEAD CLIENT: its socket reads end, the connection thread cancels and
- * frees its jobs (leases dropped; a store not committed is never served),
+ * A DEAD CLIENT: its socket reads end, the connection thread cancels all
+ * its jobs, then frees each (leases dropped; a store not committed is
+ * never served),
  * detaches and unmaps its memory, closes its fds. kill -9 of a client is
  * the same path.
  */

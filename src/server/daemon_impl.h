@@ -128,6 +128,8 @@ struct job {
 	int store;
 	uint64_t t0, deadline;
 	int expired;         /* c->mu */
+	int dropped;         /* conn thread: cancelled at the connection's
+				end (kvti_jobs_cancel_all()), counted */
 };
 
 /* One allocation of a registered memory: a host mapping, or a device
@@ -307,6 +309,9 @@ int kvti_job_cancel(struct conn *c, uint32_t s);
 int kvti_job_release(struct conn *c, const kvtd_hdr *h, uint32_t s);
 /* Free the job in slot @s, if any (cancels and waits if it runs). */
 void kvti_job_free(struct conn *c, uint32_t s);
+/* The connection's end: cancel every job still running, waiting for
+ * none (each counted as a disconnect expiry); kvti_job_free() after. */
+void kvti_jobs_cancel_all(struct conn *c);
 /* WAITS: map the client's wait-word memfd @fd (checked: sealed, its size
  * exactly KVTD_WAITS_BYTES(MAX_JOBS)); kvti_waits_drop() at the end. */
 int kvti_waits_register(struct conn *c, const kvtd_req *q, int fd);

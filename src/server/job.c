@@ -123,12 +123,37 @@ void kvti_job_free(struct conn *c, uint32_t s)
 	pthread_mutex_unlock(&c->mu);
 	if (!j)
 		return;
-	if (kvt_cache_job_poll(j->cj) == -EINPROGRESS)
+	if (!j->dropped && kvt_cache_job_poll(j->cj) == -EINPROGRESS)
 		kvtd_metrics_lease_expiry(c->d->m, c->t->mt,
 					  KVTD_LEASE_DISCONNECT, 1);
 	kvt_cache_job_free(j->cj); /* cancels and waits if still running */
 	job_uncount(j);
 	kvt_free(j);
+}
+
+/*
+ * The conn thread, at the connection's end, before any kvti_job_free():
+ * every job still running is cancelled first, then each is waited for.
+ * Cancelling and waiting slot by slot is not the same: the cache finishes
+ * jobs on a few workers (KVTI_CACHE_WORKERS), first come first served, so
+ * a job cancelled and waited for could sit in their queue behind this
+ * connection's later jobs, not cancelled yet, holding every worker for as
+ * long as a stuck device holds them (test_server_stuck "queued": a
+ * minute; a drain whose reaper ran late left that to this teardown). The
+ * reaper no longer sees these jobs (the conn has left d->conns); c->jobs[]
+ * is this thread's to read.
+ */
+void kvti_jobs_cancel_all(struct conn *c)
+{
+	for (uint32_t s = 0; s < MAX_JOBS; s++) {
+		struct job *j = c->jobs[s];
+
+		if (!j || kvt_cache_job_cancel(j->cj) == -EALREADY)
+			continue; /* none, or done */
+		j->dropped = 1;
+		kvtd_metrics_lease_expiry(c->d->m, c->t->mt,
+					  KVTD_LEASE_DISCONNECT, 1);
+	}
 }
 
 kvt_page_key *kvti_keys_copy(const uint8_t *p, uint32_t n)

@@ -114,6 +114,8 @@ struct snap {
 	int have_cache;
 	struct snap_tier tier[NT];
 	kvt_cache_stat cs;
+	int have_remote;     /* the cache has a remote tier: rs is filled */
+	kvt_cache_remote_stat rs;
 	struct kvtd_dpath dp; /* the data path (metrics_dpath.c) */
 	unsigned tiers;      /* bit t: tier t gets per-tier series */
 	int nt;              /* tenants, node first */
@@ -134,8 +136,10 @@ static inline int kvti_metrics_shown(const struct snap_tenant *t, uint64_t nz)
 	return !t->node || nz;
 }
 
-/* The cache's totals (kvt_cache_stat): text family and label, JSON key.
- * Rows of one family are adjacent; the first carries its help. */
+/* The cache's totals (kvt_cache_stat) and its remote tier's
+ * (kvt_cache_remote_stat): text family and label, JSON key, and the
+ * field's offset in its struct. Rows of one family are adjacent; the
+ * first carries its help. */
 struct kvti_metrics_cache_ctr {
 	const char *family, *op, *json, *help;
 	size_t off;
@@ -144,9 +148,12 @@ struct kvti_metrics_cache_ctr {
 
 extern const struct kvti_metrics_cache_ctr kvti_metrics_cache_ctrs[];
 extern const size_t kvti_metrics_ncache_ctrs;
+extern const struct kvti_metrics_cache_ctr kvti_metrics_remote_ctrs[];
+extern const size_t kvti_metrics_nremote_ctrs;
 
-/* Row @r's value in @c (a count as a double, or seconds). */
-double kvti_metrics_cache_val(const kvt_cache_stat *c,
+/* Row @r's value in @base, the struct its table describes (a count as a
+ * double, or seconds). */
+double kvti_metrics_cache_val(const void *base,
 			      const struct kvti_metrics_cache_ctr *r);
 
 #endif

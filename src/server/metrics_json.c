@@ -187,6 +187,17 @@ static cJSON *json_build(const struct snap *s, const kvtd_mtenant *only)
 	} else if (!cJSON_AddNullToObject(root, "cache")) {
 		j.ok = 0;
 	}
+	if (s->have_remote) {
+		x = jobj(&j, root, "remote");
+		for (size_t i = 0; x && i < kvti_metrics_nremote_ctrs; i++) {
+			const struct kvti_metrics_cache_ctr *r =
+				&kvti_metrics_remote_ctrs[i];
+
+			jnum(&j, x, r->json, kvti_metrics_cache_val(&s->rs, r));
+		}
+	} else if (!cJSON_AddNullToObject(root, "remote")) {
+		j.ok = 0;
+	}
 	if (kvtd_dpath_json(&s->dp, root))
 		j.ok = 0;
 	x = jarr(&j, root, "buckets");

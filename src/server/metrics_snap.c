@@ -75,6 +75,7 @@ static void snap_cache(struct snap *s, kvt_cache *c)
 {
 	s->have_cache = 1;
 	kvt_cache_stat_get(c, &s->cs);
+	s->have_remote = kvt_cache_remote_stat_get(c, &s->rs) == 0;
 	kvtd_dpath_snap(c, &s->dp);
 	/* the hbm kind is the engines' own memory, not the daemon's to count
 	 * (and it is attached while the daemon runs) */
@@ -184,10 +185,64 @@ const struct kvti_metrics_cache_ctr kvti_metrics_cache_ctrs[] = {
 
 const size_t kvti_metrics_ncache_ctrs = KVT_ARRAY_SIZE(kvti_metrics_cache_ctrs);
 
-double kvti_metrics_cache_val(const kvt_cache_stat *c,
+/* The remote tier (present only with --remote): what a forged or corrupt
+ * value (bad_values: failed its MAC or checksum, never served) and a sick
+ * Redis (node errors, write failures, dropped write-through) look like to
+ * an operator. Pages are counted once per call that asks. */
+const struct kvti_metrics_cache_ctr kvti_metrics_remote_ctrs[] = {
+#define RS(f) offsetof(kvt_cache_remote_stat, f)
+	{ "kvtier_remote_pages_total", "hit", "hits",
+	  "Remote tier pages: hit (fetched and verified), miss (absent, bad "
+	  "or lost), stored (taken by the server), write_failed (refused or "
+	  "lost by it).", RS(remote.hits), 0 },
+	{ "kvtier_remote_pages_total", "miss", "misses", NULL,
+	  RS(remote.misses), 0 },
+	{ "kvtier_remote_pages_total", "stored", "stored", NULL,
+	  RS(remote.stored), 0 },
+	{ "kvtier_remote_pages_total", "write_failed", "write_failures", NULL,
+	  RS(remote.write_failures), 0 },
+	{ "kvtier_remote_bad_values_total", NULL, "bad_values",
+	  "Remote values that failed their MAC or checksum (forged, written "
+	  "under another key, or corrupt): never served.",
+	  RS(remote.bad_values), 0 },
+	{ "kvtier_remote_read_failures_total", NULL, "read_failures",
+	  "Remote pages lost to a node's error on read.",
+	  RS(remote.read_failures), 0 },
+	{ "kvtier_remote_node_errors_total", NULL, "node_errors",
+	  "Remote node connection errors, timeouts and error replies.",
+	  RS(remote.node_errors), 0 },
+	{ "kvtier_remote_bytes_total", "read", "bytes_read",
+	  "Remote value bytes received and sent.", RS(remote.bytes_read), 0 },
+	{ "kvtier_remote_bytes_total", "write", "bytes_written", NULL,
+	  RS(remote.bytes_written), 0 },
+	{ "kvtier_remote_writethrough_pages_total", "queued", "queued",
+	  "Pages queued for write-through to the remote tier, and of those "
+	  "written, already present (not sent) and dropped (queue full, page "
+	  "gone, cache closed).", RS(queued), 0 },
+	{ "kvtier_remote_writethrough_pages_total", "written", "written",
+	  NULL, RS(written), 0 },
+	{ "kvtier_remote_writethrough_pages_total", "present", "present",
+	  NULL, RS(present), 0 },
+	{ "kvtier_remote_writethrough_pages_total", "dropped", "dropped",
+	  NULL, RS(dropped), 0 },
+	{ "kvtier_remote_lookup_pages_total", NULL, "lookup_pages",
+	  "Pages lookups found in the remote tier.", RS(lookup_pages), 0 },
+	{ "kvtier_remote_prefetched_pages_total", NULL, "prefetched",
+	  "Pages brought in from the remote tier by prefetch.",
+	  RS(prefetched), 0 },
+	{ "kvtier_remote_probe_dropped_total", NULL, "probe_dropped",
+	  "Pages not asked about off the lookup path: the probe queue was "
+	  "full.", RS(probe_dropped), 0 },
+#undef RS
+};
+
+const size_t kvti_metrics_nremote_ctrs =
+	KVT_ARRAY_SIZE(kvti_metrics_remote_ctrs);
+
+double kvti_metrics_cache_val(const void *base,
 			      const struct kvti_metrics_cache_ctr *r)
 {
-	const char *p = (const char *)c + r->off;
+	const char *p = (const char *)base + r->off;
 
 	return r->seconds ? *(const double *)p : (double)*(const uint64_t *)p;
 }

@@ -245,13 +245,12 @@ static void text_tiers(struct sb *b, const struct snap *s)
 	}
 }
 
-static void text_cache(struct sb *b, const struct snap *s)
+/* The rows of table @tab over @base (a struct the table describes). */
+static void text_ctrs(struct sb *b, const struct kvti_metrics_cache_ctr *tab,
+		      size_t n, const void *base)
 {
-	if (!s->have_cache)
-		return;
-	for (size_t i = 0; i < kvti_metrics_ncache_ctrs; i++) {
-		const struct kvti_metrics_cache_ctr *r =
-			&kvti_metrics_cache_ctrs[i];
+	for (size_t i = 0; i < n; i++) {
+		const struct kvti_metrics_cache_ctr *r = &tab[i];
 
 		if (r->help)
 			family(b, r->family, "counter", r->help);
@@ -259,12 +258,21 @@ static void text_cache(struct sb *b, const struct snap *s)
 		if (r->op)
 			sb_printf(b, "{op=\"%s\"}", r->op);
 		if (r->seconds)
-			sb_printf(b, " %.9f\n",
-				  kvti_metrics_cache_val(&s->cs, r));
+			sb_printf(b, " %.9f\n", kvti_metrics_cache_val(base, r));
 		else
-			sb_value(b, *(const uint64_t *)((const char *)&s->cs +
+			sb_value(b, *(const uint64_t *)((const char *)base +
 							r->off));
 	}
+}
+
+static void text_cache(struct sb *b, const struct snap *s)
+{
+	if (!s->have_cache)
+		return;
+	text_ctrs(b, kvti_metrics_cache_ctrs, kvti_metrics_ncache_ctrs, &s->cs);
+	if (s->have_remote)
+		text_ctrs(b, kvti_metrics_remote_ctrs,
+			  kvti_metrics_nremote_ctrs, &s->rs);
 }
 
 static void text_tenants(struct sb *b, const struct snap *s)

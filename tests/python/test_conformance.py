@@ -16,7 +16,8 @@ generation and the upstream commit:
   return annotation is upstream's (or a declared alias: a subclass); a
   "property" entry (read as an attribute upstream) must be a property of
   upstream's type. A method the connector does not define is answered by
-  the engine's base class (the stand-in must have it).
+  the engine's base class (the stand-in must have it). A method of a
+  mixin (vLLM's SupportsHMA) names it as its "base".
 - test_declined: an interface the manifest lists as declined (with the
   reason) is not defined by the connector.
 - test_standin_matches: the stand-in's base class (tests/python/shims) has
@@ -105,6 +106,16 @@ def resolve(spec: str) -> Any:
     return getattr(importlib.import_module(mod), attr)
 
 
+def base_of(m: Dict[str, Any], spec: Dict[str, Any]) -> Any:
+    """The engine class that declares the method: the manifest's base,
+    or the method's own "base" (a mixin such as vLLM's SupportsHMA) when
+    this generation's stand-ins have it."""
+    try:
+        return resolve(spec.get("base", m["base"]))
+    except AttributeError:
+        return resolve(m["base"])
+
+
 def where(engine: str, gen: str) -> str:
     g = MANIFESTS[engine]["generations"][gen]
     return f"{g['file']}@{g['commit'][:12]} ({g['release']})"
@@ -125,7 +136,7 @@ def own(cls: type, name: str, base: type) -> bool:
 def test_connector_binds(engine: str, gen: str, name: str) -> None:
     m = MANIFESTS[engine]
     spec = m["generations"][gen]["methods"][name]
-    cls, base = resolve(m["connector"]), resolve(m["base"])
+    cls, base = resolve(m["connector"]), base_of(m, spec)
     if not own(cls, name, base):
         if gen == SELECTED[engine]:
             assert hasattr(base, name), \
@@ -178,8 +189,9 @@ SELECTED_CASES = [c for c in CASES if c[1] == SELECTED[c[0]]]
 def test_standin_matches(engine: str, gen: str, name: str) -> None:
     m = MANIFESTS[engine]
     spec = m["generations"][gen]["methods"][name]
-    base = resolve(m["base"])
-    assert hasattr(base, name), f"stand-in {m['base']} has no {name}"
+    base = base_of(m, spec)
+    assert hasattr(base, name), \
+        f"stand-in {spec.get('base', m['base'])} has no {name}"
     if spec["kind"] == "property":
         assert isinstance(inspect.getattr_static(base, name), property), \
             f"stand-in {name} is not a property [{where(engine, gen)}]"

@@ -97,5 +97,3 @@ def test_vllm_compat_forms():
     r = types.SimpleNamespace(num_publishable_block_hashes=3)
     assert vc.publishable_blocks(r, 5) == 3
     assert vc.publishable_blocks(types.SimpleNamespace(), 5) == 5
-    # kv_cache_config: none (v0.11 constructors) is fine
-    vc.check_kv_cache_config(None)

@@ -379,7 +379,9 @@ def test_daemon_restart(workdir, monkeypatch):
     a daemon started again on the socket is used again by both sides
     (reconnect and re-registration)."""
     import kvtier.vllm as kv_vllm
+    import kvtier.vllm_register
     monkeypatch.setattr(kv_vllm, "_RECONNECT_S", 0.05)
+    monkeypatch.setattr(kvtier.vllm_register, "_RECONNECT_S", 0.05)
     path = os.path.join(kvt_testutil.tmpdir("kvr"), "d.sock")
     a, b, c = tokens(31, 6 * P + 1), tokens(32, 5 * P + 2), tokens(33, 4 * P + 3)
     with kvt_testutil.daemon(workdir, tinymodel.CONFIG, page_tokens=P,
@@ -601,29 +603,6 @@ def test_layerwise_cuda_graph_warning(sock, caplog):
         e.shutdown()
     warned = any("cudagraph_mode" in r.getMessage() for r in caplog.records)
     assert warned is (vllm.GENERATION == "v0.12")
-
-
-def test_hybrid_model_refused(sock):
-    """Several KV cache groups (sliding-window or mamba layers beside full
-    attention under vLLM's hybrid allocator) are refused at start, with
-    the reason and what to do."""
-    from vllm.v1.kv_cache_interface import (FullAttentionSpec,
-                                            KVCacheConfig, KVCacheGroupSpec,
-                                            MambaSpec, SlidingWindowSpec)
-    cfg = ve.vllm_config({"socket": sock}, tinymodel.CONFIG)
-    two = KVCacheConfig(64, [], [
-        KVCacheGroupSpec(["l0", "l1"], FullAttentionSpec(P, 2, 16)),
-        KVCacheGroupSpec(["l2", "l3"], SlidingWindowSpec(P, 2, 16,
-                                                         sliding_window=8))])
-    with pytest.raises(ValueError, match="disable-hybrid-kv-cache-manager"
-                       ) as e:
-        kv_vllm.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, two)
-    # the reason: the interface allows it, kvtier's whole-model pages do not
-    assert "SupportsHMA" in str(e.value) and \
-        "all of the model's layers" in str(e.value)
-    mamba = KVCacheConfig(64, [], [KVCacheGroupSpec(["l0"], MambaSpec(P))])
-    with pytest.raises(ValueError, match="mamba"):
-        kv_vllm.KvtierConnector(cfg, KVConnectorRole.WORKER, mamba)
 
 
 def test_chunked_prefill_and_budget(sock):

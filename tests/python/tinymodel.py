@@ -21,7 +21,7 @@ make the model read and write that memory directly.
 from __future__ import annotations
 
 import json
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
@@ -114,6 +114,12 @@ class TinyModel:
             wv=w(h, self.kvh * self.d), wo=w(self.qh * self.d, h)))
         inv = 1.0 / (c["rope_theta"] ** (np.arange(0, self.d, 2) / self.d))
         self._inv_freq = inv  # float64; each position's angles cast once
+        # sliding-window layers (Hugging Face's layer_types, as Gemma's
+        # and Qwen's configs give them): a query at t attends to the
+        # sliding_window tokens t - W + 1 .. t; 0: full attention
+        types = c.get("layer_types") or ["full_attention"] * self.layers
+        self.windows = [int(c["sliding_window"]) if t == "sliding_attention"
+                        else 0 for t in types]
 
     def _init_weights(self, c: dict, seed: int,
                       attn: Callable[..., dict]) -> None:
@@ -166,7 +172,7 @@ class TinyModel:
                               axis=1)
 
     def prefill(self, tokens: Sequence[int], kv: PagedKV,
-                block_table: Sequence[int], num_cached: int,
+                block_table: Any, num_cached: int,
                 before_layer: Optional[Callable[[int], None]] = None,
                 after_layer: Optional[Callable[[int], None]] = None
                 ) -> np.ndarray:
@@ -175,11 +181,16 @@ class TinyModel:
         from @kv (page t // P is block block_table[t // P]); the rest are
         computed and written there. before_layer(l) runs before layer l
         reads the cache (a connector's wait-for-layer-load), after_layer(l)
-        after it wrote its K/V (save-layer)."""
+        after it wrote its K/V (save-layer). @block_table may be a
+        function of the layer (a hybrid model's groups each have one);
+        a sliding-window layer reads only the window's rows, so pages
+        wholly before it may be any block (an engine's null block)."""
         n, p = len(tokens), kv.page_tokens
+        table = block_table if callable(block_table) else \
+            (lambda _l: block_table)
         if not 0 <= num_cached < n:
             raise ValueError("prefill: need at least one token to compute")
-        if len(block_table) * p < n:
+        if len(table(0)) * p < n:
             raise ValueError("prefill: block table too short")
         x = np.stack([self.embed[t] for t in tokens[num_cached:]])
         scale = np.float32(1.0 / np.sqrt(self.d))
@@ -188,6 +199,8 @@ class TinyModel:
             if before_layer:
                 before_layer(l)
             kc, vc = kv.k(l), kv.v(l)
+            block_table = table(l)
+            win = self.windows[l]
             qs = []
             for r in range(x.shape[0]):
                 pos = num_cached + r
@@ -206,8 +219,11 @@ class TinyModel:
                 pos = num_cached + r
                 npg = pos // p + 1
                 blocks = list(block_table[:npg])
-                keys = kc[blocks].reshape(npg * p, self.kvh, self.d)[:pos + 1]
-                vals = vc[blocks].reshape(npg * p, self.kvh, self.d)[:pos + 1]
+                lo = max(0, pos - win + 1) if win else 0
+                keys = kc[blocks].reshape(npg * p, self.kvh,
+                                          self.d)[lo:pos + 1]
+                vals = vc[blocks].reshape(npg * p, self.kvh,
+                                          self.d)[lo:pos + 1]
                 heads = []
                 for hq in range(self.qh):
                     g = hq // group
@@ -227,6 +243,12 @@ class TinyModel:
         kv = PagedKV.private(nb, self.layers, p, self.kvh, self.d)
         return self.prefill(tokens, kv, list(range(nb)), 0)
 
+
+# a hybrid model: sliding-window layers beside full attention, as Gemma's
+# and Qwen's configs name them (vLLM's hybrid allocator groups layers 0, 2
+# and 1, 3)
+SWA_CONFIG = dict(CONFIG, sliding_window=9,
+                  layer_types=["sliding_attention", "full_attention"] * 2)
 
 MLA_CONFIG = {
     "architectures": ["DeepseekV2ForCausalLM"],

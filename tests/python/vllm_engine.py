@@ -39,12 +39,14 @@ from vllm.distributed.kv_transfer.kv_connector.factory import \
     KVConnectorFactory  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.base import \
     KVConnectorRole  # noqa: E402
-from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
+from vllm.v1.core.kv_cache_manager import (HybridKVCacheManager,  # noqa: E402
+                                           KVCacheManager)
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import (FullAttentionSpec,  # noqa: E402
                                         KVCacheConfig, KVCacheGroupSpec,
-                                        KVCacheTensor, MLAAttentionSpec)
+                                        KVCacheTensor, MLAAttentionSpec,
+                                        SlidingWindowSpec)
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.worker.kv_connector_model_runner_mixin import \
     KVConnectorModelRunner  # noqa: E402
@@ -75,9 +77,34 @@ def vllm_config(extra: Optional[Dict[str, Any]], model_config: dict,
                       kv_transfer_config=ktc)
 
 
+def hybrid_groups(cfg: dict) -> Optional[List[Tuple[int, List[int]]]]:
+    """The KV cache groups vLLM's hybrid allocator makes of a model with
+    sliding-window layers (tinymodel.SWA_CONFIG): [(window, layers)], the
+    sliding-window group first; None for a model without."""
+    types = cfg.get("layer_types")
+    if not types or "sliding_attention" not in types:
+        return None
+    sw = [i for i, t in enumerate(types) if t == "sliding_attention"]
+    full = [i for i, t in enumerate(types) if t != "sliding_attention"]
+    return [(int(cfg["sliding_window"]), sw), (0, full)]
+
+
 def kv_cache_config(cfg: dict, num_blocks: int, block_size: int,
                     names: Sequence[str]) -> KVCacheConfig:
-    """The KVCacheConfig vLLM builds for a model of one KV cache group."""
+    """The KVCacheConfig vLLM builds for a model of one KV cache group, or
+    for a hybrid model one per group, the k-th layer of every group
+    sharing a tensor."""
+    groups = hybrid_groups(cfg)
+    if groups:
+        h, d = cfg["num_key_value_heads"], cfg["head_dim"]
+        specs = [SlidingWindowSpec(block_size, h, d, sliding_window=w) if w
+                 else FullAttentionSpec(block_size, h, d) for w, _ in groups]
+        n = len(groups[0][1])
+        return KVCacheConfig(
+            num_blocks, [KVCacheTensor(0, [names[ls[k]] for _, ls in groups])
+                         for k in range(n)],
+            [KVCacheGroupSpec([names[i] for i in ls], spec)
+             for (_, ls), spec in zip(groups, specs)])
     mla = "kv_lora_rank" in cfg
     if mla:
         spec: Any = MLAAttentionSpec(block_size, 1, cfg["kv_lora_rank"] +
@@ -112,8 +139,10 @@ class Engine:
         self.block_size = block_size
         self.sched_conn = self.worker_conn = None
         os.environ["VLLM_KV_CACHE_LAYOUT"] = kv_layout
-        self.runner = KVConnectorModelRunner(None, cfg["num_hidden_layers"],
-                                             self.config, backend)
+        self.groups = hybrid_groups(cfg)
+        self.runner = KVConnectorModelRunner(
+            None, cfg["num_hidden_layers"], self.config, backend,
+            groups=[ls for _, ls in self.groups] if self.groups else None)
         if kv_config == "default":
             kv_config = kv_cache_config(cfg, num_blocks, block_size,
                                         self.runner.layer_names)
@@ -123,7 +152,10 @@ class Engine:
             self.worker_conn = KVConnectorFactory.create_connector(
                 self.config, KVConnectorRole.WORKER, kv_config)
         self.runner.connector = self.worker_conn
-        self.kvm = KVCacheManager(num_blocks, block_size)
+        self.kvm: Any = (HybridKVCacheManager(num_blocks, block_size,
+                                              [w for w, _ in self.groups])
+                         if self.groups else
+                         KVCacheManager(num_blocks, block_size))
         self.scheduler = Scheduler(self.kvm, self.sched_conn,
                                    self.config.scheduler_config)
         import kvtier.vllm
@@ -226,11 +258,16 @@ class Engine:
 
 def tiny_forward(engine: Engine, model: tinymodel.TinyModel
                  ) -> Callable[..., Tuple[int, Any]]:
-    """tinymodel over the engine's KV caches (paged by the block table)."""
+    """tinymodel over the engine's KV caches (paged by the block table, or
+    by its group's under the hybrid allocator)."""
+    group_of = {l: g for g, (_, ls) in enumerate(engine.groups or [])
+                for l in ls}
+
     def forward(rid, tokens, block_ids, num_computed, wait, save):
         layers = [engine.layer(l) for l in range(model.layers)]
         kv = tinymodel.PagedKV([k for k, _ in layers], [v for _, v in layers])
-        lg = model.prefill(tokens, kv, block_ids, num_computed,
+        table = (lambda l: block_ids[group_of[l]]) if group_of else block_ids
+        lg = model.prefill(tokens, kv, table, num_computed,
                            before_layer=wait, after_layer=save)
         return int(np.argmax(lg[-1])), lg
     return forward

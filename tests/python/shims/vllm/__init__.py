@@ -22,7 +22,12 @@
 # metrics (KVConnectorStats), v1/outputs.py (current main's KVConnectorOutput
 # adds failed_recving — reproduced —, kv_cache_events and worker metadata,
 # which the connector neither sends nor reads), v1/request.py, v1/core/kv_cache_utils.py,
-# v1/core/kv_cache_manager.py. The attention backends name their own reads.
+# v1/core/kv_cache_manager.py. Several KV cache groups (hybrid models,
+# v0.26 and current): SupportsHMA in base.py (00f4240ee645, 003df2961dd8),
+# the scheduler's hybrid calls as scheduler.py reads at 00f4240ee645, the
+# hybrid allocator in v1/core/kv_cache_manager.py (HybridKVCacheManager:
+# behaviour from copies of upstream's managers, named there).
+# The attention backends name their own reads.
 # entrypoints/cli/main.py is the `vllm serve` command line of the docs.
 import os as _os
 

@@ -11,7 +11,10 @@
 # then the deferred start_load_kv, wait_for_save,
 # get_transfer_results(finished_req_ids) (finished_sending / _recving,
 # failed_recving), get_block_ids_with_load_errors, get_kv_connector_stats,
-# clear_connector_metadata. "v0.26" as the worker of docs.vllm.ai/en/v0.18.2
+# clear_connector_metadata. Under several KV cache groups (the hybrid
+# allocator) the k-th layer of every group views one tensor, as upstream's
+# KVCacheTensor.shared_by lays them out, and each request keeps a block
+# table per group. "v0.26" as the worker of docs.vllm.ai/en/v0.18.2
 # and /en/v0.26.0: handle_preemptions(metadata) every step, start_load_kv
 # before the forward, get_finished. "v0.12" as in v0.12.0's gpu_model_runner
 # (handle_preemptions(scheduler_output.preempted_req_ids) only in a step
@@ -41,7 +44,9 @@ from ..core.sched.scheduler import ModelRunnerOutput
 from ..outputs import KVConnectorOutput
 
 # forward(req_id, tokens, block_ids, num_computed, wait_layer, save_layer)
-#   -> (sampled token, logits or None); wait_layer(l) / save_layer(l)
+#   -> (sampled token, logits or None); wait_layer(l) / save_layer(l);
+#   block_ids: the request's block table, or under several KV cache groups
+#   a tuple of them, one per group
 Forward = Callable[..., Tuple[int, Any]]
 
 _STORE_DTYPES = {"fp8": "uint8", "fp8_e4m3": "uint8", "fp8_e5m2": "uint8"}
@@ -49,7 +54,13 @@ _STORE_DTYPES = {"fp8": "uint8", "fp8_e4m3": "uint8", "fp8_e5m2": "uint8"}
 
 @dataclasses.dataclass
 class _ReqState:
-    block_ids: List[int]
+    groups: List[List[int]]     # a block table per KV cache group
+
+    @property
+    def block_ids(self) -> Any:
+        """Group 0's table; every group's (a tuple) under several."""
+        return self.groups[0] if len(self.groups) == 1 else \
+            tuple(self.groups)
 
 
 @dataclasses.dataclass
@@ -75,11 +86,16 @@ def backend_class(name: str) -> Any:
 class KVConnectorModelRunner:
 
     def __init__(self, connector: Any, num_layers: int,
-                 vllm_config: Any = None, backend: str = "FLASH_ATTN") -> None:
+                 vllm_config: Any = None, backend: str = "FLASH_ATTN",
+                 groups: Optional[List[List[int]]] = None) -> None:
         from vllm.attention.layer import Attention
         self.connector = connector
         self.layer_names = [f"model.layers.{i}.self_attn.attn"
                             for i in range(num_layers)]
+        # KV cache groups (layer indices) under the hybrid allocator: the
+        # k-th layer of every group views one tensor (upstream's
+        # KVCacheTensor shared_by), blocks being the pool's, not a group's
+        self.groups = groups
         self.backend = backend_class(backend)
         if vllm_config is not None:
             ctx = vllm_config.compilation_config.static_forward_context
@@ -117,10 +133,16 @@ class KVConnectorModelRunner:
             import numpy as np
             dt = np.dtype(store or dtype)
             per = int(np.prod(phys)) * dt.itemsize
-            raw = (allocator or bytearray)(per * len(self.layer_names))
+            tensor_of = list(range(len(self.layer_names)))
+            if self.groups:
+                for g in self.groups:
+                    for k, layer in enumerate(g):
+                        tensor_of[layer] = k
+            raw = (allocator or bytearray)(per * (max(tensor_of) + 1))
             for i, name in enumerate(self.layer_names):
                 self.kv_caches[name] = np.ndarray(
-                    phys, dtype=dt, buffer=raw, offset=i * per).transpose(inv)
+                    phys, dtype=dt, buffer=raw,
+                    offset=tensor_of[i] * per).transpose(inv)
         if self.connector is not None:
             self.connector.register_kv_caches(self.kv_caches)
         return self.kv_caches
@@ -131,15 +153,18 @@ class KVConnectorModelRunner:
         for rid in so.preempted_req_ids:
             self.reqs.pop(rid, None)
         for nr in so.scheduled_new_reqs:
-            self.reqs[nr.req_id] = _ReqState(list(nr.block_ids[0]))
+            self.reqs[nr.req_id] = _ReqState([list(g) for g in nr.block_ids])
         cr = so.scheduled_cached_reqs
         for i, rid in enumerate(cr.req_ids):
             st = self.reqs.get(rid)
             new = cr.new_block_ids[i]
             if rid in cr.resumed_req_ids:
-                self.reqs[rid] = _ReqState(list(new[0]) if new else [])
+                self.reqs[rid] = _ReqState(
+                    [list(g) for g in new] if new else
+                    [[] for _ in (self.groups or [0])])
             elif new and st is not None:
-                st.block_ids += list(new[0])
+                for have, add in zip(st.groups, new):
+                    have += list(add)
 
     def execute_model(self, so: SchedulerOutput, forward: Forward,
                       tokens_of: Callable[[str], List[int]]

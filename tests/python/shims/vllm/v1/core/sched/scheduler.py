@@ -36,9 +36,19 @@
 # forward"), the scheduler not re-read at that commit. failed_recving
 # (current): the request recomputes from token 0 (the recompute policy, as
 # third-party connectors written against it describe; not re-read here).
+# Several KV cache groups (a HybridKVCacheManager), as 00f4240ee6458263d76cf51ca7901ce1350bb4d1
+# has them: _connector_finished frees out-of-window blocks
+# (remove_skipped_blocks) before handing every group's block table to a
+# SupportsHMA connector's request_finished_all_groups (one group's to
+# request_finished otherwise, asserting one group); _handle_invalid_blocks
+# raises RuntimeError for several groups (failed_recving is the way);
+# _update_waiting_for_remote_kv takes any number of groups (at
+# 00024d314514, the "v0.26" reading, it unpacks exactly one, as does
+# _update_requests_with_invalid_blocks at both).
 # Not reproduced: priorities, LoRA, encoder inputs, spec decode, async
 # scheduling, pipeline parallelism, structured output, KV events, stats,
-# the "fail" load-failure policy, several KV cache groups. Not vLLM.
+# the "fail" load-failure policy, local prefix hits under several groups.
+# Not vLLM.
 from __future__ import annotations
 
 import dataclasses
@@ -48,6 +58,9 @@ from typing import Any, Deque, Dict, List, Optional, Set
 from vllm import GENERATION as _GEN
 
 from ...outputs import KVConnectorOutput
+if _GEN != "v0.12":
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import \
+        supports_hma
 from ...request import Request, RequestStatus
 from ..kv_cache_manager import KVCacheBlocks, KVCacheManager
 from .output import CachedRequestData, NewRequestData, SchedulerOutput
@@ -70,6 +83,8 @@ class Scheduler:
         from vllm.config import SchedulerConfig
         cfg = scheduler_config or SchedulerConfig()
         self.kv_cache_manager = kv_cache_manager
+        # KV cache groups (HybridKVCacheManager: several)
+        self.num_groups = len(getattr(kv_cache_manager, "windows", (0,)))
         self.block_size = kv_cache_manager.block_size
         self.connector = connector
         self.max_num_scheduled_tokens = cfg.max_num_batched_tokens
@@ -140,11 +155,27 @@ class Scheduler:
         assert req.is_finished()
         delay = False
         if self.connector is not None:
-            delay, _ = self.connector.request_finished(
-                req, self.kv_cache_manager.get_block_ids(req.request_id)[0])
+            delay, _ = self._connector_finished(req)
         self.finished_req_ids.add(req.request_id)
         if not (delay or delay_free_blocks):
             self._free_blocks(req)
+
+    def _connector_finished(self, req: Request) -> Any:
+        """v0.26 / current: out-of-window blocks are freed first, then the
+        block table of every group goes to request_finished_all_groups
+        (SupportsHMA) or, with one group, group 0's to request_finished
+        (upstream asserts one group there)."""
+        kvm = self.kv_cache_manager
+        if _GEN == "v0.12":
+            return self.connector.request_finished(
+                req, kvm.get_block_ids(req.request_id)[0])
+        if hasattr(kvm, "remove_skipped_blocks"):
+            kvm.remove_skipped_blocks(req.request_id, req.num_computed_tokens)
+        block_ids = kvm.get_block_ids(req.request_id)
+        if not supports_hma(self.connector):
+            assert self.num_groups == 1
+            return self.connector.request_finished(req, block_ids[0])
+        return self.connector.request_finished_all_groups(req, block_ids)
 
     def _free_blocks(self, req: Request) -> None:
         assert req.is_finished()
@@ -324,7 +355,10 @@ class Scheduler:
                 kvm.free(req)
             self.failed_recving_kv_req_ids.remove(rid)
         else:
-            (ids,) = kvm.get_block_ids(rid)
+            # current: any number of groups (every group's table covers
+            # the request's pages; 00024d314514 unpacked exactly one)
+            ids = (kvm.get_block_ids(rid)[0] if _GEN == "current"
+                   else self._one_group(kvm.get_block_ids(rid)))
             n = min(len(ids) * self.block_size, req.num_tokens)
             if n == req.num_tokens:
                 n -= 1
@@ -341,7 +375,7 @@ class Scheduler:
         marked: Set[int] = set()
         for req in reqs:
             rid = req.request_id
-            (ids,) = self.kv_cache_manager.get_block_ids(rid)
+            ids = self._one_group(self.kv_cache_manager.get_block_ids(rid))
             if req.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
                 ncomp = (req.num_computed_tokens
                          if rid in self.failed_recving_kv_req_ids
@@ -369,7 +403,21 @@ class Scheduler:
                 affected.add(rid)
         return affected
 
+    @staticmethod
+    def _one_group(groups: Any) -> List[int]:
+        """Upstream's `(block_ids,) = get_block_ids(...)`: raises, as
+        upstream's unpacking does, with several KV cache groups."""
+        (ids,) = groups
+        return ids
+
     def _handle_invalid_blocks(self, invalid: Set[int]) -> Set[str]:
+        if self.num_groups > 1:     # current: 00f4240ee645
+            raise RuntimeError(
+                "A KV connector reported block-level load failures "
+                "(invalid_block_ids) which is not supported for models with "
+                "multiple KV cache groups. Connectors must report failed "
+                "requests via KVConnectorTransferResults.failed_recving "
+                "instead.")
         parked = [r for r in self.waiting
                   if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS]
         async_failed = self._requests_with_invalid_blocks(parked, invalid)

@@ -10,7 +10,10 @@
 # as read at 00f4240ee6458263d76cf51ca7901ce1350bb4d1 (all of v0.26's, and
 # KVConnectorTransferResults and get_transfer_results, whose default wraps
 # get_finished; finish_forward, reset_capture_state,
-# has_pending_block_frees).
+# has_pending_block_frees). SupportsHMA (request_finished_all_groups) and
+# supports_hma() in v0.26 and current: the class a connector subclasses to
+# run under vLLM's hybrid memory allocator (several KV cache groups), as
+# read at 00f4240ee645 (and 003df2961dd8).
 # Reproduces only KVConnectorRole, KVConnectorMetadata and
 # KVConnectorBase_V1's constructor, metadata binding, abstract methods and
 # the optional hooks' defaults (signatures as upstream, the method table in
@@ -51,6 +54,21 @@ if _GEN == "current":
             dataclasses.field(default_factory=dict)
 
 log = logging.getLogger("vllm.kv_connector")
+
+if _GEN != "v0.12":
+    class SupportsHMA(ABC):
+        """A connector that supports the hybrid memory allocator."""
+
+        @abstractmethod
+        def request_finished_all_groups(
+                self, request: Any, block_ids: tuple[list[int], ...]
+        ) -> tuple[bool, dict[str, Any] | None]:
+            raise NotImplementedError
+
+    def supports_hma(connector: Any) -> bool:
+        if isinstance(connector, type):
+            return issubclass(connector, SupportsHMA)
+        return isinstance(connector, SupportsHMA)
 
 
 class KVConnectorBase_V1(ABC):
