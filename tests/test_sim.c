@@ -8,6 +8,7 @@
  *   monotonicity   more link bandwidth never hurts the baseline
  *   policies       on the calibration case: fabric beats dram, stressors
  *                  hurt dram only, kvtier <= lmcache; delay-hit defers
+ *   host time      engine.host_prefill_us charges steps with prefills
  *   trace replay   a generated Mooncake-format excerpt
  *   bad input      clear errors naming the bad part
  *   failures       failing every allocation of a small run's setup
@@ -244,6 +245,36 @@ static void test_cpu_latency(void)
 	CHECK(t[0][0] == t[1][0]);                    /* idle: no effect */
 	CHECK(fabs(t[1][1] - t[1][0]) <= 1e-9 * t[1][0]); /* off */
 	CHECK(fabs(t[2][1] - t[2][0]) <= 1e-9 * t[2][0]); /* frac 0 */
+}
+
+/* engine.host_prefill_us: a step with prefills costs its own host time,
+ * decode-only steps engine.host_us; unset (0) or equal to host_us it
+ * changes nothing. One session: no step mixes turns, so the prefill's
+ * host time lands in TTFT whole and not in TPOT. */
+static void test_host_prefill(void)
+{
+	static const double us[][2] = {
+		/* host_us, host_prefill_us */
+		{ 100, 0 }, { 100, 100 }, { 0, 0 }, { 0, 5000 },
+	};
+	kvt_sim_result r[4];
+
+	for (int k = 0; k < 4; k++) {
+		kvt_sim_config c;
+
+		small_agentic(&c, KVT_POLICY_KVTIER);
+		c.sessions = 1;
+		c.hw.host_us = us[k][0];
+		c.hw.host_prefill_us = us[k][1];
+		CHECK_OK(kvt_sim_run(&c, &r[k]));
+	}
+	CHECK(r[0].ttft_ms.mean == r[1].ttft_ms.mean);
+	CHECK(r[0].tpot_ms.mean == r[1].tpot_ms.mean);
+	CHECK(r[0].ttft_ms.mean > r[2].ttft_ms.mean);
+	/* every first token waits for at least one prefill step */
+	CHECK(r[3].ttft_ms.mean >= r[2].ttft_ms.mean + 5.0 - 1e-6);
+	CHECK(fabs(r[3].tpot_ms.mean - r[2].tpot_ms.mean) <=
+	      1e-9 * r[2].tpot_ms.mean);
 }
 
 /* Questions arriving together on one document: with delay-hit, the
@@ -594,6 +625,7 @@ int main(void)
 	test_monotonic();
 	test_orderings();
 	test_cpu_latency();
+	test_host_prefill();
 	test_equal_ttft();
 	test_store_holds_hbm();
 	test_presets();

@@ -45,6 +45,11 @@ static cJSON *stat_json(const kvt_demo_pass *p)
 	cJSON_AddNumberToObject(o, "load_wait_s", s->load_wait_s);
 	cJSON_AddNumberToObject(o, "engine_ms_per_step", s->plan_ms_mean);
 	cJSON_AddNumberToObject(o, "host_us_per_step", s->host_us_per_step);
+	cJSON_AddNumberToObject(o, "host_us_prefill_step",
+				s->host_us_prefill_step);
+	cJSON_AddNumberToObject(o, "host_us_decode_step",
+				s->host_us_decode_step);
+	cJSON_AddNumberToObject(o, "load_stretch", s->load_stretch);
 	cJSON_AddNumberToObject(o, "store_skipped_pages",
 				(double)s->store_skipped_pages);
 	x = cJSON_AddObjectToObject(o, "load_gbps_measured");
@@ -90,6 +95,8 @@ static cJSON *pass_json(const kvt_demo_pass *p)
 		cJSON_AddNumberToObject(x, "cpu_copy_factor", p->penv_cpu_f);
 		cJSON_AddNumberToObject(x, "ssd_factor", p->penv_ssd_f);
 		cJSON_AddNumberToObject(x, "host_us", p->st.host_us_per_step);
+		cJSON_AddNumberToObject(x, "load_stretch",
+					p->st.load_stretch);
 	}
 	if (p->stress_gbps > 0)
 		cJSON_AddNumberToObject(o, "stress_gbps", p->stress_gbps);

@@ -254,6 +254,17 @@ typedef struct kvt_demo_stat {
 				      loads it waited for: its work between
 				      steps, the clock's late wake-ups (the
 				      profile's engine.host_us) */
+	double host_us_prefill_step; /* the same, over the steps with
+				      prefills (the ones a TTFT waits for:
+				      sixteen layers' wake-ups and page
+				      writes, copies in flight beside them;
+				      engine.host_prefill_us) */
+	double host_us_decode_step; /* over the decode-only steps */
+	double load_stretch;       /* the loads' submit-to-done time over
+				      their bytes at the transfer engine's
+				      measured rates of the moment: the time
+				      a load waits behind other jobs and for
+				      a core, beyond its copy (1: none) */
 	uint64_t store_skipped_pages; /* pages a store found no room for (or
 				      whose parent had gone): not cached */
 	double load_gbps[KVT_TIER_COUNT]; /* measured rate into engine memory
@@ -293,9 +304,10 @@ typedef struct kvt_demo_pass {
 	uint64_t pred_recomputed, pred_loaded;
 	/* the same prediction on the data plane this pass measured: the
 	 * profile's CPU-copy rates scaled to the pass's mean fabric/dram load
-	 * rate, its ssd rates to its ssd load rate, engine.host_us its
-	 * host_us_per_step (the environment measured, not fitted: what the
-	 * model predicts when it knows the machine's load of the moment) */
+	 * rate, its ssd rates to its ssd load rate, and engine.host_us / engine.host_prefill_us its host time per
+	 * decode-only / prefill step (the environment measured, not fitted:
+	 * what the model predicts when it knows the machine's load of the
+	 * moment) */
 	int predicted_env;         /* 1: set */
 	kvt_dist penv_ttft_ms;
 	double penv_tokens_per_s;

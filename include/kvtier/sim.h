@@ -92,6 +92,11 @@ typedef struct kvt_hw {
 				* cache lookups, job polling, the clock's
 				* wake-ups), measured on the machine (the
 				* demo's); 0: none */
+	double host_prefill_us; /* [engine.host_prefill_us] the same, of a
+				* step with prefills, where it differs (the
+				* demo's emulated GPU: a wake-up per layer,
+				* its page writes, the copies in flight
+				* beside it); 0: engine.host_us */
 	double ar_gbps;        /* [tp.ar_gbps] all-reduce bus bandwidth */
 	double ar_us;          /* [tp.ar_us] all-reduce latency */
 

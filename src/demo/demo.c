@@ -569,8 +569,15 @@ static int env_hw(const kvt_hw *hw, kvt_demo_pass *p, kvt_hw *out)
 			 !strcmp(k, "ssd.write_gbps"))
 			kvt_hw_key_scale(out, i, f_ssd, &from, &to);
 	}
-	snprintf(v, sizeof(v), "%.1f", p->st.host_us_per_step);
+	/* host time per step, decode-only and prefill steps apart (a pass
+	 * with one kind only: the mean of all) */
+	snprintf(v, sizeof(v), "%.1f", p->st.host_us_decode_step > 0 ?
+		 p->st.host_us_decode_step : p->st.host_us_per_step);
 	if (kvt_hw_set(out, "engine.host_us", v))
+		return 1;
+	snprintf(v, sizeof(v), "%.1f", p->st.host_us_prefill_step > 0 ?
+		 p->st.host_us_prefill_step : p->st.host_us_per_step);
+	if (kvt_hw_set(out, "engine.host_prefill_us", v))
 		return 1;
 	p->penv_cpu_f = f_cpu;
 	p->penv_ssd_f = f_ssd;

@@ -502,28 +502,43 @@ static void progress(struct serve *s, int force)
 		    s->pc->pass, s->pc->passes);
 }
 
+/* Every turn whose arrival time has come joins the engine's queue. */
+static void arrivals_due(struct serve *s)
+{
+	double now = kvti_sv_now(s);
+
+	while (s->narr && s->arr[0].arrival <= now && !s->err) {
+		struct wl_item it = arrival_pop(s);
+
+		arrive(s, &it);
+	}
+}
+
 static int serve_loop(struct serve *s)
 {
 	struct kvti_eng *e = &s->eng;
 	int tampered = 0;
 
 	while (!s->err && !e->error) {
-		double now = kvti_sv_now(s);
-
 		kvti_sv_reap(s);
-		while (s->narr && s->arr[0].arrival <= now && !s->err) {
-			struct wl_item it = arrival_pop(s);
-
-			arrive(s, &it);
-		}
+		arrivals_due(s);
 		if (s->step_due) {
 			uint64_t t1;
 
 			kvti_sv_gpu_step(s);
 			t1 = kvt_now_ns();
 			kvti_sv_reap(s);
+			/* the turns that arrived during the step are in the
+			 * queue the next step is planned from, as an engine's
+			 * scheduler sees every request added before it runs
+			 * (and as the simulator's engine does): taken after
+			 * the plan, each waited one step more than it had to */
+			arrivals_due(s);
 			kvti_eng_step_end(e, s->step_gen); /* plans the next */
 			s->plan_s += (double)(kvt_now_ns() - t1) / 1e9;
+			if (e->busy && e->step_prefills) /* the step planned */
+				s->plan_pf_s += (double)(kvt_now_ns() - t1) /
+						1e9;
 			s->plans++;
 		} else if (!e->busy && (e->nwait || e->nrun)) {
 			kvti_eng_kick(e);
@@ -753,6 +768,16 @@ int kvti_demo_pass(const struct kvti_demo_pass_cfg *pc, kvt_demo_pass *out)
 		st->plan_ms_mean = s->plans ? s->plan_s / s->plans * 1e3 : 0;
 		st->host_us_per_step = e->steps ? (s->plan_s + s->late_s) /
 						  e->steps * 1e6 : 0;
+		if (e->steps > e->decode_only)
+			st->host_us_prefill_step = (s->plan_pf_s +
+				s->late_pf_s) / (double)(e->steps -
+				e->decode_only) * 1e6;
+		if (e->decode_only)
+			st->host_us_decode_step = (s->plan_s - s->plan_pf_s +
+				s->late_s - s->late_pf_s) /
+				(double)e->decode_only * 1e6;
+		st->load_stretch = s->bd_ld_expect > 0 ?
+			s->bd_ld_actual / s->bd_ld_expect : 0;
 		kvti_sv_rates(s);
 		for (int t = 0; t < KVT_TIER_COUNT; t++)
 			st->load_gbps[t] = s->gbps[t];

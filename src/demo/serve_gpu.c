@@ -256,7 +256,13 @@ void kvti_sv_gpu_step(struct serve *s)
 	s->bd_wall[busy] += (double)(kvt_now_ns() - t0) / 1e9;
 	s->bd_wait[busy] += s->load_wait_s - wait0;
 	s->bd_write[busy] += s->overrun_s - over0;
-	s->late_s += KVT_MAX(0.0, (double)(kvt_now_ns() - t0) / 1e9 -
-				   e->compute_s - (s->load_wait_s - wait0));
+	{
+		double late = KVT_MAX(0.0, (double)(kvt_now_ns() - t0) / 1e9 -
+					   e->compute_s -
+					   (s->load_wait_s - wait0));
+
+		s->late_s += late;
+		s->late_pf_s += late;
+	}
 }
 

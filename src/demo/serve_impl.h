@@ -98,6 +98,7 @@ struct serve {
 	uint64_t store_skipped;  /* pages a store could not place */
 	double plan_s;           /* the engine's own work between steps */
 	double late_s;           /* steps longer than modeled + their waits */
+	double plan_pf_s, late_pf_s; /* the same, of the steps with prefills */
 	uint64_t plans;
 	/* where a step's time goes, [0] no job in flight, [1] some */
 	double bd_pre[2], bd_sleep[2], bd_wall[2], bd_model[2], bd_wait[2];

@@ -447,10 +447,14 @@ static void op_step_loads_home(struct kvti_eng *k, double t_load)
 {
 	struct engine *e = eng_of(k);
 	double L = e->cost.layers, end;
+	/* the GPU's part overlaps the loads layer by layer; the host's is
+	 * spent whole (the demo's step thread: its plan before the step,
+	 * its wake-ups and page writes in it, past the GPU's layers) */
+	double gpu = k->compute_s - e->step_host_s;
 
 	if (k->overlap)
-		end = KVT_MAX(k->t0 + k->compute_s + (t_load - k->t0) / L,
-			      t_load + k->compute_s / L);
+		end = KVT_MAX(k->t0 + gpu + (t_load - k->t0) / L,
+			      t_load + gpu / L) + e->step_host_s;
 	else
 		end = KVT_MAX(t_load, k->t0) + k->compute_s;
 	kvti_sim_push(e->sim, end, EV_STEP, e, k->step_gen);
@@ -461,11 +465,15 @@ static void op_step_loads_home(struct kvti_eng *k, double t_load)
  * on DRAM (step_mem_frac) stretches with the socket's loaded latency. */
 static double op_step_extra_s(struct kvti_eng *k)
 {
-	const struct engine *e = eng_of(k);
+	struct engine *e = eng_of(k);
 	const struct sim *s = e->sim;
 	const kvt_hw *hw = &s->cfg->hw;
 	const struct net_socket *x;
-	double host = hw->host_us * 1e-6; /* the engine's own host time */
+	/* the engine's own host time; a step with prefills may cost more */
+	double host = (k->step_prefills && hw->host_prefill_us > 0 ?
+		       hw->host_prefill_us : hw->host_us) * 1e-6;
+
+	e->step_host_s = host;
 
 	if (!s->cfg->cpu_mem_latency || !(hw->step_mem_frac > 0))
 		return host;

@@ -44,6 +44,10 @@ struct engine {
 	uint64_t nlocs;
 	kvt_page_info *info;      /* per-page records (hbm_share off) */
 	uint64_t ninfo;
+	double step_host_s;       /* the step's host time (engine.host_us,
+				   * engine.host_prefill_us): serial, before
+				   * and after its GPU work, never hidden
+				   * behind the loads the GPU waits for */
 	/* measured_rates: what loads from each tier reached (bytes/s) */
 	double tier_rate[KVT_TIER_COUNT];
 };

@@ -53,6 +53,7 @@ static const struct key {
 	{ "engine.step_us", K_DBL, F(step_us), 1, 0, 1e6 },
 	{ "engine.step_mem_frac", K_DBL, F(step_mem_frac), 0, 0, 1 },
 	{ "engine.host_us", K_DBL, F(host_us), 0, 0, 1e6 },
+	{ "engine.host_prefill_us", K_DBL, F(host_prefill_us), 0, 0, 1e6 },
 	{ "tp.ar_gbps", K_DBL, F(ar_gbps), 1, 0.001, 1e6 },
 	{ "tp.ar_us", K_DBL, F(ar_us), 1, 0, 1e6 },
 	{ "link.gbps", K_DBL, F(link_gbps), 1, 0.001, 1e5 },
