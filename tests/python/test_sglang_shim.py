@@ -561,6 +561,9 @@ def test_threads_survive_failures(workdir):
         op = ctl.prefetch("dies", ctl.mem_pool_host.alloc(n), toks[:n])
         with pytest.raises(RuntimeError, match="not done"):
             ctl.run_prefetch(op, timeout=2)
+        # the thread dies once it has taken the operation: under load that
+        # may be after the 2 s above (it failed once so at load ~10)
+        ctl.prefetch_io_aux_thread.join(timeout=20)
         assert ctl.threads_alive()["prefetch_io"] is False
         ctl.stop()
         be.close()
