@@ -56,8 +56,10 @@ INVARIANTS
 
 REFUSED AT START, with the reason: mamba / linear-attention (state) groups
 (a block holds a request's recurrent state at one point, not the KV of a
-page's tokens; 00024d314514's scheduler asserts "External KV connector is
-not verified yet" for mamba), groups of other kinds, groups of unequal
+page's tokens: NOT BUILT. vLLM's interface at 00f4240ee645 would allow it:
+its scheduler's _mamba_block_aligned_split takes external tokens into
+account in mamba_cache_mode "align" (a state per block boundary), where
+00024d314514 asserted "External KV connector is not verified yet"), groups of other kinds, groups of unequal
 layer counts or shapes, vLLM without KVConnectorTransferResults
 (scheduler.py at 00024d314514 unpacks exactly one group in
 _update_waiting_for_remote_kv and _update_requests_with_invalid_blocks),
@@ -148,10 +150,11 @@ def plan_of(kv_cache_config: Any, block_size: int, load_mode: str,
         raise ValueError(
             f"kvtier.vllm: KV cache group of {state[0]}: state caches "
             f"(mamba / linear attention) are not KV pages this connector "
-            f"can store (a block holds a request's recurrent state at one "
-            f"point, not the KV of a page's tokens; vLLM's scheduler, "
-            f"00024d314514, asserts \"External KV connector is not "
-            f"verified yet\" for mamba layers)")
+            f"can store yet (a block holds a request's recurrent state at "
+            f"one point, not the KV of a page's tokens; storing vLLM's "
+            f"per-block states, mamba_cache_mode \"align\", is not built; "
+            f"vLLM before ~0.23 also asserts \"External KV connector is "
+            f"not verified yet\" for mamba layers)")
     if len(groups) == 1:
         return None
     kinds = ", ".join(_spec_name(g) for g in groups)

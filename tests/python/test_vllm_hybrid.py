@@ -317,7 +317,7 @@ def test_refused_with_the_reason(workdir):
             kv_vllm.KvtierConnector(c, KVConnectorRole.SCHEDULER, kvc)
     # state caches, alone or beside attention
     refused(conf((["l0"], MambaSpec(P))), "mamba")
-    refused(conf(full, (["l0", "l2"], MambaSpec(P))), "not verified yet")
+    refused(conf(full, (["l0", "l2"], MambaSpec(P))), "is not built")
     if not CURRENT:
         # v0.12 / v0.26: no failed_recving, a scheduler of one group
         refused(conf(sw, full), "00024d314514.*disable-hybrid-kv-cache")
