@@ -21,6 +21,8 @@ geometry (kvtier.vllm_hybrid).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -188,6 +190,64 @@ def test_corrupt_state_fails_the_request(workdir, model):
         assert b.stats["load_pages"] == 11 + 1
         assert start == 11 * P and np.array_equal(lg, ref[start:])
         b.shutdown()
+
+
+def _process(sock, tokens, out):
+    """One engine process (vllm_engine.py --mamba): its results."""
+    env = dict(os.environ, PYTHONHASHSEED="0")   # vLLM's shared hash seed
+    r = subprocess.run([sys.executable, ve.__file__, "--mamba", "--socket",
+                        sock, "--seed", "7", "--tokens",
+                        ",".join(map(str, tokens)), "--out", out],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return np.load(out)
+
+
+@needs_hma
+def test_two_processes(workdir, model):
+    """Engine A's process computes and stores, engine B's (another
+    process, another block pool) restores the attention pages and the
+    state at 44 tokens and computes the rest: logits bitwise a full
+    recompute's."""
+    prompt = toks(8, 11 * P + 1)
+    ref = model.logits(prompt)
+    with kvt_testutil.daemon(workdir, GROUP_CFG, page_tokens=P) as sock:
+        a = _process(sock, prompt, os.path.join(workdir, "a.npz"))
+        assert int(a["store_pages"]) == 11 + 1 and int(a["load_pages"]) == 0
+        b = _process(sock, prompt, os.path.join(workdir, "b.npz"))
+        assert int(b["load_pages"]) == 11 + 1 and len(b["invalid"]) == 0
+        assert int(b["cached"]) == 11 * P
+        assert np.array_equal(b["logits"], ref[11 * P:])
+        assert np.array_equal(a["logits"], b["logits"])
+
+
+@needs_hma
+def test_preempted_then_resumed(workdir, model):
+    """Decoding across a block boundary keeps its state there (stored);
+    preempted after its prefill, the request resumes from its own stored
+    pages and state and decodes the tokens a full recompute does."""
+    prompt = toks(6, 9 * P + 2)
+    with kvt_testutil.daemon(workdir, GROUP_CFG, page_tokens=P) as sock:
+        a = engine(sock)
+        req = a.add("r", prompt, 4)
+        f = ve.tiny_forward(a, model)
+        a.step(f)                   # 0..36 (the prompt's last boundary)
+        a.step(f)                   # 36..38, the first token
+        for jobs in a.worker_conn._store_jobs.values():
+            for j in jobs:
+                j.wait()
+        a.scheduler.preempt("r")
+        a.run(f)
+        assert req.num_preemptions == 1
+        # one load per group: 9 attention pages, the state at 36
+        assert a.stats["loads"] == 2 and a.stats["load_pages"] == 9 + 1
+        got = list(req.output_token_ids)
+        a.shutdown()
+    ref, seq = [], list(prompt)
+    for _ in range(4):                      # greedy decoding, recomputed
+        ref.append(int(np.argmax(model.logits(seq)[-1])))
+        seq.append(ref[-1])
+    assert got == ref
 
 
 def _conf(*groups):

@@ -9,6 +9,7 @@ As a program (one engine process of the numerical proof):
                  [--no-save] [--load-mode async|layerwise] [--torch]
                  [--backend FLASH_ATTN|FLASHINFER|CPU_ATTN|MLA]
                  [--kv-layout NHD|HND]
+      [--mamba]
       serve one request (prefill, one token) with tinymodel: restore what
       the daemon has of the prompt through the connector, prefill the
       rest, store the computed pages; writes the last prefill's logits,
@@ -314,6 +315,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--kv-layout", default="NHD")
     ap.add_argument("--mla", action="store_true",
                     help="tinymodel's MLA variant (one latent per token)")
+    ap.add_argument("--mamba", action="store_true",
+                    help="tinymodel.MAMBA_CONFIG: recurrent layers beside "
+                    "attention (a mamba group in \"align\" mode; the daemon "
+                    "serves one group's layers)")
     ap.add_argument("--staging", type=int, default=0, metavar="BLOCKS",
                     help="KV caches in memory the daemon cannot map, moved "
                     "through the connector's staging pool of BLOCKS blocks "
@@ -329,8 +334,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         extra.update(staging=True, staging_blocks=a.staging)
     if a.device == "emu":
         extra.update(device="emu")
-    model = (tinymodel.TinyMLAModel(seed=a.seed) if a.mla
-             else tinymodel.TinyModel(seed=a.seed))
+    model = (tinymodel.TinyMLAModel(seed=a.seed) if a.mla else
+             tinymodel.TinyModel(seed=a.seed, config=tinymodel.MAMBA_CONFIG)
+             if a.mamba else tinymodel.TinyModel(seed=a.seed))
     eng = Engine(extra, num_blocks=len(tokens) // P + 4, use_torch=a.torch,
                  staged=a.staging > 0, backend=a.backend,
                  kv_layout=a.kv_layout, model_config=model.config,
