@@ -77,7 +77,7 @@ INVARIANTS
     block.
 
 REFUSED AT START, with the reason: state groups in mamba_cache_mode other
-than "align" ("none" keeps one running state, "all" is not built) or with
+than "align" ("none" keeps one running state; others not built) or with
 prefix caching off, of page bytes unlike the attention page or another
 block size; a model of state groups only; groups of other kinds, groups
 of unequal layer counts or shapes, vLLM without KVConnectorTransferResults
@@ -188,8 +188,8 @@ def _state_checks(i: int, spec: Any, cache_config: Any) -> None:
             f"\"{mode}\": only \"align\" keeps a request's state at block "
             f"boundaries in blocks of the block table (MambaManager, "
             f"vllm/v1/core/single_type_kv_cache_manager.py); \"none\" keeps "
-            f"one running state a later request cannot start from, \"all\" "
-            f"is not built. Start vLLM with --mamba-cache-mode align")
+            f"one running state a later request cannot start from; other "
+            f"modes are not built. Start vLLM with --mamba-cache-mode align")
     if cache_config is not None and \
             not getattr(cache_config, "enable_prefix_caching", True):
         raise _refuse(
