@@ -62,26 +62,11 @@ def model():
     return tinymodel.TinyModel(seed=SEED, config=CFG)
 
 
-def toks(seed, n):
-    return [int(t) for t in np.random.default_rng(seed).integers(0, 256, n)]
+toks, serve = ve.toks, ve.serve
 
 
 def engine(sock, device="host", **kw):
-    """A stand-in engine of the hybrid model; @device "emu": its KV caches
-    in the emulated device's memory (the GPU path, registered by
-    handle)."""
-    extra = {"socket": sock}
-    if device == "emu":
-        extra["device"] = "emu"
-        kw["emu"] = True
-    return ve.Engine(extra, num_blocks=32, model_config=CFG, **kw)
-
-
-def serve(e, model, tokens, rid="r"):
-    """Run one request through @e; its (first computed token, logits)."""
-    e.add(rid, tokens)
-    e.run(ve.tiny_forward(e, model))
-    return e.outputs[rid]
+    return ve.hybrid_engine(sock, CFG, device, **kw)
 
 
 def pages_of(e, rid_blocks, group, pages):
@@ -221,9 +206,7 @@ def test_preempted_then_resumed(workdir, model):
         req = a.add("r", prompt, 4)
         f = ve.tiny_forward(a, model)
         a.step(f)                           # the prefill
-        for jobs in a.worker_conn._store_jobs.values():
-            for j in jobs:                  # stored: the resume restores
-                j.wait()
+        a.wait_stores()                     # stored: the resume restores
         a.scheduler.preempt("r")
         a.run(f)
         assert req.num_preemptions == 1
@@ -231,11 +214,7 @@ def test_preempted_then_resumed(workdir, model):
         assert a.stats["loads"] == 2 and a.stats["load_pages"] == 9 + 2
         got = list(req.output_token_ids)
         a.shutdown()
-    ref, seq = [], list(prompt)
-    for _ in range(4):                      # greedy decoding, recomputed
-        ref.append(int(np.argmax(model.logits(seq)[-1])))
-        seq.append(ref[-1])
-    assert got == ref
+    assert got == model.greedy(prompt, 4)
 
 
 @needs_hma

@@ -55,18 +55,11 @@ def model():
     return tinymodel.TinyModel(seed=7, config=CFG)
 
 
-def toks(seed, n):
-    return [int(t) for t in np.random.default_rng(seed).integers(0, 256, n)]
+toks, serve = ve.toks, ve.serve
 
 
 def engine(sock, device="host", **kw):
-    """A stand-in engine of the model; @device "emu": its caches in the
-    emulated device's memory (the GPU path, registered by handle)."""
-    extra = {"socket": sock}
-    if device == "emu":
-        extra["device"] = "emu"
-        kw["emu"] = True
-    return ve.Engine(extra, num_blocks=32, model_config=CFG, **kw)
+    return ve.hybrid_engine(sock, CFG, device, **kw)
 
 
 def spy_tables(e):
@@ -81,12 +74,6 @@ def spy_tables(e):
         return orig(request, blocks, n)
     e.sched_conn.update_state_after_alloc = spy
     return tables
-
-
-def serve(e, model, tokens, rid="r"):
-    e.add(rid, tokens)
-    e.run(ve.tiny_forward(e, model))
-    return e.outputs[rid]
 
 
 @needs_hma
@@ -255,9 +242,7 @@ def test_preempted_then_resumed(workdir, model):
         f = ve.tiny_forward(a, model)
         a.step(f)                   # 0..36 (the prompt's last boundary)
         a.step(f)                   # 36..38, the first token
-        for jobs in a.worker_conn._store_jobs.values():
-            for j in jobs:
-                j.wait()
+        a.wait_stores()
         a.scheduler.preempt("r")
         a.run(f)
         assert req.num_preemptions == 1
@@ -265,11 +250,7 @@ def test_preempted_then_resumed(workdir, model):
         assert a.stats["loads"] == 2 and a.stats["load_pages"] == 9 + 1
         got = list(req.output_token_ids)
         a.shutdown()
-    ref, seq = [], list(prompt)
-    for _ in range(4):                      # greedy decoding, recomputed
-        ref.append(int(np.argmax(model.logits(seq)[-1])))
-        seq.append(ref[-1])
-    assert got == ref
+    assert got == model.greedy(prompt, 4)
 
 
 def _conf(*groups):

@@ -279,6 +279,15 @@ class TinyModel:
         st[table[-(-n // p) - 1], :self.state] = h
         return out
 
+    def greedy(self, tokens: Sequence[int], n: int) -> List[int]:
+        """The @n tokens greedy decoding after @tokens gives, each
+        recomputed from nothing: the reference of a decode."""
+        out, seq = [], list(tokens)
+        for _ in range(n):
+            out.append(int(np.argmax(self.logits(seq)[-1])))
+            seq.append(out[-1])
+        return out
+
     def logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Every position's logits, recomputed from nothing in a private
         cache: the reference."""

@@ -222,6 +222,12 @@ class Engine:
         a = a.transpose([self.roles.index(r) for r in ["kv"] + want])
         return a[0], a[1]
 
+    def wait_stores(self) -> None:
+        """Wait for every store the worker side has issued."""
+        for jobs in self.worker_conn._store_jobs.values():
+            for j in jobs:
+                j.wait()
+
     def state(self, l: int) -> np.ndarray:
         """Recurrent layer @l's states [blocks, S] (vLLM's ssm state view
         of its layer's tensor; the rest of each page is padding)."""
@@ -278,6 +284,32 @@ class Engine:
         for c in (self.worker_conn, self.sched_conn):
             if c is not None:
                 c.shutdown()
+
+
+def toks(seed: int, n: int) -> List[int]:
+    """@n random tokens of tinymodel's vocabulary from @seed."""
+    return [int(t) for t in np.random.default_rng(seed).integers(0, 256, n)]
+
+
+def hybrid_engine(sock: str, cfg: dict, device: str = "host",
+                  **kw: Any) -> Engine:
+    """A stand-in engine of the hybrid model @cfg, 32 blocks; @device
+    "emu": its KV caches in the emulated device's memory (the GPU path,
+    registered by handle)."""
+    extra = {"socket": sock}
+    if device == "emu":
+        extra["device"] = "emu"
+        kw["emu"] = True
+    return Engine(extra, num_blocks=32, model_config=cfg, **kw)
+
+
+def serve(e: Engine, model: tinymodel.TinyModel, tokens: Sequence[int],
+          rid: str = "r") -> Tuple[int, Any]:
+    """Run one request through @e; its (last step's first token, its
+    logits)."""
+    e.add(rid, tokens)
+    e.run(tiny_forward(e, model))
+    return e.outputs[rid]
 
 
 def tiny_forward(engine: Engine, model: tinymodel.TinyModel
