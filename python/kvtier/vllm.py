@@ -108,8 +108,9 @@ loads fail every block (recomputed), stores are counted as errors; both
 sides reconnect at most every 5 s, the worker registering its caches
 again.
 
-Hybrid models (several KV cache groups: sliding-window layers beside full
-attention) are kvtier.vllm_hybrid's: one daemon page per (group, page),
+Hybrid models (several KV cache groups: sliding-window or mamba layers
+beside full attention) are kvtier.vllm_hybrid's: one daemon page per
+(group, page; a mamba group's: its state block at a boundary),
 the daemon serving one group's layers; the connector subclasses vLLM's
 SupportsHMA where the interface has failed_recving.
 
@@ -120,8 +121,8 @@ best-effort cache); requires_piecewise_for_cudagraph is True in layerwise
 mode; finish_forward, reset_capture_state, has_pending_block_frees keep
 the base's defaults.
 
-Not done: mamba / linear-attention groups, and hybrid models on the v0.12 /
-v0.26 interfaces (refused at start, with the reason:
+Not done: mamba groups other than mamba_cache_mode "align", and hybrid
+models on the v0.12 / v0.26 interfaces (refused at start, with the reason:
 kvtier.vllm_hybrid.plan_of); KV events
 (take_events); layouts in rows on the device path (refused, above). The
 GPU path has run on the emulated device only (CI); scripts/gpu-check runs
@@ -293,7 +294,7 @@ class KvtierConnector(_Registration, _Hybrid, _compat._Fingerprint,
         _compat.require_hash_seed(extra, role == KVConnectorRole.SCHEDULER)
         self._hplan = _hybrid.plan_of(kv_cache_config, self._block_size,
                                       self._load_mode, self._staging_mode,
-                                      bool(_HMA))
+                                      bool(_HMA), vllm_config.cache_config)
         self._salt_base = self._salt
         if self._hplan is not None:   # the reference group's keys: _keys()
             self._salt = self._hplan.salt(self._salt, self._hplan.ref)

@@ -1,5 +1,6 @@
 """kvtier's vLLM connector for hybrid models under vLLM's hybrid memory
-allocator (HMA): sliding-window layers beside full attention. A mixin of
+allocator (HMA): sliding-window or mamba / linear-attention (state)
+layers beside full attention. A mixin of
 kvtier.vllm.KvtierConnector (its scheduler- and worker-side calls branch
 here when the KV cache config has several groups), and the plan of the
 groups.
@@ -31,11 +32,26 @@ base.py SupportsHMA, v1/core/sched/scheduler.py)
       pages leave vLLM's memory once out of the window, so they cannot be
       parents; vLLM's block hash is chained, so one key still names its
       whole prefix.
+    * state group (MambaSpec, mamba_cache_mode "align"): vLLM keeps a
+      request's state at a block boundary in the block of the table entry
+      before it (entry k - 1: the state after k pages) where a step ends
+      on that boundary (the scheduler's _mamba_block_aligned_split ends
+      prefill chunks there), every other entry the null block. That
+      block is stored as one more group page, a one-page prefix of its
+      own (the state after page k depends on every token before it, and
+      vLLM's chained block hash names them all); for a hit of n pages
+      only the state after page n - 1 is loaded, into the block vLLM
+      allocates at entry n - 1 for external tokens. Under vLLM's layout
+      this is bytes like any page: vLLM pads the mamba page to the
+      attention page (mamba_page_size_padded) and lays attention blocks
+      out as whole pages beside mamba layers, so block b of tensor k is
+      the same bytes in every group (checked at start and registration).
   A hit of n pages needs from a sliding-window group of window W only the
   pages in the window at its end, [max(0, n*P - W + 1) // P, n) (token
   n*P, the first vLLM computes, attends to the W - 1 before it). The hit
   reported is the largest every group can serve: the full-attention
-  groups' leading hit, lowered below any gap in a sliding group's window.
+  groups' leading hit, lowered below any gap in a sliding group's window
+  and to the last boundary a state group holds a state at.
 
 INVARIANTS
   * Loads are asynchronous: with several groups vLLM raises on
@@ -45,7 +61,9 @@ INVARIANTS
     .failed_recving: vLLM recomputes it), which vLLM takes only for
     requests waiting for remote KV. "load_mode": "layerwise" (synchronous
     loads, whose failures have no other way back) is refused.
-  * A sliding-window block vLLM frees may be reused by the next forward:
+  * A sliding-window block (or a state block: vLLM frees the state of
+    a boundary once the next one is computed) vLLM frees may be reused by
+    the next forward:
     the scheduler side names the requests whose freed blocks have a store
     issued in an earlier step (metadata sw_wait) and the workers wait for
     those stores in handle_preemptions(), before the forward (vLLM's base
@@ -53,14 +71,16 @@ INVARIANTS
     overwritten").
   * A store reads only pages the step completes: never out of the window
     yet (their first token is past the step's first).
+  * A state block is stored only for a boundary the step ends on (the
+    table's non-null entries of the pages it completes): it is read after
+    the forward wrote it, and vLLM writes the next state into another
+    block.
 
-REFUSED AT START, with the reason: mamba / linear-attention (state) groups
-(a block holds a request's recurrent state at one point, not the KV of a
-page's tokens: NOT BUILT. vLLM's interface at 00f4240ee645 would allow it:
-its scheduler's _mamba_block_aligned_split takes external tokens into
-account in mamba_cache_mode "align" (a state per block boundary), where
-00024d314514 asserted "External KV connector is not verified yet"), groups of other kinds, groups of unequal
-layer counts or shapes, vLLM without KVConnectorTransferResults
+REFUSED AT START, with the reason: state groups in mamba_cache_mode other
+than "align" ("none" keeps one running state; others not built) or with
+prefix caching off, of page bytes unlike the attention page or another
+block size; a model of state groups only; groups of other kinds, groups
+of unequal layer counts or shapes, vLLM without KVConnectorTransferResults
 (scheduler.py at 00024d314514 unpacks exactly one group in
 _update_waiting_for_remote_kv and _update_requests_with_invalid_blocks),
 layerwise loads, the staging pool.
@@ -91,6 +111,7 @@ class Group:
     index: int
     window: int
     layers: Tuple[str, ...]
+    state: bool = False     # a mamba / linear-attention group ("align")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,22 +129,35 @@ class Plan:
     def ref(self) -> int:
         """The first full-attention group (its keys are the connector's
         own: lookups, decisions)."""
-        return next(g.index for g in self.groups if not g.window)
+        return next(g.index for g in self.groups
+                    if not g.window and not g.state)
 
     def skipped(self, g: int, tokens: int) -> int:
         """Leading pages of group @g out of the window once @tokens are
-        computed (vLLM frees their blocks)."""
+        computed (vLLM frees their blocks; a state group keeps only the
+        state at the last boundary, MambaManager's skipped tokens being
+        tokens - 1)."""
+        if self.groups[g].state:
+            return max(0, tokens - 1) // self.page_tokens
         w = self.groups[g].window
         return max(0, tokens - w + 1) // self.page_tokens if w else 0
 
     def pages(self, g: int, start: int, n: int) -> range:
         """The pages of a hit of @n pages group @g needs loaded, vLLM
-        holding pages < @start itself."""
+        holding pages < @start itself (a state group: the state at the
+        hit's boundary, page n - 1, whatever vLLM holds before it)."""
+        if self.groups[g].state:
+            return range(n - 1, n) if n > start else range(n, n)
         return range(max(start, self.skipped(g, n * self.page_tokens)), n)
+
+    def each(self, g: int) -> bool:
+        """Whether group @g's pages are one-page prefixes of their own."""
+        return bool(self.groups[g].window or self.groups[g].state)
 
     def salt(self, base: bytes, g: int) -> bytes:
         gr = self.groups[g]
-        return base + f"|hma|g{g}|w{gr.window}".encode()
+        kind = "s" if gr.state else f"w{gr.window}"
+        return base + f"|hma|g{g}|{kind}".encode()
 
 
 def _refuse(why: str) -> ValueError:
@@ -136,32 +170,63 @@ def _spec_name(group: Any) -> str:
     return type(spec).__name__ if spec is not None else "?"
 
 
+def _page_bytes(spec: Any) -> Optional[int]:
+    """The bytes of one block of one layer (vLLM's page_size_bytes; a
+    mamba spec's is its page_size_padded)."""
+    v = getattr(spec, "page_size_bytes", None)
+    return int(v) if v is not None else None
+
+
+def _state_checks(i: int, spec: Any, cache_config: Any) -> None:
+    """What vLLM's layout forbids for a state group at start, with the
+    reason (module doc)."""
+    mode = getattr(spec, "mamba_cache_mode", None) or \
+        getattr(cache_config, "mamba_cache_mode", None) or "none"
+    if mode != "align":
+        raise _refuse(
+            f"group {i} is {type(spec).__name__} with mamba_cache_mode "
+            f"\"{mode}\": only \"align\" keeps a request's state at block "
+            f"boundaries in blocks of the block table (MambaManager, "
+            f"vllm/v1/core/single_type_kv_cache_manager.py); \"none\" keeps "
+            f"one running state a later request cannot start from; other "
+            f"modes are not built. Start vLLM with --mamba-cache-mode align")
+    if cache_config is not None and \
+            not getattr(cache_config, "enable_prefix_caching", True):
+        raise _refuse(
+            f"group {i} is {type(spec).__name__} and prefix caching is off: "
+            f"vLLM then computes no block hashes to key the states by and "
+            f"does not split prefills at block boundaries; start vLLM "
+            f"with --enable-prefix-caching")
+
+
 def plan_of(kv_cache_config: Any, block_size: int, load_mode: str,
-            staging: Any, has_failed_recving: bool) -> Optional[Plan]:
-    """The plan of @kv_cache_config's groups; None for one group (the
+            staging: Any, has_failed_recving: bool,
+            cache_config: Any = None) -> Optional[Plan]:
+    """The plan of @kv_cache_config's groups; None for one group of
+    attention (the
     connector's ordinary path) or no config (v0.11-era constructors).
+    @cache_config: vLLM's CacheConfig (prefix caching, mamba_cache_mode).
     ValueError, saying why, for what kvtier cannot store."""
     groups = getattr(kv_cache_config, "kv_cache_groups", None)
     if not groups:
         return None
-    state = [_spec_name(g) for g in groups
-             if any(s in _spec_name(g) for s in _STATE)]
-    if state:
-        raise ValueError(
-            f"kvtier.vllm: KV cache group of {state[0]}: state caches "
-            f"(mamba / linear attention) are not KV pages this connector "
-            f"can store yet (a block holds a request's recurrent state at "
-            f"one point, not the KV of a page's tokens; storing vLLM's "
-            f"per-block states, mamba_cache_mode \"align\", is not built; "
-            f"vLLM before ~0.23 also asserts \"External KV connector is "
-            f"not verified yet\" for mamba layers)")
-    if len(groups) == 1:
-        return None
     kinds = ", ".join(_spec_name(g) for g in groups)
+    is_state = [any(s in _spec_name(g) for s in _STATE) for g in groups]
+    if len(groups) == 1 and not is_state[0]:
+        return None
+    if all(is_state):
+        raise _refuse(
+            f"{kinds}: only state caches (mamba / linear attention), no "
+            f"full-attention group to key the prefixes by and check hits "
+            f"against: not built")
     out: List[Group] = []
     for i, g in enumerate(groups):
         spec, name = g.kv_cache_spec, _spec_name(g)
-        if "SlidingWindow" in name:
+        state = is_state[i]
+        if state:
+            _state_checks(i, spec, cache_config)
+            window = 0
+        elif "SlidingWindow" in name:
             window = int(spec.sliding_window)
             if window <= 0:
                 raise _refuse(f"group {i}: sliding window {window}")
@@ -170,8 +235,9 @@ def plan_of(kv_cache_config: Any, block_size: int, load_mode: str,
             window = 0
         else:
             raise _refuse(f"group {i} is {name} ({kinds}): kvtier stores "
-                          f"full-attention and sliding-window groups only")
-        out.append(Group(i, window, tuple(g.layer_names)))
+                          f"full-attention, sliding-window and mamba "
+                          f"(\"align\") groups only")
+        out.append(Group(i, window, tuple(g.layer_names), state))
     if not has_failed_recving:
         raise _refuse(
             f"{kinds}: this vLLM's connector interface has no "
@@ -193,17 +259,18 @@ def plan_of(kv_cache_config: Any, block_size: int, load_mode: str,
     if staging is True:
         raise _refuse("\"staging\": true is not built for several KV cache "
                       "groups (KVT_ENOTBUILT): leave it unset")
-    if not any(not g.window for g in out):
+    if not any(not g.window and not g.state for g in out):
         raise _refuse(f"{kinds}: no full-attention group")
     sizes = {len(g.layers) for g in out}
     if len(sizes) != 1:
         raise _refuse(f"groups of {sorted(sizes)} layers: kvtier's daemon "
                       f"serves one geometry, so every group must have as "
                       f"many layers")
+    attn = [g for g, st in zip(groups, is_state) if not st]
     shapes = {(getattr(g.kv_cache_spec, "block_size", None),
                getattr(g.kv_cache_spec, "num_kv_heads", None),
                getattr(g.kv_cache_spec, "head_size", None),
-               str(getattr(g.kv_cache_spec, "dtype", None))) for g in groups}
+               str(getattr(g.kv_cache_spec, "dtype", None))) for g in attn}
     if len(shapes) != 1:
         raise _refuse(f"groups of different KV shapes {sorted(shapes)}: "
                       f"kvtier's daemon serves one geometry")
@@ -211,6 +278,22 @@ def plan_of(kv_cache_config: Any, block_size: int, load_mode: str,
     if bs is not None and int(bs) != block_size:
         raise _refuse(f"group block size {bs}, vLLM's --block-size "
                       f"{block_size}")
+    if any(is_state):
+        pages = [_page_bytes(g.kv_cache_spec) for g in groups]
+        sbs = {getattr(g.kv_cache_spec, "block_size", None)
+               for g, st in zip(groups, is_state) if st}
+        if None in pages or len(set(pages)) != 1:
+            raise _refuse(
+                f"page bytes per layer {pages} ({kinds}): a mamba group's "
+                f"block is stored as one daemon page of the attention "
+                f"groups' geometry, so every group's page must have the same "
+                f"bytes (vLLM pads the mamba page to the attention page, "
+                f"mamba_page_size_padded, unless told otherwise)")
+        if sbs != {block_size}:
+            raise _refuse(
+                f"mamba block size {sorted(sbs, key=str)}, vLLM's "
+                f"--block-size {block_size}: in \"align\" mode a state is "
+                f"kept per attention block (mamba_block_size = block_size)")
     return Plan(tuple(out), block_size)
 
 
@@ -223,6 +306,34 @@ def group_config(cfg: Any, layers: int) -> Dict[str, Any]:
                                   num_hidden_layers=layers)
     cfg["num_hidden_layers"] = layers
     return cfg
+
+
+def _state_views(name: str, g: int, views: Any, ref: Any) -> None:
+    """Check that mamba layer @name's state views (conv, ssm: a list, as
+    vLLM hands them) are blocks of whole pages inside the memory of the
+    attention layer @ref describes, and that @ref's blocks are whole pages
+    too (vLLM lays attention block-outermost beside mamba layers,
+    _update_hybrid_attention_mamba_layout): then a state block is the
+    bytes of the same block id of @ref. ValueError otherwise."""
+    from . import layout
+    views = list(views) if isinstance(views, (list, tuple)) else [views]
+    for v in views:
+        d = layout.describe(v)
+        page = d.strides[0] if d.strides else 0
+        if max(ref.strides) != page:
+            raise ValueError(
+                f"kvtier.vllm: mamba layer {name} (group {g}): its state "
+                f"blocks are {page} bytes apart, the attention layer's "
+                f"largest stride is {max(ref.strides)}: kvtier stores a state "
+                f"block as the same block id of the attention layer sharing "
+                f"its tensor, which needs attention blocks of whole pages "
+                f"(K and V inside the block, as vLLM lays them beside mamba "
+                f"layers)")
+        if not ref.addr <= d.addr < ref.addr + page:
+            raise ValueError(
+                f"kvtier.vllm: mamba layer {name} (group {g}) does not view "
+                f"the memory of the attention layer it should share a "
+                f"tensor with (KVCacheTensor shared_by)")
 
 
 class _JobSet:
@@ -289,7 +400,7 @@ class _Hybrid:
         hp = self._hplan
         try:
             for g in hp.groups:
-                if g.window or g.index == hp.ref or n <= start:
+                if hp.each(g.index) or g.index == hp.ref or n <= start:
                     continue
                 keys = self._gkeys(request, g.index)[:n]
                 n = min(n, self._client.lookup(keys, touch=False).pages)
@@ -298,6 +409,11 @@ class _Hybrid:
                     return start
                 short = None
                 for g in hp.groups:
+                    if g.state:     # the state at the hit's boundary
+                        m = self._state_hit(request, g.index, n, start)
+                        if m < n:
+                            short = m if short is None else min(short, m)
+                        continue
                     if not g.window:
                         continue
                     pages = hp.pages(g.index, start, n)
@@ -314,6 +430,18 @@ class _Hybrid:
             self._note_down(e)
             log.warning("kvtier.vllm: request %s: lookup of a KV cache "
                         "group failed (%s): no hit", request.request_id, e)
+        return start
+
+    def _state_hit(self, request: Any, g: int, n: int, start: int) -> int:
+        """The largest m in (@start, @n] whose state (page m - 1 of state
+        group @g, the state after m pages) the daemon has; @start if
+        none. vLLM keeps a state only where a step ended, so they are
+        sparse: one lookup per boundary, from the longest down."""
+        keys = self._gkeys(request, g)
+        for m in range(n, start, -1):
+            if self._client.lookup([keys[m - 1]], touch=False,
+                                   each=True).pages:
+                return m
         return start
 
     def _hyb_after_alloc(self, request: Any, blocks: Any,
@@ -349,7 +477,7 @@ class _Hybrid:
                                    f"group {g.index} the null block inside "
                                    f"its window (pages {pages})")
             gk = self._gkeys(request, g.index)
-            if g.window:
+            if self._hplan.each(g.index):
                 self._loads_to_send.append(LoadSpec(
                     rid, gk[pages.start:n], 0, bl, True, g.index, True))
             else:
@@ -405,7 +533,7 @@ class _Hybrid:
         for g in self._hplan.groups:
             keys = self._gkeys(st.request, g.index)
             table = st.gblocks[g.index]
-            if not g.window:
+            if not self._hplan.each(g.index):
                 meta.saves.append(SaveSpec(rid, keys[:upto], st.saved,
                                            table[:upto], g.index))
                 continue
@@ -450,6 +578,10 @@ class _Hybrid:
         ref = hp.groups[hp.ref].layers
         for g in hp.groups:
             for k, name in enumerate(g.layers):
+                if g.state:
+                    _state_views(name, g.index, kv_caches[name],
+                                 layout.describe(kv_caches[ref[k]]))
+                    continue
                 a = layout.describe(kv_caches[name])
                 b = layout.describe(kv_caches[ref[k]])
                 if (a.addr, a.shape, a.strides) != (b.addr, b.shape,

@@ -47,6 +47,9 @@ class PagedKV:
     def __init__(self, ks: List[np.ndarray], vs: List[np.ndarray]) -> None:
         self._k, self._v = ks, vs
         self.nblocks, self.page_tokens = ks[0].shape[0], ks[0].shape[1]
+        # recurrent (mamba-like) layers: per layer [nblocks, S] views,
+        # block b's state the h at the boundary the block holds
+        self.states: dict = {}
 
     def k(self, layer: int) -> np.ndarray:
         return self._k[layer]
@@ -120,6 +123,24 @@ class TinyModel:
         types = c.get("layer_types") or ["full_attention"] * self.layers
         self.windows = [int(c["sliding_window"]) if t == "sliding_attention"
                         else 0 for t in types]
+        # recurrent layers (layer_types "mamba"): a linear recurrence
+        # h_t = a * h_{t-1} + B x_t per layer in place of attention, its
+        # output C h_t; weights from a second stream of the seed, so the
+        # other layers' weights are those of CONFIG
+        self.recurrent = [t == "mamba" for t in types]
+        self.state = int(c.get("state_size", 0))
+        if any(self.recurrent):
+            rng = np.random.default_rng(seed + 7919)
+            for l, lw in enumerate(self.lw):
+                if self.recurrent[l]:
+                    lw["ra"] = rng.uniform(0.5, 0.99, self.state).astype(
+                        np.float32)
+                    lw["rb"] = (rng.standard_normal((self.hidden,
+                                                     self.state)) /
+                                np.sqrt(self.hidden)).astype(np.float32)
+                    lw["rc"] = (rng.standard_normal((self.state,
+                                                     self.hidden)) /
+                                np.sqrt(self.state)).astype(np.float32)
 
     def _init_weights(self, c: dict, seed: int,
                       attn: Callable[..., dict]) -> None:
@@ -198,6 +219,12 @@ class TinyModel:
         for l, lw in enumerate(self.lw):
             if before_layer:
                 before_layer(l)
+            if self.recurrent[l]:
+                x = self._recur(x, lw, kv.states[l], table(l), num_cached,
+                                n, p)
+                if after_layer:
+                    after_layer(l)
+                continue
             kc, vc = kv.k(l), kv.v(l)
             block_table = table(l)
             win = self.windows[l]
@@ -235,12 +262,41 @@ class TinyModel:
             x = out
         return self._logits(x)
 
+    def _recur(self, x: np.ndarray, lw: dict, st: np.ndarray, table: Any,
+               c: int, n: int, p: int) -> np.ndarray:
+        """A recurrent layer over rows c..n-1: the state at token c from
+        the block of the table's entry ceil(c / P) - 1 (zero at c = 0),
+        the state at n written to entry ceil(n / P) - 1 (vLLM's mamba
+        "align" mode: a state kept per block, read from the last one
+        computed)."""
+        h = (st[table[-(-c // p) - 1], :self.state].copy() if c
+             else np.zeros(self.state, np.float32))
+        out = np.empty_like(x)
+        for r in range(x.shape[0]):
+            hn = _rms(x[r], lw["ln1"], self.eps)
+            h = lw["ra"] * h + hn @ lw["rb"]
+            out[r] = self._ffn(x[r], h @ lw["rc"], lw)
+        st[table[-(-n // p) - 1], :self.state] = h
+        return out
+
+    def greedy(self, tokens: Sequence[int], n: int) -> List[int]:
+        """The @n tokens greedy decoding after @tokens gives, each
+        recomputed from nothing: the reference of a decode."""
+        out, seq = [], list(tokens)
+        for _ in range(n):
+            out.append(int(np.argmax(self.logits(seq)[-1])))
+            seq.append(out[-1])
+        return out
+
     def logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Every position's logits, recomputed from nothing in a private
         cache: the reference."""
         p = 4
         nb = (len(tokens) + p - 1) // p
         kv = PagedKV.private(nb, self.layers, p, self.kvh, self.d)
+        kv.states = {l: np.zeros((nb, self.state), np.float32)
+                     for l, r in enumerate(getattr(self, "recurrent", ()))
+                     if r}
         return self.prefill(tokens, kv, list(range(nb)), 0)
 
 
@@ -249,6 +305,13 @@ class TinyModel:
 # and 1, 3)
 SWA_CONFIG = dict(CONFIG, sliding_window=9,
                   layer_types=["sliding_attention", "full_attention"] * 2)
+
+# a hybrid model: recurrent (mamba-like) layers beside full attention, as
+# vLLM's allocator groups them (layers 0, 2 a mamba group, 1, 3 full
+# attention); a state of 32 floats fits a page of one layer (2 * P * 2 *
+# 16 floats), the rest of the page vLLM's padding
+MAMBA_CONFIG = dict(CONFIG, state_size=32,
+                    layer_types=["mamba", "full_attention"] * 2)
 
 MLA_CONFIG = {
     "architectures": ["DeepseekV2ForCausalLM"],

@@ -9,6 +9,7 @@ As a program (one engine process of the numerical proof):
                  [--no-save] [--load-mode async|layerwise] [--torch]
                  [--backend FLASH_ATTN|FLASHINFER|CPU_ATTN|MLA]
                  [--kv-layout NHD|HND]
+      [--mamba]
       serve one request (prefill, one token) with tinymodel: restore what
       the daemon has of the prompt through the connector, prefill the
       rest, store the computed pages; writes the last prefill's logits,
@@ -39,14 +40,15 @@ from vllm.distributed.kv_transfer.kv_connector.factory import \
     KVConnectorFactory  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.base import \
     KVConnectorRole  # noqa: E402
-from vllm.v1.core.kv_cache_manager import (HybridKVCacheManager,  # noqa: E402
+from vllm.v1.core.kv_cache_manager import (STATE,  # noqa: E402
+                                           HybridKVCacheManager,
                                            KVCacheManager)
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import (FullAttentionSpec,  # noqa: E402
                                         KVCacheConfig, KVCacheGroupSpec,
-                                        KVCacheTensor, MLAAttentionSpec,
-                                        SlidingWindowSpec)
+                                        KVCacheTensor, MambaSpec,
+                                        MLAAttentionSpec, SlidingWindowSpec)
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.worker.kv_connector_model_runner_mixin import \
     KVConnectorModelRunner  # noqa: E402
@@ -79,25 +81,35 @@ def vllm_config(extra: Optional[Dict[str, Any]], model_config: dict,
 
 def hybrid_groups(cfg: dict) -> Optional[List[Tuple[int, List[int]]]]:
     """The KV cache groups vLLM's hybrid allocator makes of a model with
-    sliding-window layers (tinymodel.SWA_CONFIG): [(window, layers)], the
-    sliding-window group first; None for a model without."""
+    sliding-window or recurrent layers (tinymodel.SWA_CONFIG,
+    MAMBA_CONFIG): [(window, layers)], the sliding-window (or mamba:
+    window STATE) group first; None for a model without."""
     types = cfg.get("layer_types")
-    if not types or "sliding_attention" not in types:
+    if not types:
         return None
-    sw = [i for i, t in enumerate(types) if t == "sliding_attention"]
-    full = [i for i, t in enumerate(types) if t != "sliding_attention"]
-    return [(int(cfg["sliding_window"]), sw), (0, full)]
+    for kind, window in (("sliding_attention", cfg.get("sliding_window")),
+                         ("mamba", STATE)):
+        if kind in types:
+            other = [i for i, t in enumerate(types) if t != kind]
+            return [(int(window), [i for i, t in enumerate(types)
+                                   if t == kind]), (0, other)]
+    return None
 
 
 def kv_cache_config(cfg: dict, num_blocks: int, block_size: int,
-                    names: Sequence[str]) -> KVCacheConfig:
+                    names: Sequence[str], mamba_mode: str = "align"
+                    ) -> KVCacheConfig:
     """The KVCacheConfig vLLM builds for a model of one KV cache group, or
     for a hybrid model one per group, the k-th layer of every group
-    sharing a tensor."""
+    sharing a tensor (a mamba group's state page padded to the attention
+    page, mamba_page_size_padded, in mamba_cache_mode @mamba_mode)."""
     groups = hybrid_groups(cfg)
     if groups:
         h, d = cfg["num_key_value_heads"], cfg["head_dim"]
-        specs = [SlidingWindowSpec(block_size, h, d, sliding_window=w) if w
+        page = 2 * block_size * h * d * 4
+        specs = [MambaSpec(block_size, ((cfg["state_size"],),), mamba_mode,
+                           page) if w == STATE else
+                 SlidingWindowSpec(block_size, h, d, sliding_window=w) if w
                  else FullAttentionSpec(block_size, h, d) for w, _ in groups]
         n = len(groups[0][1])
         return KVCacheConfig(
@@ -126,7 +138,8 @@ class Engine:
                  cache_dtype: str = "auto", token_budget: int = 2048,
                  kv_config: Any = "default", ktc: Any = None,
                  model: str = "tiny-llama", emu: bool = False,
-                 torch_device: str = "cpu") -> None:
+                 torch_device: str = "cpu", mamba_mode: str = "align",
+                 prefix_caching: bool = True) -> None:
         cfg = model_config or tinymodel.CONFIG
         self.model_config = cfg
         self.mla = "kv_lora_rank" in cfg
@@ -134,18 +147,23 @@ class Engine:
             backend = "MLA"
         self.config = vllm_config(extra, cfg, block_size, cache_dtype,
                                   token_budget, ktc, model)
+        self.config.cache_config.enable_prefix_caching = prefix_caching
+        self.config.cache_config.mamba_cache_mode = mamba_mode
         if ktc is not None:
             extra = dict(ktc.kv_connector_extra_config)
         self.block_size = block_size
         self.sched_conn = self.worker_conn = None
         os.environ["VLLM_KV_CACHE_LAYOUT"] = kv_layout
         self.groups = hybrid_groups(cfg)
+        self.state_layers = [l for w, ls in self.groups or [] if w == STATE
+                             for l in ls]
         self.runner = KVConnectorModelRunner(
             None, cfg["num_hidden_layers"], self.config, backend,
-            groups=[ls for _, ls in self.groups] if self.groups else None)
+            groups=[ls for _, ls in self.groups] if self.groups else None,
+            state_layers={l: cfg["state_size"] for l in self.state_layers})
         if kv_config == "default":
             kv_config = kv_cache_config(cfg, num_blocks, block_size,
-                                        self.runner.layer_names)
+                                        self.runner.layer_names, mamba_mode)
         if extra is not None:
             self.sched_conn = KVConnectorFactory.create_connector(
                 self.config, KVConnectorRole.SCHEDULER, kv_config)
@@ -173,7 +191,8 @@ class Engine:
             use_torch=use_torch, cache_dtype=cache_dtype,
             torch_device=torch_device)
         from kvtier.layout import vllm_roles
-        t0 = next(iter(self.kv.values()))
+        t0 = next(v for v in self.kv.values()
+                  if not isinstance(v, list))
         self.roles = vllm_roles(tuple(t0.shape), block_size, heads, dim,
                                 self.mla,
                                 self.runner.backend.get_kv_cache_shape)
@@ -202,6 +221,17 @@ class Engine:
             return lat, lat
         a = a.transpose([self.roles.index(r) for r in ["kv"] + want])
         return a[0], a[1]
+
+    def wait_stores(self) -> None:
+        """Wait for every store the worker side has issued."""
+        for jobs in self.worker_conn._store_jobs.values():
+            for j in jobs:
+                j.wait()
+
+    def state(self, l: int) -> np.ndarray:
+        """Recurrent layer @l's states [blocks, S] (vLLM's ssm state view
+        of its layer's tensor; the rest of each page is padding)."""
+        return self.kv[self.runner.layer_names[l]][0]
 
     def step(self, forward: Callable[..., Tuple[int, Any]]) -> List[str]:
         so = self.scheduler.schedule()
@@ -256,6 +286,32 @@ class Engine:
                 c.shutdown()
 
 
+def toks(seed: int, n: int) -> List[int]:
+    """@n random tokens of tinymodel's vocabulary from @seed."""
+    return [int(t) for t in np.random.default_rng(seed).integers(0, 256, n)]
+
+
+def hybrid_engine(sock: str, cfg: dict, device: str = "host",
+                  **kw: Any) -> Engine:
+    """A stand-in engine of the hybrid model @cfg, 32 blocks; @device
+    "emu": its KV caches in the emulated device's memory (the GPU path,
+    registered by handle)."""
+    extra = {"socket": sock}
+    if device == "emu":
+        extra["device"] = "emu"
+        kw["emu"] = True
+    return Engine(extra, num_blocks=32, model_config=cfg, **kw)
+
+
+def serve(e: Engine, model: tinymodel.TinyModel, tokens: Sequence[int],
+          rid: str = "r") -> Tuple[int, Any]:
+    """Run one request through @e; its (last step's first token, its
+    logits)."""
+    e.add(rid, tokens)
+    e.run(tiny_forward(e, model))
+    return e.outputs[rid]
+
+
 def tiny_forward(engine: Engine, model: tinymodel.TinyModel
                  ) -> Callable[..., Tuple[int, Any]]:
     """tinymodel over the engine's KV caches (paged by the block table, or
@@ -263,9 +319,14 @@ def tiny_forward(engine: Engine, model: tinymodel.TinyModel
     group_of = {l: g for g, (_, ls) in enumerate(engine.groups or [])
                 for l in ls}
 
+    state = set(getattr(engine, "state_layers", ()))
+    attn = next(l for l in range(model.layers) if l not in state)
+
     def forward(rid, tokens, block_ids, num_computed, wait, save):
-        layers = [engine.layer(l) for l in range(model.layers)]
+        layers = [engine.layer(attn if l in state else l)
+                  for l in range(model.layers)]
         kv = tinymodel.PagedKV([k for k, _ in layers], [v for _, v in layers])
+        kv.states = {l: engine.state(l) for l in state}
         table = (lambda l: block_ids[group_of[l]]) if group_of else block_ids
         lg = model.prefill(tokens, kv, table, num_computed,
                            before_layer=wait, after_layer=save)
@@ -286,6 +347,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--kv-layout", default="NHD")
     ap.add_argument("--mla", action="store_true",
                     help="tinymodel's MLA variant (one latent per token)")
+    ap.add_argument("--mamba", action="store_true",
+                    help="tinymodel.MAMBA_CONFIG: recurrent layers beside "
+                    "attention (a mamba group in \"align\" mode; the daemon "
+                    "serves one group's layers)")
     ap.add_argument("--staging", type=int, default=0, metavar="BLOCKS",
                     help="KV caches in memory the daemon cannot map, moved "
                     "through the connector's staging pool of BLOCKS blocks "
@@ -301,8 +366,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         extra.update(staging=True, staging_blocks=a.staging)
     if a.device == "emu":
         extra.update(device="emu")
-    model = (tinymodel.TinyMLAModel(seed=a.seed) if a.mla
-             else tinymodel.TinyModel(seed=a.seed))
+    model = (tinymodel.TinyMLAModel(seed=a.seed) if a.mla else
+             tinymodel.TinyModel(seed=a.seed, config=tinymodel.MAMBA_CONFIG)
+             if a.mamba else tinymodel.TinyModel(seed=a.seed))
     eng = Engine(extra, num_blocks=len(tokens) // P + 4, use_torch=a.torch,
                  staged=a.staging > 0, backend=a.backend,
                  kv_layout=a.kv_layout, model_config=model.config,

@@ -3,11 +3,19 @@
 # (num_blocks, kv_cache_tensors, kv_cache_groups of KVCacheGroupSpec with
 # layer_names and a kv_cache_spec) and the spec classes' names and
 # fields (FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec,
-# MambaSpec); not vLLM.
+# MambaSpec), and page_size_bytes: one block of one layer (attention: K
+# and V, float32 unless dtype says; mamba: page_size_padded, to which
+# vLLM pads the state page so it equals the attention page, else its
+# shapes' float32 bytes). MambaSpec.mamba_cache_mode is CacheConfig's
+# ("none" by default, as upstream). Not vLLM.
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, List, Optional
+
+
+def _itemsize(dtype: Any) -> int:
+    return int(getattr(dtype, "itemsize", 0) or 4)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -16,6 +24,11 @@ class AttentionSpec:
     num_kv_heads: int
     head_size: int
     dtype: Any = None
+
+    @property
+    def page_size_bytes(self) -> int:
+        return (2 * self.block_size * self.num_kv_heads * self.head_size *
+                _itemsize(self.dtype))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +50,20 @@ class SlidingWindowSpec(AttentionSpec):
 class MambaSpec:
     block_size: int
     shapes: tuple = ()
+    mamba_cache_mode: str = "none"
+    page_size_padded: Optional[int] = None
+
+    @property
+    def page_size_bytes(self) -> int:
+        if self.page_size_padded is not None:
+            return self.page_size_padded
+        n = 0
+        for shp in self.shapes:
+            k = 1
+            for d in shp:
+                k *= d
+            n += 4 * k
+        return n
 
 
 @dataclasses.dataclass

@@ -21,7 +21,20 @@
 # external ones included) and by the scheduler before request_finished;
 # pages allocated for external tokens already out of the window are null
 # from the start. No local prefix caching under it (get_computed_blocks
-# finds nothing): not vLLM's hybrid prefix-cache hit. Not vLLM.
+# finds nothing): not vLLM's hybrid prefix-cache hit.
+# A mamba group in mamba_cache_mode "align" (window STATE), as
+# MambaManager allocates it (vllm/v1/core/single_type_kv_cache_manager.py;
+# read from a copy of upstream's text close to, not at, 00f4240ee645):
+# a table of cdiv(tokens, block_size) entries, all null but the block of
+# the running state (the last entry) and, for a request whose first
+# allocation covers external tokens, the block at the hit's last boundary
+# (entry tokens / block_size - 1: the state the connector loads); the
+# running state's block, once a step ends on a block boundary, holds the
+# state at that boundary and stays in the table while the next step
+# starts from it; at every allocate_slots blocks of entries below
+# (computed - 1) // block_size are freed (MambaManager's skipped tokens:
+# computed - 1; upstream's last_state_block_idx frees the same one here,
+# no speculative blocks). Not vLLM.
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -146,6 +159,7 @@ class KVCacheManager:
 
 
 NULL_BLOCK = 0   # upstream's BlockPool.null_block: the pool's block 0
+STATE = -1       # a group's "window": a mamba group in "align" mode
 
 
 class HybridKVCacheManager:
@@ -161,6 +175,7 @@ class HybridKVCacheManager:
             (i, None) for i in range(1, num_blocks))
         self.req_blocks: Dict[str, List[List[int]]] = {}
         self.empty_kv_cache_blocks = KVCacheBlocks([[] for _ in windows])
+        self.has_state = STATE in self.windows
 
     def new_step_starts(self) -> None:
         return
@@ -172,6 +187,8 @@ class HybridKVCacheManager:
         """Leading pages of group @g out of the window once
         @num_computed_tokens are computed."""
         w = self.windows[g]
+        if w == STATE:
+            return max(0, num_computed_tokens - 1) // self.block_size
         if not w:
             return 0
         return max(0, num_computed_tokens - w + 1) // self.block_size
@@ -208,7 +225,12 @@ class HybridKVCacheManager:
         for g, blocks in enumerate(have):
             skip = self._skipped(g, computed)
             new = [i for i in range(len(blocks), want)]
-            real = [i for i in new if i >= skip]
+            if self.windows[g] == STATE:    # running state, hit's state
+                hit = computed // self.block_size - 1 \
+                    if computed % self.block_size == 0 else -1
+                real = [i for i in new if i in (want - 1, hit)]
+            else:
+                real = [i for i in new if i >= skip]
             plan.append((new, set(real)))
             need += len(real)
         if need > len(self.free_ids):

@@ -87,7 +87,8 @@ class KVConnectorModelRunner:
 
     def __init__(self, connector: Any, num_layers: int,
                  vllm_config: Any = None, backend: str = "FLASH_ATTN",
-                 groups: Optional[List[List[int]]] = None) -> None:
+                 groups: Optional[List[List[int]]] = None,
+                 state_layers: Optional[Dict[int, int]] = None) -> None:
         from vllm.attention.layer import Attention
         self.connector = connector
         self.layer_names = [f"model.layers.{i}.self_attn.attn"
@@ -96,6 +97,12 @@ class KVConnectorModelRunner:
         # k-th layer of every group views one tensor (upstream's
         # KVCacheTensor shared_by), blocks being the pool's, not a group's
         self.groups = groups
+        # mamba layers (index: state floats): their kv cache a list of
+        # state views of the layer's tensor, one block a page; beside them
+        # attention blocks are whole pages too (K and V inside the block),
+        # as vLLM's GPU model runner lays them out beside mamba layers
+        # (_update_hybrid_attention_mamba_layout; not read at the pin)
+        self.state_layers = dict(state_layers or {})
         self.backend = backend_class(backend)
         if vllm_config is not None:
             ctx = vllm_config.compilation_config.static_forward_context
@@ -140,12 +147,37 @@ class KVConnectorModelRunner:
                         tensor_of[layer] = k
             raw = (allocator or bytearray)(per * (max(tensor_of) + 1))
             for i, name in enumerate(self.layer_names):
+                if self.state_layers:
+                    self.kv_caches[name] = self._state_layout(
+                        i, raw, tensor_of[i] * per, shape, dt, num_blocks)
+                    continue
                 self.kv_caches[name] = np.ndarray(
                     phys, dtype=dt, buffer=raw,
                     offset=tensor_of[i] * per).transpose(inv)
         if self.connector is not None:
             self.connector.register_kv_caches(self.kv_caches)
         return self.kv_caches
+
+    def _state_layout(self, i: int, raw: Any, off: int, shape: Any, dt: Any,
+                      num_blocks: int) -> Any:
+        """Layer @i's cache in a model with mamba layers: FlashAttention's
+        (2, blocks, P, H, D) with K and V inside each block's page, or a
+        mamba layer's [state view (blocks, S)]."""
+        import numpy as np
+        if tuple(self.backend.get_kv_cache_stride_order()) != (0, 1, 2, 3,
+                                                               4):
+            raise NotImplementedError("stand-in: mamba layers beside "
+                                      "FLASH_ATTN NHD only")
+        isz = dt.itemsize
+        half = int(np.prod(shape[2:])) * isz
+        if i in self.state_layers:
+            return [np.ndarray((num_blocks, self.state_layers[i]), dt,
+                               buffer=raw, offset=off,
+                               strides=(2 * half, isz))]
+        inner = tuple(int(np.prod(shape[j + 1:])) * isz
+                      for j in range(2, 5))
+        return np.ndarray(shape, dt, buffer=raw, offset=off,
+                          strides=(half, 2 * half) + inner)
 
     def _update_states(self, so: SchedulerOutput) -> None:
         for rid in so.finished_req_ids:

@@ -45,6 +45,11 @@
 # _update_waiting_for_remote_kv takes any number of groups (at
 # 00024d314514, the "v0.26" reading, it unpacks exactly one, as does
 # _update_requests_with_invalid_blocks at both).
+# A mamba group in "align" mode (the kv cache manager's has_state):
+# _mamba_block_aligned_split as 00f4240ee645 has it (its parameters and the
+# external tokens counted read at that commit; its body as copies of
+# upstream's text close to it give it), applied to running and waiting
+# requests' prefill chunks.
 # Not reproduced: priorities, LoRA, encoder inputs, spec decode, async
 # scheduling, pipeline parallelism, structured output, KV events, stats,
 # the "fail" load-failure policy, local prefix hits under several groups.
@@ -86,6 +91,9 @@ class Scheduler:
         # KV cache groups (HybridKVCacheManager: several)
         self.num_groups = len(getattr(kv_cache_manager, "windows", (0,)))
         self.block_size = kv_cache_manager.block_size
+        # a mamba group in "align" mode: prefills split at block boundaries
+        self.need_mamba_block_aligned_split = bool(
+            getattr(kv_cache_manager, "has_state", False))
         self.connector = connector
         self.max_num_scheduled_tokens = cfg.max_num_batched_tokens
         self.max_num_running_reqs = cfg.max_num_seqs
@@ -218,6 +226,8 @@ class Scheduler:
             if 0 < self.long_prefill_token_threshold < n:
                 n = self.long_prefill_token_threshold
             n = min(n, budget)
+            if self.need_mamba_block_aligned_split:
+                n = self._mamba_block_aligned_split(req, n)
             if n == 0:
                 i += 1
                 continue
@@ -278,6 +288,9 @@ class Scheduler:
                     if not self.enable_chunked_prefill and n > budget:
                         break
                     n = min(n, budget)
+                    if self.need_mamba_block_aligned_split:
+                        n = self._mamba_block_aligned_split(req, n, local,
+                                                            ext)
                     assert n > 0
                 blocks = kvm.allocate_slots(
                     req, n, num_new_computed_tokens=local,
@@ -342,6 +355,23 @@ class Scheduler:
             self.requests[rid].num_computed_tokens += n
         self.finished_req_ids = set()
         return out
+
+    def _mamba_block_aligned_split(self, req: Request, n: int,
+                                   local: int = 0, ext: int = 0) -> int:
+        """As upstream at 00f4240ee645 (external tokens counted, no
+        eagle): in a prefill, @n tokens shortened so the step ends on a
+        block boundary, or on the prompt's last one, where the state is
+        kept; under one block, left as it is (no state kept)."""
+        done = req.num_computed_tokens + local + ext
+        if done < max(req.num_prompt_tokens, req.num_tokens - 1):
+            p = self.kv_cache_manager.block_size
+            last = req.num_tokens - req.num_tokens % p
+            if done + n < last:
+                if n >= p:
+                    n = n // p * p
+            elif done < last < done + n:
+                n = last - done
+        return n
 
     def _update_waiting_for_remote_kv(self, req: Request) -> bool:
         rid = req.request_id
