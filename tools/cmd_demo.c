@@ -7,7 +7,14 @@
  *
  * This file: usage, the options, the progress line and main; what it
  * prints is in cmd_demo_out.c (text, plot) and cmd_demo_json.c (--json),
- * over the result readers of cmd_demo_res.c (cmd_demo.h).
+ * over the result readers of cmd_demo_res.c (cmd_demo.h); --out FILE keeps
+ * the JSON on disk after every pass (cmd_demo_file.c).
+ *
+ * The progress line gives the time since the run started and an estimate
+ * of the time left: the passes finished so far, their mean wall time
+ * (setup included) times the passes still to run, less the time the
+ * current pass has run. A sweep's later rates have more sessions, so the
+ * estimate is low early in a repeat; it is "?" until a pass has finished.
  */
 #include "cmd_demo.h"
 
@@ -84,28 +91,78 @@ static void demo_usage(FILE *f)
 "  --stress-bytes B    each stressor's two buffers (256M)\n"
 "output\n"
 "  --json              machine-readable result on stdout\n"
+"  --out FILE          the JSON result written to FILE after every pass\n"
+"                      (FILE.tmp, fsync, rename: never half-written) with\n"
+"                      \"complete\": false, passes_done and passes_total\n"
+"                      until the last, then --json's document with\n"
+"                      \"complete\": true; a run cut short keeps its\n"
+"                      finished passes. Checked before the first pass\n"
 "  --quiet             no progress line and no tables: one summary line\n"
 "\n"
 "Exit status: 0 when every request ran, every load and store succeeded\n"
-"and every checksum matched; 1 otherwise (the summary says what failed).\n");
+"and every checksum matched; 1 otherwise (the summary says what failed).\n"
+"SIGINT/SIGTERM stop the run at the next step: its temporary tiers are\n"
+"removed, --out's FILE keeps the passes finished, and the exit is by the\n"
+"signal (130/143); another signal a second or more later ends it at once.\n");
 }
 
 static int progress_on;
+static uint64_t run_t0, pass_t0; /* the run's start, the last pass's end */
+static size_t passes_fin;
+static const char *out_file;
+
+/* "1h02m", "3m05s", "42s" */
+static void fmt_dur(char *b, size_t n, double s)
+{
+	unsigned long v = s > 0 ? (unsigned long)(s + 0.5) : 0;
+
+	if (v >= 3600)
+		snprintf(b, n, "%luh%02lum", v / 3600, v / 60 % 60);
+	else if (v >= 60)
+		snprintf(b, n, "%lum%02lus", v / 60, v % 60);
+	else
+		snprintf(b, n, "%lus", v);
+}
 
 static void progress(void *arg, const char *label, size_t done, size_t total,
 		     size_t pass, size_t passes)
 {
-	int width = 30, fill = total ? (int)(done * (size_t)width / total) : 0;
+	int width = 20, fill = total ? (int)(done * (size_t)width / total) : 0;
+	uint64_t now = kvt_now_ns();
+	double el = (double)(now - run_t0) / 1e9;
+	char e[16], l[16] = "?";
 
 	(void)arg;
 	if (!progress_on)
 		return;
-	fprintf(stderr, "\r  pass %zu/%zu [%.*s%*s] %3zu/%zu requests  %-28s",
-		pass + 1, passes, fill, "##############################",
-		width - fill, "", done, total, label);
+	fmt_dur(e, sizeof(e), el);
+	if (passes_fin) {
+		double mean = (double)(pass_t0 - run_t0) / 1e9 /
+			      (double)passes_fin;
+		double left = mean * (double)(passes - passes_fin) -
+			      (double)(now - pass_t0) / 1e9;
+
+		fmt_dur(l, sizeof(l), left);
+	}
+	fprintf(stderr, "\r  pass %zu/%zu [%.*s%*s] %3zu/%zu req  %s elapsed, "
+		"~%s left  %-24s", pass + 1, passes, fill,
+		"####################", width - fill, "", done, total, e, l,
+		label);
 	if (done == total && pass + 1 == passes)
 		fputc('\n', stderr);
 	fflush(stderr);
+}
+
+/* After every pass (and before the first): the progress line's clock, and
+ * --out's file. */
+static void pass_done(void *arg, const kvt_demo_result *r, int err,
+		      size_t done, size_t total)
+{
+	(void)arg;
+	passes_fin = done;
+	pass_t0 = kvt_now_ns();
+	if (out_file)
+		kvti_cd_out_pass(r, err, done, total);
 }
 
 /* ---- options and main -------------------------------------------------- */
@@ -166,7 +223,7 @@ int cmd_demo(int argc, char **argv)
 {
 	enum { O_HBM = 1, O_FAB, O_DRAM, O_SSD, O_RATE, O_THINK, O_SIGMA,
 	       O_BUDGET, O_SWEEP, O_RATES, O_TARGETS, O_ABL, O_REPEAT,
-	       O_PLOT, O_PREDICT };
+	       O_PLOT, O_PREDICT, O_OUT };
 	static const struct option lo[] = {
 		{ "sessions", required_argument, 0, 'S' },
 		{ "turns", required_argument, 0, 'T' },
@@ -198,6 +255,7 @@ int cmd_demo(int argc, char **argv)
 		{ "dir", required_argument, 0, 'd' },
 		{ "seed", required_argument, 0, 'e' },
 		{ "json", no_argument, 0, 'j' },
+		{ "out", required_argument, 0, O_OUT },
 		{ "quiet", no_argument, 0, 'q' },
 		{ "daemon", no_argument, 0, 'D' },
 		{ "help", no_argument, 0, 'h' },
@@ -255,6 +313,7 @@ int cmd_demo(int argc, char **argv)
 		case 'd': snprintf(c.dir, sizeof(c.dir), "%s", optarg); break;
 		case 'e': if (cli_u64("--seed", optarg, 0, UINT64_MAX, &v)) return 2; c.seed = v; break;
 		case 'j': json = 1; break;
+		case O_OUT: out_file = optarg; break;
 		case 'q': quiet = 1; break;
 		case 'D': c.daemon = 1; break;
 		case 'h': demo_usage(stdout); return 0;
@@ -277,8 +336,14 @@ int cmd_demo(int argc, char **argv)
 	    cli_u64("KVT_DEMO_TAMPER", getenv("KVT_DEMO_TAMPER"), 0,
 		    UINT64_MAX, &c.tamper_after))
 		return 2;
+	if (out_file && kvti_cd_out_open(out_file))
+		return CLI_EXIT_USAGE;
 	progress_on = !json && !quiet && isatty(2);
 	c.progress = progress;
+	c.pass_done = pass_done;
+	c.stop = &kvti_cd_stop;
+	kvti_cd_signals();
+	run_t0 = pass_t0 = kvt_now_ns();
 	if (!json && !quiet) {
 		kvt_geom g;
 		kvt_hw hw;
@@ -291,10 +356,21 @@ int cmd_demo(int argc, char **argv)
 		fflush(stdout);
 	}
 	err = kvt_demo_run(&c, &r);
+	kvti_cd_stopped(); /* a signal: FILE as it was, exit by the signal */
 	if (!r)
 		return cli_fail("demo", err);
+	if (json || out_file) {
+		cJSON *doc = kvti_cd_result_json(r, err);
+
+		if (out_file)
+			kvti_cd_out_final(doc);
+		if (json)
+			cli_json_print(doc);
+		else
+			cJSON_Delete(doc);
+	}
 	if (json) {
-		cli_json_print(kvti_cd_result_json(r, err));
+		/* printed above */
 	} else if (quiet) {
 		kvti_cd_print_quiet(r, err);
 	} else {
@@ -312,6 +388,9 @@ int cmd_demo(int argc, char **argv)
 	if (err)
 		fprintf(stderr, "kvtier demo: %s\n", r->error[0] ? r->error :
 			kvt_strerror(err));
+	if (out_file && kvti_cd_out_failed() && !err)
+		fprintf(stderr, "kvtier demo: --out: '%s' is not up to date\n",
+			out_file);
 	kvt_demo_result_free(r);
-	return err ? CLI_EXIT_FAIL : 0;
+	return err || (out_file && kvti_cd_out_failed()) ? CLI_EXIT_FAIL : 0;
 }

@@ -10,6 +10,7 @@
  *   cmd_demo_out.c   output for people: header, tables, comparison, sweep,
  *                    ablation, checksums, --quiet, --plot (gnuplot)
  *   cmd_demo_json.c  --json
+ *   cmd_demo_file.c  --out FILE: the JSON kept on disk after every pass
  *
  * No state is shared: main owns the configuration and the result
  * (kvt_demo_run()'s), which the other files only read; nothing here is
@@ -94,5 +95,27 @@ int kvti_cd_plot(const kvt_demo_result *r, const char *png);
 
 /* The whole result (the caller owns the object); @err: the run's. */
 cJSON *kvti_cd_result_json(const kvt_demo_result *r, int err);
+
+/* ---- cmd_demo_file.c: --out FILE ----------------------------------------- */
+
+/* Check that FILE can be written (FILE.tmp made and removed): 0, or -1
+ * after a message. */
+int kvti_cd_out_open(const char *path);
+/* SIGINT/SIGTERM set kvti_cd_stop (the signal), the run's stop flag
+ * (kvt_demo_config.stop); another a second or more later has the
+ * default action (one sooner is ignored: timeout(1) sends two). */
+extern volatile sig_atomic_t kvti_cd_stop;
+void kvti_cd_signals(void);
+/* After the run: if a signal stopped it, say so (and what FILE holds),
+ * remove FILE.tmp and end the process by that signal; else return. */
+void kvti_cd_stopped(void);
+/* The document of a run still going ("complete": false) into FILE,
+ * atomically: passes @done of @total so far, @err the first failure. */
+void kvti_cd_out_pass(const kvt_demo_result *r, int err, size_t done,
+		      size_t total);
+/* The last document: @doc (--json's, not taken) plus "complete": true. */
+void kvti_cd_out_final(const cJSON *doc);
+/* 1 when a write to FILE failed (said on stderr at the first). */
+int kvti_cd_out_failed(void);
 
 #endif

@@ -89,6 +89,8 @@
 #include <kvtier/cache.h>
 #include <kvtier/sim.h>
 
+#include <signal.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -112,6 +114,7 @@ KVT_API const char *kvt_demo_policy_name(unsigned bit);
 KVT_API int kvt_demo_policy_parse(const char *s, unsigned *bits);
 
 typedef struct kvt_demo_req kvt_demo_req;
+typedef struct kvt_demo_result kvt_demo_result;
 
 /** Progress: called from the engine thread about every 0.2 s and after
  *  each pass: the pass's label, requests done of total, passes done of
@@ -119,6 +122,15 @@ typedef struct kvt_demo_req kvt_demo_req;
 typedef void (*kvt_demo_progress_fn)(void *arg, const char *label,
 				     size_t done, size_t total,
 				     size_t pass, size_t passes);
+
+/** After each pass: called on kvt_demo_run()'s thread with the result so
+ *  far (@r: every pass finished, r->seconds and r->loadavg_end as of now,
+ *  r->error the first failure so far; read it, keep nothing), @err the
+ *  run's first error so far, @done passes finished of @total planned.
+ *  Also once before the first pass (@done 0). A run stopped by a failure
+ *  ends with @done < @total. */
+typedef void (*kvt_demo_pass_fn)(void *arg, const kvt_demo_result *r,
+				 int err, size_t done, size_t total);
 
 /**
  * struct kvt_demo_config - fill with kvt_demo_config_init(), change what
@@ -175,6 +187,13 @@ typedef struct kvt_demo_config {
 				      to measured; "": not */
 	kvt_demo_progress_fn progress;
 	void *progress_arg;
+	kvt_demo_pass_fn pass_done; /* NULL: none */
+	void *pass_arg;
+	/* set non-zero (a signal handler may): the pass running ends at its
+	 * next loop turn with -EINTR ("interrupted"), its tiers are closed
+	 * and its temporary files removed as after any failure, and no pass
+	 * follows. NULL: none */
+	const volatile sig_atomic_t *stop;
 	/* fault injection for tests (`kvtier demo` reads KVT_DEMO_TAMPER):
 	 * after this many requests of the first pass, overwrite its ssd
 	 * files past their 4 KiB header (at most 64 MiB) with a constant
@@ -314,7 +333,7 @@ typedef struct kvt_demo_pass {
 	double penv_cpu_f, penv_ssd_f; /* the factors applied */
 } kvt_demo_pass;
 
-typedef struct kvt_demo_result {
+struct kvt_demo_result {
 	kvt_demo_config config;    /* as run (sizes filled) */
 	kvt_geom geom;
 	char gpu_name[KVT_NAME_MAX];
@@ -323,7 +342,7 @@ typedef struct kvt_demo_result {
 	char error[256];           /* the first failure, "" if none */
 	double seconds;
 	double loadavg_start, loadavg_end;
-} kvt_demo_result;
+};
 
 /**
  * kvt_demo_run() - every pass the configuration asks for: each policy at

@@ -623,6 +623,17 @@ static void predict(const kvt_demo_config *c, const struct plan_item *it,
 	kvt_free(sr);
 }
 
+/* The caller's pass_done hook, with the result as of now. */
+static void passed(const kvt_demo_config *c, kvt_demo_result *r,
+		   uint64_t t0, int err, size_t done, size_t total)
+{
+	if (!c->pass_done)
+		return;
+	r->seconds = (double)(kvt_now_ns() - t0) / 1e9;
+	r->loadavg_end = kvt_demo_loadavg();
+	c->pass_done(c->pass_arg, r, err, done, total);
+}
+
 int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
 {
 	kvt_demo_config c = *cin;
@@ -660,6 +671,7 @@ int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
 	if ((err = demo_tmpdir(&c, dir, sizeof(dir), &made_dir)))
 		goto fail;
 	np = plan_passes(&c, plan);
+	passed(&c, r, t0, 0, 0, np);
 	for (size_t i = 0; i < np; i++) {
 		struct kvti_demo_pass_cfg pc = {
 			.c = &c, .pol = kvti_demo_policy_of(plan[i].bit),
@@ -671,6 +683,10 @@ int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
 		kvt_demo_pass *p = &r->pass[r->npasses++];
 		int perr;
 
+		if (c.stop && *c.stop) {
+			err = kvti_fail(-EINTR, "demo: interrupted");
+			break;
+		}
 		snprintf(sub, sizeof(sub), "%s/pass%zu", dir, i);
 		if (mkdir(sub, 0700) && errno != EEXIST) {
 			err = kvti_fail(-errno, "demo: mkdir %s: %s", sub,
@@ -698,6 +714,7 @@ int kvt_demo_run(const kvt_demo_config *cin, kvt_demo_result **out)
 				 p->policy, p->error[0] ? p->error :
 				 kvt_strerror(perr));
 		}
+		passed(&c, r, t0, err, i + 1, np);
 		if (perr && perr != KVT_ECORRUPT)
 			break; /* the machine is in trouble: stop here */
 	}

@@ -520,6 +520,10 @@ static int serve_loop(struct serve *s)
 	int tampered = 0;
 
 	while (!s->err && !e->error) {
+		if (s->c->stop && *s->c->stop) {
+			kvti_sv_fail(s, -EINTR, "interrupted");
+			break;
+		}
 		kvti_sv_reap(s);
 		arrivals_due(s);
 		if (s->step_due) {
