@@ -3,11 +3,13 @@
  * and on shared links, max-min fairness checked against its definition on
  * random flow sets, conservation of bytes, and the DRAM contention model
  * (stressors slow DMA streams, more stressors never help, traffic stays
- * within the memory's sustainable rate).
+ * within the memory's sustainable rate); the transfer engine's lanes (one
+ * flow at a time, FIFO per priority, a higher priority takes the lane).
  */
 #include "harness.h"
 #include "sim/net.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 
@@ -33,6 +35,8 @@ static void on_done(void *arg, struct net_flow *f, double now)
 	s->n++;
 }
 
+static int g_lane = -1, g_prio; /* flow(): the lane of the next flows */
+
 static struct net_flow *flow(struct net *n, double bytes, double cap,
 			     int socket, struct seen *s, uint64_t tag,
 			     int nres, ...)
@@ -40,6 +44,8 @@ static struct net_flow *flow(struct net *n, double bytes, double cap,
 	struct net_flow *f = kvti_net_flow_new(n);
 	va_list ap;
 
+	f->lane = g_lane;
+	f->prio = g_prio;
 	f->total = bytes;
 	f->cap = cap;
 	f->socket = socket;
@@ -245,10 +251,103 @@ static void test_dram(void)
 	CHECK(traffic > 0.9 * 160e9);
 }
 
+/* One lane: a second load submitted while the first runs waits for it
+ * (done at the first's bytes + its own, not at the shared-rate time);
+ * priorities take the lane; two lanes share their resources. */
+static void test_lanes(void)
+{
+	struct net n;
+	struct seen s = { 0 };
+	struct net_flow *a, *b, *lo, *mid, *hi, *x, *y;
+	int r, L, L2;
+
+	kvti_net_init(&n, 1.0, 10e9);
+	r = kvti_net_add_res(&n, "copy", 10e9);
+	CHECK((L = kvti_net_add_lane(&n, "cpu")) >= 0);
+	CHECK((L2 = kvti_net_add_lane(&n, "io")) >= 0);
+	g_lane = L;
+	g_prio = 0;
+	a = flow(&n, 10e9, 0, -1, &s, 1, 1, r);
+	kvti_net_solve(&n);
+	CHECK(near(a->rate, 10e9, 1e-9));
+	kvti_net_complete(&n, 0.5);
+	b = flow(&n, 2e9, 0, -1, &s, 2, 1, r);
+	kvti_net_solve(&n);
+	CHECK(b->waiting && b->rate == 0);
+	CHECK(near(a->rate, 10e9, 1e-9)); /* not shared: a runs alone */
+	CHECK(near(kvti_net_eta(&n, a), 1.0, 1e-9));
+	CHECK(near(kvti_net_eta(&n, b), 1.2, 1e-9)); /* behind a's 5 GB */
+	CHECK_EQ(n.res[r].nactive, 1);
+	drain(&n);
+	CHECK_EQ(s.n, 2);
+	CHECK_EQ(s.tag[0], 1);
+	CHECK(near(s.t[0], 1.0, 1e-9)); /* fluid sharing: 1.2 */
+	CHECK(near(s.t[1], 1.2, 1e-9)); /* fluid sharing: 0.9 */
+	CHECK(near(n.lane[L].wait_s, 0.5, 1e-9));
+
+	/* priorities: a demotion (2) runs, a store (1) and then a load (0)
+	 * arrive together: the store takes the lane, the load takes it from
+	 * the store; done in the order load, store, demotion */
+	g_prio = 2;
+	lo = flow(&n, 10e9, 0, -1, &s, 3, 1, r);
+	kvti_net_solve(&n);
+	kvti_net_complete(&n, n.now + 0.5);
+	g_prio = 1;
+	mid = flow(&n, 1e9, 0, -1, &s, 4, 1, r);
+	g_prio = 0;
+	hi = flow(&n, 2e9, 0, -1, &s, 5, 1, r);
+	kvti_net_solve(&n);
+	CHECK(lo->waiting && mid->waiting && !hi->waiting);
+	CHECK(near(hi->rate, 10e9, 1e-9));
+	CHECK(near(kvti_net_eta(&n, mid), 1.2 + 0.5 + 0.3, 1e-9));
+	CHECK(near(kvti_net_eta(&n, lo), 1.2 + 0.5 + 0.8, 1e-9));
+	CHECK_EQ(n.lane[L].preempted, 2);
+	drain(&n);
+	CHECK_EQ(s.n, 5);
+	CHECK_EQ(s.tag[2], 5);
+	CHECK_EQ(s.tag[3], 4);
+	CHECK_EQ(s.tag[4], 3);
+	CHECK(near(s.t[2], 1.2 + 0.7, 1e-9));
+	CHECK(near(s.t[3], 1.2 + 0.8, 1e-9));
+	CHECK(near(s.t[4], 1.2 + 1.3, 1e-9)); /* its 5 GB left after 0.3 s */
+
+	/* two lanes run at once and share the copy resource; a flow of no
+	 * lane shares it too */
+	x = flow(&n, 1e9, 0, -1, &s, 6, 1, r);
+	g_lane = L2;
+	y = flow(&n, 1e9, 0, -1, &s, 7, 1, r);
+	kvti_net_solve(&n);
+	CHECK(near(x->rate, 5e9, 1e-9) && near(y->rate, 5e9, 1e-9));
+	drain(&n);
+	CHECK_EQ(s.n, 7);
+	CHECK(near(n.res[r].bytes_in, n.res[r].bytes_out, 1e-12));
+	CHECK_EQ(n.res[r].nactive, 0);
+	CHECK(!n.lane[L].cur && !n.lane[L2].cur);
+
+	/* a lane that does not exist, a priority out of range */
+	g_lane = 7;
+	{
+		struct net_flow *f = kvti_net_flow_new(&n);
+
+		f->lane = 7;
+		f->total = 1;
+		CHECK_EQ(kvti_net_flow_start(&n, f), -EINVAL);
+		f = kvti_net_flow_new(&n);
+		f->lane = L;
+		f->prio = NET_NPRIO;
+		f->total = 1;
+		CHECK_EQ(kvti_net_flow_start(&n, f), -EINVAL);
+	}
+	g_lane = -1;
+	g_prio = 0;
+	kvti_net_fini(&n);
+}
+
 int main(void)
 {
 	test_links();
 	test_maxmin_random();
 	test_dram();
+	test_lanes();
 	TEST_DONE();
 }

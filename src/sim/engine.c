@@ -18,7 +18,12 @@
  *                      down as store flows.
  *   GPU         a step ends after its modelled compute time, or — when it
  *               waits on loads — at
- *                 overlap:  max(t0 + C + load/L, t_load + C/L)
+ *                 overlap:  max(a + C + (t_load - a)/L, t_load + C/L),
+ *                           a = max(t0, when the last awaited load
+ *                           started moving: later if it queued on a
+ *                           transfer engine lane, net.h; at its end if
+ *                           it came from the ssd on the io lane, whose
+ *                           layers land all at once)
  *                 else:     t_load + C
  *   clock       the simulator's (sim.c): EV_STEP events.
  *
@@ -167,12 +172,24 @@ static void load_done(void *arg, struct net_flow *f, double now)
 	struct sreq *r = arg;
 	struct engine *e = r->e;
 
-	/* measured_rates: the rate this load reached (its tag: tier + 1) */
-	if (f->tag && f->tag <= KVT_TIER_COUNT && now > f->start) {
-		double x = f->total / (now - f->start), *v = &e->tier_rate[f->tag - 1];
+	/* measured_rates: the rate this load reached (its tag: tier + 1),
+	 * from when it first moved, as the transfer engine measures a job
+	 * from its start, not from its submission */
+	if (f->tag && f->tag <= KVT_TIER_COUNT && now > f->run_start) {
+		double x = f->total / (now - f->run_start);
+		double *v = &e->tier_rate[f->tag - 1];
 
 		*v = *v > 0 ? 0.7 * *v + 0.3 * x : x;
 	}
+	/* the step waits for it: on a lane, its layers land evenly from when
+	 * it first moved, or all at its end on the io lane (io.c: one
+	 * whole-slot read per page, every layer of a page at once: the job's
+	 * layers are reported when it is done); without lanes (the GPU
+	 * profiles) as they always have, from the step's start */
+	if (r->er.in_step && f->lane >= 0)
+		e->step_run_at = KVT_MAX(e->step_run_at,
+					 f->lane == e->sim->lane_io ?
+					 now : f->run_start);
 	if (--r->er.load_flows == 0)
 		loads_complete(r->e, r);
 }
@@ -437,6 +454,7 @@ static int op_step_begin(struct kvti_eng *k)
 {
 	struct engine *e = eng_of(k);
 
+	e->step_run_at = 0;
 	if (!k->pending)
 		return kvti_sim_push(e->sim, e->sim->now + k->compute_s,
 				     EV_STEP, e, k->step_gen);
@@ -451,9 +469,13 @@ static void op_step_loads_home(struct kvti_eng *k, double t_load)
 	 * spent whole (the demo's step thread: its plan before the step,
 	 * its wake-ups and page writes in it, past the GPU's layers) */
 	double gpu = k->compute_s - e->step_host_s;
+	/* the loads' layers land evenly from when the last of them started
+	 * moving (the step's start, or later when one waited on its lane)
+	 * until t_load; layer l's compute waits for layer l */
+	double a = KVT_MIN(KVT_MAX(k->t0, e->step_run_at), t_load);
 
 	if (k->overlap)
-		end = KVT_MAX(k->t0 + gpu + (t_load - k->t0) / L,
+		end = KVT_MAX(a + gpu + (t_load - a) / L,
 			      t_load + gpu / L) + e->step_host_s;
 	else
 		end = KVT_MAX(t_load, k->t0) + k->compute_s;

@@ -48,6 +48,8 @@ struct engine {
 				   * engine.host_prefill_us): serial, before
 				   * and after its GPU work, never hidden
 				   * behind the loads the GPU waits for */
+	double step_run_at;       /* the latest first move of a load the
+				   * step waits for (0: none) */
 	/* measured_rates: what loads from each tier reached (bytes/s) */
 	double tier_rate[KVT_TIER_COUNT];
 };

@@ -1,6 +1,6 @@
 /*
- * net.c — the fluid model of links, devices and DRAM (see net.h for the
- * picture and the invariants).
+ * net.c — the fluid model of links, devices and DRAM, and the transfer
+ * engine's lanes (see net.h for the picture and the invariants).
  */
 #include "sim/net.h"
 
@@ -108,7 +108,99 @@ struct net_flow *kvti_net_flow_new(struct net *n)
 	}
 	f->socket = -1;
 	f->amp = 1;
+	f->lane = -1;
 	return f;
+}
+
+int kvti_net_add_lane(struct net *n, const char *name)
+{
+	struct net_lane *l;
+
+	if (n->nlane == NET_MAX_LANES)
+		return -E2BIG;
+	l = &n->lane[n->nlane];
+	memset(l, 0, sizeof(*l));
+	kvti_strlcpy(l->name, name, sizeof(l->name));
+	return (int)n->nlane++;
+}
+
+/* ---- lanes ------------------------------------------------------------- */
+
+/* @f moves (again): counted on its resources. */
+static void flow_run(struct net *n, struct net_flow *f)
+{
+	f->waiting = 0;
+	if (f->run_start < 0) {
+		f->run_start = n->now;
+		if (f->lane >= 0)
+			n->lane[f->lane].wait_s += n->now - f->start;
+	}
+	for (uint32_t i = 0; i < f->nres; i++)
+		n->res[f->res[i]].nactive++;
+	if (f->socket >= 0)
+		n->res[n->sock[f->socket].res].nactive++;
+}
+
+/* @f stops moving (it waits on its lane again). */
+static void flow_pause(struct net *n, struct net_flow *f)
+{
+	f->waiting = 1;
+	f->rate = 0;
+	for (uint32_t i = 0; i < f->nres; i++)
+		n->res[f->res[i]].nactive--;
+	if (f->socket >= 0)
+		n->res[n->sock[f->socket].res].nactive--;
+}
+
+static void lane_push(struct net_lane *l, struct net_flow *f, int front)
+{
+	int p = f->prio;
+
+	if (front) {
+		f->qnext = l->head[p];
+		l->head[p] = f;
+		if (!l->tail[p])
+			l->tail[p] = f;
+		return;
+	}
+	f->qnext = NULL;
+	if (l->tail[p])
+		l->tail[p]->qnext = f;
+	else
+		l->head[p] = f;
+	l->tail[p] = f;
+}
+
+static struct net_flow *lane_pop(struct net_lane *l, int p)
+{
+	struct net_flow *f = l->head[p];
+
+	if (f && !(l->head[p] = f->qnext))
+		l->tail[p] = NULL;
+	if (f)
+		f->qnext = NULL;
+	return f;
+}
+
+/* The lane takes the head of its highest-priority non-empty queue when it
+ * is idle, or when that head outranks the flow it runs (which goes back
+ * to the front of its own queue). */
+static void lane_pick(struct net *n, struct net_lane *l)
+{
+	int p = 0;
+
+	while (p < NET_NPRIO && !l->head[p])
+		p++;
+	if (p == NET_NPRIO || (l->cur && l->cur->prio <= p))
+		return;
+	if (l->cur) {
+		flow_pause(n, l->cur);
+		lane_push(l, l->cur, 1);
+		l->preempted++;
+	}
+	l->cur = lane_pop(l, p);
+	l->flows++;
+	flow_run(n, l->cur);
 }
 
 static void flow_recycle(struct net *n, struct net_flow *f)
@@ -119,6 +211,10 @@ static void flow_recycle(struct net *n, struct net_flow *f)
 
 int kvti_net_flow_start(struct net *n, struct net_flow *f)
 {
+	if (f->lane >= (int)n->nlane || f->prio < 0 || f->prio >= NET_NPRIO) {
+		flow_recycle(n, f);
+		return -EINVAL;
+	}
 	if (n->nact == n->act_cap) {
 		uint32_t c = n->act_cap ? 2 * n->act_cap : 64;
 		struct net_flow **a = kvt_realloc(n->act, c * sizeof(*a));
@@ -132,17 +228,23 @@ int kvti_net_flow_start(struct net *n, struct net_flow *f)
 	}
 	f->remaining = f->total;
 	f->start = n->now;
+	f->run_start = -1;
 	f->rate = 0;
+	if (f->total <= 0)
+		f->lane = -1; /* nothing to move: done at once, on no lane */
 	if (f->socket >= 0)
 		n->res[n->sock[f->socket].res].bytes_in += f->total * f->amp;
-	for (uint32_t i = 0; i < f->nres; i++) {
+	for (uint32_t i = 0; i < f->nres; i++)
 		n->res[f->res[i]].bytes_in += f->total;
-		n->res[f->res[i]].nactive++;
-	}
-	if (f->socket >= 0)
-		n->res[n->sock[f->socket].res].nactive++;
 	f->slot = n->nact;
 	n->act[n->nact++] = f;
+	if (f->lane < 0) {
+		flow_run(n, f);
+	} else {
+		f->waiting = 1;
+		lane_push(&n->lane[f->lane], f, 0);
+		lane_pick(n, &n->lane[f->lane]);
+	}
 	return 0;
 }
 
@@ -174,7 +276,11 @@ static void fill(struct net *n)
 		struct net_flow *f = n->act[i];
 
 		f->rate = 0;
-		f->frozen = 0;
+		f->frozen = f->waiting;
+		if (f->waiting) {
+			left--;
+			continue;
+		}
 		for (uint32_t k = 0; k < f->nres; k++)
 			n->res[f->res[k]].nfree++;
 	}
@@ -289,7 +395,7 @@ void kvti_net_solve(struct net *n)
 	for (uint32_t si = 0; si < n->nsock; si++)
 		used[si] = n->sock[si].stressors > 0;
 	for (uint32_t i = 0; i < n->nact; i++)
-		if (n->act[i]->socket >= 0)
+		if (n->act[i]->socket >= 0 && !n->act[i]->waiting)
 			used[n->act[i]->socket] = 1;
 	for (uint32_t si = 0; si < n->nsock; si++) {
 		n->sock[si].lat = n->sock[si].lat0;
@@ -333,7 +439,7 @@ void kvti_net_advance(struct net *n, double t)
 	n->now = t;
 }
 
-double kvti_net_eta(const struct net *n, const struct net_flow *f)
+static double run_eta(const struct net *n, const struct net_flow *f)
 {
 	if (f->remaining <= NET_EPS_BYTES)
 		return n->now;
@@ -342,12 +448,37 @@ double kvti_net_eta(const struct net *n, const struct net_flow *f)
 	return n->now + f->remaining / f->rate;
 }
 
+/* A waiting flow: the lane's bytes before it and its own, at the running
+ * flow's rate (or its own cap when nothing runs). */
+static double wait_eta(const struct net *n, const struct net_flow *f)
+{
+	const struct net_lane *l = &n->lane[f->lane];
+	double rate = l->cur && l->cur->rate > 0 ? l->cur->rate :
+		      flow_cap(n, f), bytes = 0;
+
+	if (l->cur)
+		bytes += l->cur->remaining;
+	for (int p = 0; p <= f->prio; p++)
+		for (const struct net_flow *g = l->head[p]; g; g = g->qnext) {
+			bytes += g->remaining;
+			if (g == f)
+				return n->now + bytes / rate;
+		}
+	return INFINITY; /* not queued: cannot happen */
+}
+
+double kvti_net_eta(const struct net *n, const struct net_flow *f)
+{
+	return f->waiting ? wait_eta(n, f) : run_eta(n, f);
+}
+
 double kvti_net_next(const struct net *n)
 {
 	double t = INFINITY;
 
 	for (uint32_t i = 0; i < n->nact; i++)
-		t = KVT_MIN(t, kvti_net_eta(n, n->act[i]));
+		if (!n->act[i]->waiting)
+			t = KVT_MIN(t, run_eta(n, n->act[i]));
 	return t;
 }
 
@@ -365,6 +496,12 @@ static void flow_remove(struct net *n, struct net_flow *f)
 	}
 	n->act[i] = n->act[--n->nact];
 	n->act[i]->slot = i;
+	if (f->lane >= 0 && n->lane[f->lane].cur == f) {
+		/* the next job's units are taken as this one's last end,
+		 * before the finished job's callback runs */
+		n->lane[f->lane].cur = NULL;
+		lane_pick(n, &n->lane[f->lane]);
+	}
 }
 
 uint32_t kvti_net_complete(struct net *n, double t)
@@ -379,9 +516,10 @@ uint32_t kvti_net_complete(struct net *n, double t)
 		 * left, or so little that the clock cannot tell the end from
 		 * now (now + remaining / rate rounds to now) */
 		for (uint32_t i = 0; i < n->nact; i++)
-			if (n->act[i]->remaining <=
-				    NET_EPS_BYTES + 1e-12 * n->act[i]->total ||
-			    kvti_net_eta(n, n->act[i]) <= n->now) {
+			if (!n->act[i]->waiting &&
+			    (n->act[i]->remaining <=
+				     NET_EPS_BYTES + 1e-12 * n->act[i]->total ||
+			     run_eta(n, n->act[i]) <= n->now)) {
 				f = n->act[i];
 				break;
 			}

@@ -185,10 +185,22 @@ static int build_topology(struct sim *s)
 				hw->fabric_device_gbps, 0, 0))))
 			return err;
 	}
-	s->cpu_copy = -1;
+	s->cpu_copy = s->lane_cpu = s->lane_io = -1;
 	if (hw->copy_gbps > 0 &&
 	    (err = add(s, &s->cpu_copy, "cpu%u.copy", 0, hw->copy_gbps, 0, 0)))
 		return err;
+	/* a host whose copies are all the CPU's is kvtier's transfer engine
+	 * on a machine without a GPU (the demo's): its cpu lane (every copy
+	 * between memory tiers) and io lane (every copy to or from the ssd),
+	 * each one job at a time by priority (net.h) */
+	if (hw->copy_gbps > 0) {
+		if ((err = kvti_net_add_lane(&s->net, "xfer.cpu")) < 0)
+			return err;
+		s->lane_cpu = err;
+		if ((err = kvti_net_add_lane(&s->net, "xfer.io")) < 0)
+			return err;
+		s->lane_io = err;
+	}
 	s->ssd_rd = s->ssd_wr = -1;
 	if (hw->ssd_bytes > 0 &&
 	    ((err = add(s, &s->ssd_rd, "ssd%u.read", 0, hw->ssd_read_gbps, 0,
@@ -285,6 +297,13 @@ int kvti_sim_flow(struct sim *s, uint32_t gpu, kvt_tier_kind src,
 	f->arg = arg;
 	f->tag = tag;
 	f->owner = s->flow_owner;
+	if (s->lane_cpu >= 0) {
+		/* the cache's priorities: loads high, stores of the engine's
+		 * pages normal, the mover's copies between tiers low */
+		f->lane = src == KVT_TIER_SSD || dst == KVT_TIER_SSD ?
+			  s->lane_io : s->lane_cpu;
+		f->prio = dst == KVT_TIER_HBM ? 0 : src == KVT_TIER_HBM ? 1 : 2;
+	}
 	s->net_dirty = 1;
 	return kvti_net_flow_start(&s->net, f);
 }

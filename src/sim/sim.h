@@ -46,6 +46,8 @@ struct sim {
 	struct gpu_res gpu[KVT_MAX_GPUS * 4];
 	int ssd_rd, ssd_wr;
 	int cpu_copy;          /* host.copy_gbps: every flow crosses it, -1 */
+	int lane_cpu, lane_io; /* with cpu_copy: the transfer engine's lanes
+				* (net.h), -1 without */
 	struct wl wl;
 	struct engine *eng;
 	uint32_t neng;
