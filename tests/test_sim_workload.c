@@ -109,15 +109,36 @@ static void test_agentic_sessions(void)
 	}
 	/* mean gap 1/50 s within 20% over 400 sessions */
 	CHECK(fabs(gaps / n - 0.02) < 0.004);
-	/* two sessions' paces differ: their mean think times are their own */
+	/* two sessions' paces differ: their mean think times are their own
+	 * (200 turns each: the draws are per (session, turn)) */
+	w.turns = 202;
 	for (int s = 0; s < 2; s++) {
+		struct wl_item cur = it[s];
+
 		for (int k = 0; k < 200; k++) {
-			CHECK_EQ(kvti_wl_next(&w, &it[s], 10.0, &next), 1);
+			cur.turn = (uint32_t)k;
+			CHECK_EQ(kvti_wl_next(&w, &cur, 10.0, &next), 1);
 			pace[s] += next.arrival - 10.0;
 		}
 		pace[s] /= 200;
 	}
 	CHECK(fabs(pace[0] - pace[1]) > 0.05 * (pace[0] + pace[1]));
+	/* a think time depends on (seed, session, turn) alone, not on the
+	 * order turns finish in (policies and runs finish them in their own
+	 * order): session 1's next turn, drawn before and after many other
+	 * draws, arrives at the same time; another session's does not */
+	{
+		struct wl_item a1, a2, b1;
+
+		w.turns = 2;
+		CHECK_EQ(kvti_wl_next(&w, &it[1], 10.0, &a1), 1);
+		for (uint32_t s = 2; s < n; s++)
+			CHECK_EQ(kvti_wl_next(&w, &it[s], 10.0, &next), 1);
+		CHECK_EQ(kvti_wl_next(&w, &it[1], 10.0, &a2), 1);
+		CHECK(a1.arrival == a2.arrival);
+		CHECK_EQ(kvti_wl_next(&w, &it[2], 10.0, &b1), 1);
+		CHECK(b1.arrival != a1.arrival);
+	}
 	kvt_free(it);
 	kvti_wl_fini(&w);
 

@@ -7,7 +7,10 @@
  *
  *   agentic   session s: one stream; turn k's prompt is its first
  *             P0 + k * (append + output) tokens (the previous prompt, the
- *             previous answer, the new tokens); P_last = --context.
+ *             previous answer, the new tokens); P_last = --context. Turn
+ *             k + 1 arrives a think time after turn k finishes, drawn
+ *             from (seed, s, k + 1) alone: the same for every policy and
+ *             run whatever order turns finish in.
  *   loogle,   document d: one stream of len(d) tokens; a question is the
  *   narrativeqa  document followed by its own question stream.
  *   reviewmt  paper d: one stream; turn k appends review/discussion
@@ -394,9 +397,17 @@ int kvti_wl_next(struct wl *w, const struct wl_item *prev, double finish,
 	{
 		double mean = w->think && prev->source < w->sessions ?
 				      w->think[prev->source] : w->think_s;
+		struct rng t;
 
-		out->arrival = finish + (mean > 0 ?
-					 kvti_rng_exp(&w->rng, mean) : 0);
+		/* the think time is drawn from (seed, session, turn), not from
+		 * the run's generator: turns finish in an order each policy
+		 * and each run's noise decide, and a shared generator would
+		 * hand the draws out in that order — another workload per
+		 * policy, per repeat, and between kvtier sim and the demo */
+		rng_seed(&t, mix(w->seed ^ 0x7468696e6bull ^
+				 mix(((uint64_t)prev->source << 32 |
+				      out->turn) + 1)));
+		out->arrival = finish + (mean > 0 ? kvti_rng_exp(&t, mean) : 0);
 	}
 	return 1;
 }
