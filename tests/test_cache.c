@@ -517,6 +517,8 @@ static void test_absent(void)
 	CHECK_EQ(st.pages, 8);
 	CHECK_EQ(st.copied, 4);
 	CHECK_EQ(st.failed, 4);
+	CHECK_EQ(st.absent, 4); /* never stored: no copy */
+	CHECK_EQ(st.busy, 0);
 	kvt_cache_job_free(j);
 	for (int i = 0; i < 4; i++)
 		CHECK(eng_block_is(&e, b[i], a[i]));
@@ -671,6 +673,11 @@ static void test_cancel(void)
 	CHECK_ERR(kvt_cache_job_cancel(j), -EALREADY);
 	CHECK(fd_ready(kvt_cache_job_fd(j)));
 	kvt_cache_job_free(j);
+	CHECK_ERR(kvt_cache_job_wait(lj, -1), KVT_EBUSY);
+	kvt_cache_job_stat_get(lj, &st);
+	CHECK_EQ(st.failed, 6);
+	CHECK_EQ(st.busy, 6); /* being stored: counted apart from absent */
+	CHECK_EQ(st.absent, 0);
 	CHECK_ERR(job_finish(lj, failed, 6, &nf), KVT_EBUSY); /* being stored */
 	CHECK_EQ(nf, 6);
 	for (int i = 0; i < 6; i++)

@@ -120,6 +120,14 @@ static int engine(uint32_t tenant, uint32_t tp, uint32_t rank, uint32_t s,
 		CHECK_ERR(kvt_client_job_wait(j, -1), KVT_ENOTFOUND);
 		CHECK_EQ(kvt_client_job_failed(j, failed, 4), 1);
 		CHECK_EQ(failed[0], 1);
+		{ /* why, through the wire (RELEASE's busy, absent) */
+			kvt_cache_job_stat st;
+
+			kvt_client_job_stat_get(j, &st);
+			CHECK_EQ(st.failed, 1);
+			CHECK_EQ(st.absent, 1);
+			CHECK_EQ(st.busy, 0);
+		}
 		kvt_client_job_free(j);
 	}
 	kvt_client_close(cl);

@@ -50,8 +50,9 @@ double kvti_cd_p90(const kvt_demo_pass *p);
 
 /* The checks of every pass, summed. */
 struct integrity {
-	uint64_t engine_checked, engine_bad, failed, moves_verified, corrupt,
-		move_errors, checked, check_bad, bad;
+	uint64_t engine_checked, engine_bad, failed, failed_busy,
+		failed_absent, moves_verified, corrupt, move_errors, checked,
+		check_bad, bad;
 	int incomplete;
 };
 void kvti_cd_integrity(const kvt_demo_result *r, struct integrity *g);

@@ -215,6 +215,10 @@ cJSON *kvti_cd_result_json(const kvt_demo_result *r, int err)
 	cJSON_AddNumberToObject(o, "engine_checked", (double)g.engine_checked);
 	cJSON_AddNumberToObject(o, "engine_bad", (double)g.engine_bad);
 	cJSON_AddNumberToObject(o, "restore_failed", (double)g.failed);
+	cJSON_AddNumberToObject(o, "restore_failed_busy",
+				(double)g.failed_busy);
+	cJSON_AddNumberToObject(o, "restore_failed_absent",
+				(double)g.failed_absent);
 	cJSON_AddNumberToObject(o, "verified", (double)g.moves_verified);
 	cJSON_AddNumberToObject(o, "corrupt", (double)g.corrupt);
 	cJSON_AddNumberToObject(o, "move_io_errors", (double)g.move_errors);

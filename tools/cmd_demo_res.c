@@ -92,6 +92,8 @@ void kvti_cd_integrity(const kvt_demo_result *r, struct integrity *g)
 			g->engine_checked += p->reqs[j].engine_checked;
 			g->engine_bad += p->reqs[j].engine_bad;
 			g->failed += p->reqs[j].failed_pages;
+			g->failed_busy += p->reqs[j].failed_busy;
+			g->failed_absent += p->reqs[j].failed_absent;
 		}
 		g->moves_verified += p->cache.verified;
 		g->corrupt += p->cache.corrupt;

@@ -563,6 +563,15 @@ typedef struct kvt_cache_job_stat {
 				    stored, not skipped) */
 	uint64_t skipped;        /* store: already cached */
 	uint64_t failed;         /* blocks on the failed list */
+	uint64_t busy;           /* load: of them, pages being stored or
+				    moved when the load began (not loadable
+				    yet: a load never waits for a store) */
+	uint64_t absent;         /* load: of them, pages with no copy when
+				    the load began (evicted since the
+				    lookup, or never cached); the rest of
+				    the failed ones were cancelled or could
+				    not be read right
+				    (kvt_cache_job_read_failures()) */
 	uint64_t verified;       /* pages whose every layer sum matched */
 	uint64_t from[KVT_TIER_COUNT]; /* load: pages by source tier */
 	uint64_t bytes;

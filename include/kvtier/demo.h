@@ -242,6 +242,9 @@ struct kvt_demo_req {
 	uint32_t recomputed_tokens[KVT_TIER_COUNT]; /* cached, computed */
 	uint32_t computed_tokens;  /* prompt tokens prefilled */
 	uint64_t failed_pages;     /* loaded blocks on a failed list */
+	uint64_t failed_busy;      /* of them, being stored or moved when
+				      the load began (kvt_cache_job_stat) */
+	uint64_t failed_absent;    /* of them, no copy when it began */
 	uint64_t engine_checked;   /* loaded blocks the engine sampled */
 	uint64_t engine_bad;       /* of them, wrong bytes */
 	uint32_t preempted;

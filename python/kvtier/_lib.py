@@ -154,6 +154,8 @@ class JobStat(Structure):
         ("copied", c_uint64),
         ("skipped", c_uint64),
         ("failed", c_uint64),
+        ("busy", c_uint64),
+        ("absent", c_uint64),
         ("verified", c_uint64),
         ("from_", c_uint64 * KVT_TIER_COUNT),
         ("bytes", c_uint64),

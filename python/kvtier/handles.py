@@ -35,6 +35,10 @@ class JobStat:
     where they landed; for a store 0 — a store takes the per-layer sums
     of what landed in the cache (every later load is checked against
     them), but has nothing to compare them with, so it verifies nothing.
+    busy, absent: for a load, of the failed blocks, those whose page was
+    being stored or moved when the load began (a load never waits for a
+    store) and those with no copy then (evicted since the lookup); the
+    other failed blocks were cancelled or could not be read right.
     """
     pages: int
     copied: int
@@ -46,6 +50,8 @@ class JobStat:
     layer0_s: float
     total_s: float
     from_tier: Dict[str, int] = field(default_factory=dict)
+    busy: int = 0
+    absent: int = 0
 
 
 class Memory(_Closable):
@@ -286,7 +292,8 @@ class Job(_Closable):
         self._jcall(lib.kvt_client_job_stat_get, byref(st))
         return JobStat(st.pages, st.copied, st.skipped, st.failed,
                        st.verified, st.bytes, st.wait_s, st.layer0_s,
-                       st.total_s, dict(zip(TIER_NAMES, st.from_)))
+                       st.total_s, dict(zip(TIER_NAMES, st.from_)),
+                       st.busy, st.absent)
 
     def fileno(self) -> int:
         """The client's eventfd (see Client.fileno())."""

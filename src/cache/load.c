@@ -101,6 +101,10 @@ int kvt_cache_load_ex(kvt_cache *c, uint32_t tenant, const kvt_page_key *keys,
 			/* never waited for: a load starts at once */
 			j->failed[i] = 1;
 			j->st.failed++;
+			if (pend)
+				j->st.busy++;
+			else
+				j->st.absent++;
 			if (!j->result)
 				j->result = pend ?
 					kvti_fail(KVT_EBUSY, "cache load: page "

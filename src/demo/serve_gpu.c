@@ -40,20 +40,17 @@ static void load_end(struct serve *s, struct pjob *x, int rc)
 {
 	struct dreq *r = x->r;
 	kvt_demo_req *o;
+	kvt_cache_job_stat st;
 	long nf;
 	uint32_t ok = x->end;
 
 	if (!r)
 		return;
 	s->bd_loads++;
-	{
-		kvt_cache_job_stat st;
-
-		kvti_dj_stat(x->j, &st);
-		s->bd_ld_actual += st.total_s;
-		s->bd_ld_room += st.wait_s;
-		s->bd_ld_l0 += st.layer0_s;
-	}
+	kvti_dj_stat(x->j, &st);
+	s->bd_ld_actual += st.total_s;
+	s->bd_ld_room += st.wait_s;
+	s->bd_ld_l0 += st.layer0_s;
 	for (int t = 0; t < KVT_TIER_COUNT; t++)
 		if (x->bytes[t] > 0) {
 			s->bd_ld_bytes += x->bytes[t];
@@ -71,6 +68,8 @@ static void load_end(struct serve *s, struct pjob *x, int rc)
 					break;
 				}
 		o->failed_pages += (uint64_t)nf;
+		o->failed_busy += st.busy;
+		o->failed_absent += st.absent;
 	} else if (rc && rc != -ECANCELED) {
 		ok = x->first;
 	}

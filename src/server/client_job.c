@@ -660,6 +660,8 @@ static int job_release(kvt_client_job *j)
 	j->st.wait_s = kvtd_get_f64(&rd);
 	j->st.layer0_s = kvtd_get_f64(&rd);
 	j->st.total_s = kvtd_get_f64(&rd);
+	j->st.busy = kvtd_get_u64(&rd);
+	j->st.absent = kvtd_get_u64(&rd);
 	nf = kvtd_get_u32(&rd);
 	if (!rd.err && nf > (rd.len - rd.off) / 4)
 		rd.err = KVT_EPROTO;

@@ -363,6 +363,8 @@ int kvti_job_release(struct conn *c, const kvtd_hdr *h, uint32_t s)
 	kvtd_put_f64(&c->out, st.wait_s);
 	kvtd_put_f64(&c->out, st.layer0_s);
 	kvtd_put_f64(&c->out, st.total_s);
+	kvtd_put_u64(&c->out, st.busy);
+	kvtd_put_u64(&c->out, st.absent);
 	kvtd_put_u32(&c->out, (uint32_t)(nf > 0 ? nf : 0));
 	for (long i = 0; i < nf; i++)
 		kvtd_put_u32(&c->out, failed[i]);

@@ -1,5 +1,5 @@
 /*
- * proto.h — the kvtierd wire protocol, version 2: the one place that says
+ * proto.h — the kvtierd wire protocol, version 3: the one place that says
  * what travels on the daemon's Unix socket. docs/PROTOCOL.md has the same
  * tables for people writing a client in another language.
  *
@@ -68,7 +68,8 @@
  *   RELEASE    u32 slot (a job that is done; frees the slot)
  *     reply    i32 result, u64 pages, copied, skipped, failed, verified,
  *              bytes, u32 ntiers, u64 from[ntiers], f64 wait_s, layer0_s,
- *              total_s, u32 nfailed, u32 failed_blocks[nfailed]
+ *              total_s, u64 busy, absent (version 3), u32 nfailed,
+ *              u32 failed_blocks[nfailed]
  *   STATS      (empty)                       reply: u32 len, JSON[len]
  *   QUIESCE    (empty): returns once background demotion has settled
  *              (kvt_cache_quiesce(); tests, benchmarks)    reply: (none)
@@ -139,7 +140,7 @@
 #include <stdint.h>
 
 #define KVTD_MAGIC 0x4454564bu /* "KVTD" */
-#define KVTD_VERSION 2
+#define KVTD_VERSION 3
 #define KVTD_HDR 16
 #define KVTD_MAX_PAYLOAD (4u << 20)
 #define KVTD_REPLY 0x8000u

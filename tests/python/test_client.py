@@ -331,6 +331,8 @@ def test_each_jobs(tiny_daemon):
         ks = [keys[3], other[0], keys[0]]
         with cl.load(m, ks, [10, 11, 12], each=True) as j:
             assert j.wait() == [11]
+            st = j.stat()  # why it failed: no copy (not being stored)
+            assert (st.failed, st.absent, st.busy) == (1, 1, 0)
         assert same(kv, [3, 0], kv, [10, 12], 4)
         with pytest.raises(ValueError, match="must be 0"):
             cl.load(m, keys, [1], first=4, each=True)
