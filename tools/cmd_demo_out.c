@@ -265,7 +265,7 @@ void kvti_cd_print_integrity(const kvt_demo_result *r, int err)
 		printf("  %llu page copies re-read in every tier at the end: "
 		       "%llu bad.\n", (unsigned long long)g.checked,
 		       (unsigned long long)g.check_bad);
-	if (g.failed)
+	if (g.failed) /* busy and absent are counted among failed */
 		printf("  %llu restored blocks failed their load and were "
 		       "recomputed: %llu being stored\n  or moved when the "
 		       "load began (a load never waits for a store), %llu no "
@@ -274,10 +274,8 @@ void kvti_cd_print_integrity(const kvt_demo_result *r, int err)
 		       (unsigned long long)g.failed,
 		       (unsigned long long)g.failed_busy,
 		       (unsigned long long)g.failed_absent,
-		       (unsigned long long)(g.failed > g.failed_busy +
-					    g.failed_absent ? g.failed -
-					    g.failed_busy - g.failed_absent :
-					    0));
+		       (unsigned long long)(g.failed - g.failed_busy -
+					    g.failed_absent));
 	if (err)
 		printf("THE RUN FAILED: %s\n  %llu verification failures in "
 		       "all; what is above is what was checked before and after "
