@@ -36,12 +36,19 @@
  * evicted under it. Unclaimed hbm pages hold cached context the index
  * evicts on demand.
  *
+ * KVT_ENG_BREAKDOWN: at the end, a "sim loads" line beside the demo's
+ * "demo loads" one (src/demo/serve.c) — loads' size, submit-to-home time
+ * and layer 0, and the steps that waited for them — so one pass and its
+ * prediction can be held side by side (docs/SIMULATOR.md section 7).
+ *
  * Single-threaded, like the whole simulation.
  */
 #include "sim/sim.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint64_t ns(double t)
@@ -190,8 +197,17 @@ static void load_done(void *arg, struct net_flow *f, double now)
 		e->step_run_at = KVT_MAX(e->step_run_at,
 					 f->lane == e->sim->lane_io ?
 					 now : f->run_start);
-	if (--r->er.load_flows == 0)
+	/* the breakdown's layer 0: when this flow's first layer landed */
+	r->ld_l0 = KVT_MAX(r->ld_l0, f->lane == e->sim->lane_io ? now :
+			   f->run_start + (now - f->run_start) /
+			   e->cost.layers);
+	if (--r->er.load_flows == 0) {
+		e->bd_loads++;
+		e->bd_ld_bytes += r->ld_bytes;
+		e->bd_ld_actual += now - r->ld_t0;
+		e->bd_ld_l0 += r->ld_l0 - r->ld_t0;
 		loads_complete(r->e, r);
+	}
 }
 
 static void loads_complete(struct engine *e, struct sreq *r)
@@ -247,8 +263,11 @@ static int op_load(struct kvti_eng *k, struct kvti_ereq *q, uint32_t tokens)
 					(uint64_t)tokens * e->cost.token_bytes)),
 				   ns(s->now), NULL)))
 		return fail(e, err);
-	if (!q->load_flows)
+	if (!q->load_flows) {
 		q->load_base = from;
+		r->ld_t0 = s->now;
+		r->ld_l0 = r->ld_bytes = 0;
+	}
 	q->load_upto = upto;
 	start_flows = q->load_flows;
 	left = tokens;
@@ -261,6 +280,7 @@ static int op_load(struct kvti_eng *k, struct kvti_ereq *q, uint32_t tokens)
 		left -= n;
 		q->loaded[t] += n;
 		s->load_bytes[t] += bytes * e->tp;
+		r->ld_bytes += bytes * e->tp;
 		for (uint32_t g = 0; g < e->tp; g++) {
 			if ((err = kvti_sim_flow(s, e->gpu0 + g,
 						 (kvt_tier_kind)t, KVT_TIER_HBM,
@@ -479,6 +499,8 @@ static void op_step_loads_home(struct kvti_eng *k, double t_load)
 			      t_load + gpu / L) + e->step_host_s;
 	else
 		end = KVT_MAX(t_load, k->t0) + k->compute_s;
+	e->bd_wait_steps++;
+	e->bd_wait_s += KVT_MAX(end - (k->t0 + k->compute_s), 0);
 	kvti_sim_push(e->sim, end, EV_STEP, e, k->step_gen);
 }
 
@@ -827,6 +849,17 @@ err_pools:
 
 void kvti_engine_fini(struct engine *e)
 {
+	if (getenv("KVT_ENG_BREAKDOWN") && e->bd_loads)
+		fprintf(stderr, "sim loads: %llu, per load: %.1f MB, %.2f ms "
+			"actual (layer 0 %.2f); steps that waited for loads "
+			"%llu, %.3f ms past their compute each\n",
+			(unsigned long long)e->bd_loads,
+			e->bd_ld_bytes / e->bd_loads / 1e6,
+			e->bd_ld_actual / e->bd_loads * 1e3,
+			e->bd_ld_l0 / e->bd_loads * 1e3,
+			(unsigned long long)e->bd_wait_steps,
+			e->bd_wait_steps ? e->bd_wait_s / e->bd_wait_steps *
+			1e3 : 0);
 	kvti_eng_fini(&e->eng);
 	kvt_index_destroy(e->index);
 	for (int t = 0; t < KVT_TIER_COUNT; t++)

@@ -17,6 +17,8 @@ struct sreq {
 	uint32_t *tok;            /* prompt tokens, while needed */
 	uint32_t pinned;          /* prefix tokens pinned (one lease) */
 	uint32_t stored;          /* store_top: pages stored down */
+	/* KVT_ENG_BREAKDOWN: the load in flight (from its first flow) */
+	double ld_t0, ld_l0, ld_bytes;
 };
 
 static inline struct sreq *sreq_of(struct kvti_ereq *r)
@@ -52,6 +54,10 @@ struct engine {
 				   * step waits for (0: none) */
 	/* measured_rates: what loads from each tier reached (bytes/s) */
 	double tier_rate[KVT_TIER_COUNT];
+	/* KVT_ENG_BREAKDOWN: loads (as the demo's "demo loads" line) and the
+	 * steps that waited for them */
+	uint64_t bd_loads, bd_wait_steps;
+	double bd_ld_bytes, bd_ld_actual, bd_ld_l0, bd_wait_s;
 };
 
 int kvti_engine_init(struct engine *e, struct sim *s, uint32_t idx);
