@@ -418,6 +418,42 @@ static void test_ssd(void)
 	CHECK(r.load_bytes[KVT_TIER_SSD] > 0);
 }
 
+/* The cache's background demotion (bg_high, bg_low): a tier kept under
+ * its high watermark pushes pages below it sooner, so more of the reuse
+ * comes from the tier below and more bytes are stored there; without it
+ * the index fills the tier and demotes only on demand. */
+static void test_watermarks(void)
+{
+	kvt_sim_result r[2];
+
+	for (int bg = 0; bg < 2; bg++) {
+		kvt_sim_config c;
+
+		small_docs(&c, KVT_POLICY_KVTIER, KVT_WL_LOOGLE);
+		c.hw.ssd_bytes = 2e12;
+		c.hw.ssd_read_gbps = 12;
+		c.hw.ssd_write_gbps = 8;
+		c.hw.hbm_bytes = 30e9;
+		c.noffload = 2;
+		c.offload[1] = KVT_TIER_SSD;
+		c.offload_bytes[0] = 10e9;
+		c.cache_distance = 40;
+		c.context = 4000;
+		c.requests = 250;
+		c.check = 1;
+		if (bg) {
+			c.bg_high = 0.5; /* far from full: the effect is plain */
+			c.bg_low = 0.4;
+		}
+		CHECK_OK(kvt_sim_run(&c, &r[bg]));
+		conservation(&c, &r[bg]);
+	}
+	CHECK_EQ(r[0].bg_passes, 0);
+	CHECK(r[1].bg_passes > 0);
+	CHECK(r[1].store_bytes[KVT_TIER_SSD] > r[0].store_bytes[KVT_TIER_SSD]);
+	CHECK(r[1].hit_tokens[KVT_TIER_DRAM] < r[0].hit_tokens[KVT_TIER_DRAM]);
+}
+
 static void test_bad_config(void)
 {
 	kvt_sim_config c;
@@ -444,6 +480,11 @@ static void test_bad_config(void)
 	CHECK(strstr(kvt_errdetail(), "do not fit"));
 	small_agentic(&c, KVT_POLICY_KVTIER);
 	CHECK_ERR(kvt_sim_sweep(&c, NULL, 0, 100, sw), KVT_ECONFIG);
+	small_agentic(&c, KVT_POLICY_KVTIER);
+	c.bg_high = 0.5;
+	c.bg_low = 0.7; /* above high */
+	CHECK_ERR(kvt_sim_run(&c, &r), KVT_ECONFIG);
+	CHECK(strstr(kvt_errdetail(), "watermarks"));
 	small_docs(&c, KVT_POLICY_KVTIER, KVT_WL_LOOGLE);
 	c.requests = 10; /* all warm-up */
 	CHECK_ERR(kvt_sim_run(&c, &r), KVT_ECONFIG);
@@ -633,6 +674,7 @@ int main(void)
 	test_trace();
 	test_short_output();
 	test_ssd();
+	test_watermarks();
 	test_bad_config();
 	test_sweep();
 	test_alloc_faults();

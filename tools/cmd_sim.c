@@ -50,6 +50,11 @@ static void usage(FILE *f)
 "                        for agentic, whose warm turns restore from the\n"
 "                        offload tier, on otherwise)\n"
 "  --write through|back|selective   write policy (through)\n"
+"  --watermarks H,L|off  the cache's background demotion: after every\n"
+"                        store, each offload tier above H of its slots\n"
+"                        demotes to L (kvtier's cache: 0.90,0.75; kvtier\n"
+"                        demo --predict sets that); off: a tier fills and\n"
+"                        demotes on demand only (default off)\n"
 "policy\n"
 "  --policy LIST         lmcache, hicache, hicache-kernel, vllm, kvtier, or\n"
 "                        all (default kvtier); several: one result each\n"
@@ -235,6 +240,7 @@ enum {
 	O_THINK, O_SYSTEM, O_SRATE, O_SIGMA, O_SHARE, O_REQ, O_RATE, O_DIST, O_QS, O_SPEED, O_SEED, O_MAXSIM,
 	O_SWEEP, O_RATES, O_TARGET, O_JSON, O_CSV, O_PLOT, O_HELP, O_XFER,
 	O_SET, O_CPULAT, O_HOLD, O_CONTIG, O_TARGETS, O_RPLOT, O_EXPLAIN, O_RATESCOPY,
+	O_WMARK,
 };
 
 static const struct option lo[] = {
@@ -248,6 +254,7 @@ static const struct option lo[] = {
 	{ "stress", required_argument, 0, O_STRESS },
 	{ "hbm-reuse", required_argument, 0, O_REUSE },
 	{ "write", required_argument, 0, O_WRITE },
+	{ "watermarks", required_argument, 0, O_WMARK },
 	{ "policy", required_argument, 0, O_POL },
 	{ "features", required_argument, 0, O_FEAT },
 	{ "io", required_argument, 0, O_IO },
@@ -334,6 +341,23 @@ static int option(struct opts *o, int c, const char *a)
 			return cli_usage(WHAT, "--write: through, back or "
 					 "selective"), -1;
 		return 0;
+	case O_WMARK: {
+		double h, l;
+		int n = -1;
+
+		if (!strcmp(a, "off")) {
+			k->bg_high = k->bg_low = 0;
+			return 0;
+		}
+		if (sscanf(a, "%lf,%lf%n", &h, &l, &n) != 2 || a[n] ||
+		    !(l > 0 && l <= h && h <= 1))
+			return cli_usage(WHAT, "--watermarks: HIGH,LOW with 0 < "
+					 "LOW <= HIGH <= 1 (e.g. 0.90,0.75), "
+					 "or off"), -1;
+		k->bg_high = h;
+		k->bg_low = l;
+		return 0;
+	}
 	case O_POL: return parse_policies(o, a);
 	case O_FEAT:
 		snprintf(o->features, sizeof(o->features), "%s", a);

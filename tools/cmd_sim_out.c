@@ -42,6 +42,7 @@ cJSON *kvti_cs_result_json(const kvt_sim_result *r)
 	cJSON_AddNumberToObject(o, "decode_only_steps",
 				(double)r->decode_only_steps);
 	cJSON_AddNumberToObject(o, "deferred", (double)r->deferred);
+	cJSON_AddNumberToObject(o, "bg_passes", (double)r->bg_passes);
 	t = cJSON_AddObjectToObject(o, "tokens");
 	cJSON_AddNumberToObject(t, "prompt", (double)r->prompt_tokens);
 	cJSON_AddNumberToObject(t, "computed", (double)r->computed_tokens);
@@ -93,6 +94,14 @@ cJSON *kvti_cs_config_json(const kvt_sim_config *c)
 	cJSON_AddBoolToObject(o, "page_contig", c->page_contig);
 	cJSON_AddBoolToObject(o, "cpu_latency", c->cpu_mem_latency);
 	cJSON_AddBoolToObject(o, "store_holds_hbm", c->store_holds_hbm);
+	if (c->bg_high > 0) {
+		cJSON *w = cJSON_AddArrayToObject(o, "watermarks");
+
+		cJSON_AddItemToArray(w, cJSON_CreateNumber(c->bg_high));
+		cJSON_AddItemToArray(w, cJSON_CreateNumber(c->bg_low));
+	} else {
+		cJSON_AddNullToObject(o, "watermarks");
+	}
 	cJSON_AddStringToObject(o, "policy", kvt_sched_policy_name(c->policy));
 	cJSON_AddStringToObject(o, "features", feats);
 	cJSON_AddStringToObject(o, "io", kvt_copy_method_name(c->sched.method));
@@ -134,6 +143,10 @@ void kvti_cs_print_result(const kvt_sim_config *c, const kvt_sim_result *r)
 	       (unsigned long long)r->steps,
 	       (unsigned long long)r->decode_only_steps,
 	       (unsigned long long)r->deferred);
+	if (c->bg_high > 0)
+		printf("  background demotion above %.0f%% of a tier, to %.0f%%: "
+		       "%llu passes\n", 100 * c->bg_high, 100 * c->bg_low,
+		       (unsigned long long)r->bg_passes);
 	printf("  prompt tokens %llu: computed %llu, from hbm %llu, fabric "
 	       "%llu, dram %llu, ssd %llu\n",
 	       (unsigned long long)r->prompt_tokens,

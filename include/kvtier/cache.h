@@ -146,7 +146,7 @@ enum {
  * @write:      enum kvt_write_policy (write-back).
  * @selective_hits: for KVT_WRITE_SELECTIVE.
  * @high, @low: background demotion watermarks of every owned tier, as
- *              fractions of its slots (0.90, 0.75).
+ *              fractions of its slots (0: KVT_CACHE_HIGH, KVT_CACHE_LOW).
  * @xfer_threads: transfer engine cpu workers (default of kvt_xfer).
  * @flags:      KVT_CACHE_* bits.
  * @remote:     a remote tier below the owned ones (kvtier/remote.h spec,
@@ -165,6 +165,9 @@ enum {
  *              DMA) or _CHUNK (one copy per chunk); 0: kernel for loads,
  *              batch for stores (kvt_xfer_config.cuda_load / cuda_store).
  */
+#define KVT_CACHE_HIGH 0.90  /* default high watermark */
+#define KVT_CACHE_LOW 0.75   /* default low watermark */
+
 typedef struct kvt_cache_config {
 	uint32_t size;
 	uint32_t flags;

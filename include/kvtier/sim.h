@@ -257,6 +257,12 @@ typedef struct kvt_sim_config {
 				   * first (dram) */
 	uint32_t noffload;        /* 1 */
 	double offload_bytes[KVT_SIM_MAX_OFFLOAD]; /* 0: the profile's */
+	double bg_high, bg_low;   /* the cache's background demotion (its
+				   * @high, @low): after every store, each
+				   * offload tier above bg_high of its slots
+				   * demotes its least recently used pages to
+				   * bg_low (0: none; the index fills a tier
+				   * and demotes on demand only) */
 	uint32_t stress;          /* CPU stressor threads (0) */
 	int hbm_reuse;            /* -1: auto (off for agentic), 0, 1 */
 
@@ -359,6 +365,8 @@ typedef struct kvt_sim_result {
 	uint64_t hit_tokens[KVT_TIER_COUNT]; /* reused from each tier */
 	uint64_t computed_tokens;            /* prefill tokens computed */
 	uint64_t deferred;       /* scheduler deferrals (delay-hit) */
+	uint64_t bg_passes;      /* background demotion passes that moved
+				  * pages (bg_high) */
 	/* bytes */
 	double load_bytes[KVT_TIER_COUNT];   /* tier -> hbm */
 	double store_bytes[KVT_TIER_COUNT];  /* -> tier */

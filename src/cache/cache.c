@@ -159,9 +159,9 @@ static int config_take(kvt_cache_config *cfg, const kvt_cache_config *in)
 		return kvti_fail(-EINVAL, "cache: unknown flags 0x%x",
 				 cfg->flags);
 	if (!cfg->high)
-		cfg->high = 0.90;
+		cfg->high = KVT_CACHE_HIGH;
 	if (!cfg->low)
-		cfg->low = KVT_MIN(0.75, cfg->high);
+		cfg->low = KVT_MIN(KVT_CACHE_LOW, cfg->high);
 	if (!(cfg->low > 0 && cfg->low <= cfg->high && cfg->high <= 1))
 		return kvti_fail(-EINVAL, "cache: watermarks low %g, high %g: "
 				 "need 0 < low <= high <= 1", cfg->low,

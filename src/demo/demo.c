@@ -319,6 +319,9 @@ int kvt_demo_sim_config(const kvt_demo_config *c, unsigned policy,
 	s->offload_bytes[0] = (double)c->fabric_bytes;
 	s->offload_bytes[1] = (double)c->dram_bytes;
 	s->offload_bytes[2] = (double)c->ssd_bytes;
+	/* the demo's cache runs its background demotion at the defaults */
+	s->bg_high = KVT_CACHE_HIGH;
+	s->bg_low = KVT_CACHE_LOW;
 	if ((err = kvt_geom_preset(&g, c->model, c->page_tokens, 1, 0)))
 		return err;
 	s->kv_bytes = (double)(c->hbm_bytes / kvt_geom_page_bytes(&g) *

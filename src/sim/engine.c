@@ -722,6 +722,39 @@ static void store_freed(struct engine *e, const struct net_flow *f)
 	kvti_eng_storing_sub(&e->eng, f->owner, pages);
 }
 
+/* The cache's background pass (src/cache/mover.c, bg_decide(): kicked by
+ * every store that ends): each offload tier above bg_high of its slots
+ * demotes its least recently used unleased pages until bg_low, and the
+ * copies start as flows like any other move. */
+static int bg_demote(struct engine *e)
+{
+	const kvt_sim_config *c = e->sim->cfg;
+	int any = 0;
+
+	if (!(c->bg_high > 0))
+		return 0;
+	for (uint32_t i = 0; i < c->noffload; i++) {
+		kvt_pool *p = e->pool[c->offload[i]];
+		uint64_t used, slots, low;
+
+		if (!p)
+			continue;
+		used = kvt_pool_used(p);
+		slots = kvt_pool_slots(p);
+		low = (uint64_t)(c->bg_low * (double)slots);
+		if ((double)used <= c->bg_high * (double)slots || used <= low)
+			continue;
+		kvt_index_evict_pages(e->index, c->offload[i], used - low,
+				      NULL);
+		any = 1;
+	}
+	if (!any)
+		return 0;
+	e->flush_owner = NULL;
+	e->bg_passes++;
+	return flush_moves(e);
+}
+
 static void store_done(void *arg, struct net_flow *f, double now)
 {
 	struct engine *e = arg;
@@ -729,6 +762,7 @@ static void store_done(void *arg, struct net_flow *f, double now)
 	(void)now;
 	store_freed(e, f);
 	kvti_eng_store_done(&e->eng, f->tag);
+	bg_demote(e); /* (an error is recorded by flush_moves()) */
 }
 
 /* ---- arrival, step end, set up ------------------------------------------------ */

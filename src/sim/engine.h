@@ -57,6 +57,7 @@ struct engine {
 	/* KVT_ENG_BREAKDOWN: loads (as the demo's "demo loads" line) and the
 	 * steps that waited for them */
 	uint64_t bd_loads, bd_wait_steps;
+	uint64_t bg_passes;       /* background demotion passes (bg_high) */
 	double bd_ld_bytes, bd_ld_actual, bd_ld_l0, bd_wait_s;
 };
 

@@ -440,6 +440,7 @@ static void results(struct sim *s, kvt_sim_result *r)
 		r->steps += k->steps;
 		r->decode_only_steps += k->decode_only;
 		r->deferred += k->deferred;
+		r->bg_passes += s->eng[i].bg_passes;
 		for (int t = 0; t < KVT_TIER_COUNT; t++)
 			r->hit_tokens[t] += k->hit[t];
 		r->computed_tokens += k->computed;
@@ -561,6 +562,11 @@ static int check_config(const kvt_sim_config *c)
 	if (c->page_tokens < 1 || c->page_tokens > 4096)
 		return kvti_fail(KVT_ECONFIG, "page tokens %u out of 1..4096",
 				 c->page_tokens);
+	if ((c->bg_high != 0 || c->bg_low != 0) &&
+	    !(c->bg_low > 0 && c->bg_low <= c->bg_high && c->bg_high <= 1))
+		return kvti_fail(KVT_ECONFIG, "background watermarks low %g, "
+				 "high %g: need 0 < low <= high <= 1 (or both "
+				 "0: none)", c->bg_low, c->bg_high);
 	return 0;
 }
 
