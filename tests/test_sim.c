@@ -418,6 +418,24 @@ static void test_ssd(void)
 	CHECK(r.load_bytes[KVT_TIER_SSD] > 0);
 }
 
+/* Documents over dram (10 GB) and an ssd, beyond both: 41 x 250 pages
+ * between two questions on one document; ssd rates in GB/s. */
+static void dram_ssd_docs(kvt_sim_config *c, double rd, double wr)
+{
+	small_docs(c, KVT_POLICY_KVTIER, KVT_WL_LOOGLE);
+	c->hw.ssd_bytes = 2e12;
+	c->hw.ssd_read_gbps = rd;
+	c->hw.ssd_write_gbps = wr;
+	c->hw.hbm_bytes = 30e9;         /* ~8k pages of hbm */
+	c->noffload = 2;
+	c->offload[1] = KVT_TIER_SSD;
+	c->offload_bytes[0] = 10e9;     /* ~4.8k pages of dram */
+	c->cache_distance = 40;
+	c->context = 4000;
+	c->requests = 250;
+	c->check = 1;
+}
+
 /* The cache's background demotion (bg_high, bg_low): a tier kept under
  * its high watermark pushes pages below it sooner, so more of the reuse
  * comes from the tier below and more bytes are stored there; without it
@@ -429,18 +447,7 @@ static void test_watermarks(void)
 	for (int bg = 0; bg < 2; bg++) {
 		kvt_sim_config c;
 
-		small_docs(&c, KVT_POLICY_KVTIER, KVT_WL_LOOGLE);
-		c.hw.ssd_bytes = 2e12;
-		c.hw.ssd_read_gbps = 12;
-		c.hw.ssd_write_gbps = 8;
-		c.hw.hbm_bytes = 30e9;
-		c.noffload = 2;
-		c.offload[1] = KVT_TIER_SSD;
-		c.offload_bytes[0] = 10e9;
-		c.cache_distance = 40;
-		c.context = 4000;
-		c.requests = 250;
-		c.check = 1;
+		dram_ssd_docs(&c, 12, 8);
 		if (bg) {
 			c.bg_high = 0.5; /* far from full: the effect is plain */
 			c.bg_low = 0.4;
@@ -452,6 +459,28 @@ static void test_watermarks(void)
 	CHECK(r[1].bg_passes > 0);
 	CHECK(r[1].store_bytes[KVT_TIER_SSD] > r[0].store_bytes[KVT_TIER_SSD]);
 	CHECK(r[1].hit_tokens[KVT_TIER_DRAM] < r[0].hit_tokens[KVT_TIER_DRAM]);
+}
+
+/* On a host that copies with the CPU (lanes), an ssd load through the
+ * cache's bounce takes a second hop on the cpu lane: every staged load
+ * counts one, and first tokens come no sooner than without it. */
+static void test_stage_hop(void)
+{
+	kvt_sim_result r[2];
+
+	for (int staged = 0; staged < 2; staged++) {
+		kvt_sim_config c;
+
+		dram_ssd_docs(&c, 2, 2);
+		c.hw.copy_gbps = 8;   /* the lanes: the demo's machine */
+		c.ssd_stage_pages = staged ? 64 : 0;
+		CHECK_OK(kvt_sim_run(&c, &r[staged]));
+		conservation(&c, &r[staged]);
+	}
+	CHECK_EQ(r[0].stage_hops, 0);
+	CHECK(r[1].load_bytes[KVT_TIER_SSD] > 0);
+	CHECK(r[1].stage_hops > 0);
+	CHECK(r[1].ttft_ms.mean > r[0].ttft_ms.mean);
 }
 
 static void test_bad_config(void)
@@ -675,6 +704,7 @@ int main(void)
 	test_short_output();
 	test_ssd();
 	test_watermarks();
+	test_stage_hop();
 	test_bad_config();
 	test_sweep();
 	test_alloc_faults();

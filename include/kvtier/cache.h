@@ -167,6 +167,9 @@ enum {
  */
 #define KVT_CACHE_HIGH 0.90  /* default high watermark */
 #define KVT_CACHE_LOW 0.75   /* default low watermark */
+/* Pages of the ssd bounce: an ssd -> device (or registered engine memory)
+ * load is read into it and copied on, in rounds of half of it. */
+#define KVT_CACHE_STAGE_SLOTS 64u
 
 typedef struct kvt_cache_config {
 	uint32_t size;

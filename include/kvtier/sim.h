@@ -263,6 +263,14 @@ typedef struct kvt_sim_config {
 				   * demotes its least recently used pages to
 				   * bg_low (0: none; the index fills a tier
 				   * and demotes on demand only) */
+	uint32_t ssd_stage_pages; /* on a host that copies with the CPU (the
+				   * transfer engine's lanes): an ssd -> hbm
+				   * load goes through a host bounce of this
+				   * many pages, read in rounds of half of it,
+				   * and its last round is then copied into
+				   * hbm on the cpu lane (the cache's
+				   * KVT_CACHE_STAGE_SLOTS; 0: the read lands
+				   * in hbm directly) */
 	uint32_t stress;          /* CPU stressor threads (0) */
 	int hbm_reuse;            /* -1: auto (off for agentic), 0, 1 */
 
@@ -367,6 +375,8 @@ typedef struct kvt_sim_result {
 	uint64_t deferred;       /* scheduler deferrals (delay-hit) */
 	uint64_t bg_passes;      /* background demotion passes that moved
 				  * pages (bg_high) */
+	uint64_t stage_hops;     /* ssd loads' second hops through the
+				  * bounce (ssd_stage_pages) */
 	/* bytes */
 	double load_bytes[KVT_TIER_COUNT];   /* tier -> hbm */
 	double store_bytes[KVT_TIER_COUNT];  /* -> tier */

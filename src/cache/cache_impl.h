@@ -65,7 +65,7 @@ enum { ST_NONE = 0, ST_PEND = 1, ST_OK = 2, ST_BAD = 3 };
 enum { JOB_LOAD = 1, JOB_STORE = 2 };
 
 #define ENGINE KVT_TIER_COUNT  /* "tier" index of the engine's memory */
-#define STAGE_SLOTS 64u        /* pages of the ssd -> GPU bounce tier */
+#define STAGE_SLOTS KVT_CACHE_STAGE_SLOTS /* the ssd -> GPU bounce tier */
 #define MAX_SUBS (KVT_TIER_COUNT + 2) /* load: one per source tier;
 					 store: one per destination tier;
 					 the last is the start hold */

@@ -322,6 +322,8 @@ int kvt_demo_sim_config(const kvt_demo_config *c, unsigned policy,
 	/* the demo's cache runs its background demotion at the defaults */
 	s->bg_high = KVT_CACHE_HIGH;
 	s->bg_low = KVT_CACHE_LOW;
+	/* its ssd loads into the engine's memory go through the bounce */
+	s->ssd_stage_pages = KVT_CACHE_STAGE_SLOTS;
 	if ((err = kvt_geom_preset(&g, c->model, c->page_tokens, 1, 0)))
 		return err;
 	s->kv_bytes = (double)(c->hbm_bytes / kvt_geom_page_bytes(&g) *

@@ -10,8 +10,12 @@
  *               view:  match the prompt; per page: hbm | loadable per tier
  *                      | transient (in-flight marks: another request is
  *                      computing or loading it) | compute.
- *               load:  one flow per source tier and TP rank; when they are
- *                      all done the loaded prefix goes into hbm.
+ *               load:  one flow per source tier and TP rank (an ssd one,
+ *                      with ssd_stage_pages, then a second hop on the cpu
+ *                      lane: the cache's bounce); when they are all done
+ *                      the loaded prefix goes into hbm.
+ *               background: after every store, tiers above bg_high
+ *                      demote to bg_low (the cache's watermarks).
  *               start: the context a request computes is marked in flight
  *                      (kvt_index_start) until its prefill is done.
  *               computed: pages go into hbm; the write policy's copies go
@@ -174,10 +178,23 @@ static int ensure_tokens(struct engine *e, struct sreq *r)
 
 static void loads_complete(struct engine *e, struct sreq *r);
 
+/* A load flow's own rate cap: the scheduler's copy method. */
+static double load_cap(const struct engine *e)
+{
+	const kvt_sim_config *c = e->sim->cfg;
+
+	return kvt_cost_copy_gbps(&e->cost, c->sched.method,
+			kvt_cost_method_chunk(&e->cost, c->sched.method,
+					      c->sched.object_tokens)) * 1e9;
+}
+
+#define TAG_STAGE_HOP (KVT_TIER_COUNT + 1) /* no tier's measured rate */
+
 static void load_done(void *arg, struct net_flow *f, double now)
 {
 	struct sreq *r = arg;
 	struct engine *e = r->e;
+	const kvt_sim_config *c = e->sim->cfg;
 
 	/* measured_rates: the rate this load reached (its tag: tier + 1),
 	 * from when it first moved, as the transfer engine measures a job
@@ -187,6 +204,26 @@ static void load_done(void *arg, struct net_flow *f, double now)
 		double *v = &e->tier_rate[f->tag - 1];
 
 		*v = *v > 0 ? 0.7 * *v + 0.3 * x : x;
+	}
+	/* an ssd load through the cache's bounce (ssd_stage_pages; the
+	 * demo's cache, src/cache/job_finish.c staged_run()): the io lane's
+	 * reads are the first hop, in rounds of half the bounce; the second,
+	 * bounce -> engine memory, is a cpu lane copy that queues there
+	 * behind the loads before it. Each earlier round's copy runs while
+	 * the next round is read; the last round's is what the load waits
+	 * for, and its layers land as it copies them. */
+	if (f->tag == KVT_TIER_SSD + 1 && c->ssd_stage_pages >= 2 &&
+	    f->lane >= 0 && f->lane == e->sim->lane_io) {
+		double round = (double)(c->ssd_stage_pages / 2) *
+			       (double)e->page_bytes;
+		int err = kvti_sim_flow_host(e->sim, KVT_MIN(f->total, round),
+					     load_cap(e), load_done, r,
+					     TAG_STAGE_HOP);
+
+		if (err)
+			fail(e, err);
+		e->stage_hops++;
+		return; /* the hop stands in for this flow (load_flows) */
 	}
 	/* the step waits for it: on a lane, its layers land evenly from when
 	 * it first moved, or all at its end on the io lane (io.c: one
@@ -242,9 +279,7 @@ static int op_load(struct kvti_eng *k, struct kvti_ereq *q, uint32_t tokens)
 	uint32_t from = q->load_flows || q->load_upto > q->sr.hbm ?
 				q->load_upto : q->sr.hbm;
 	uint32_t upto = whole(e, from + tokens), left, start_flows;
-	double cap = kvt_cost_copy_gbps(&e->cost, c->sched.method,
-			kvt_cost_method_chunk(&e->cost, c->sched.method,
-					      c->sched.object_tokens)) * 1e9;
+	double cap = load_cap(e);
 	int err;
 
 	if (upto <= from)

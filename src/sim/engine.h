@@ -58,6 +58,7 @@ struct engine {
 	 * steps that waited for them */
 	uint64_t bd_loads, bd_wait_steps;
 	uint64_t bg_passes;       /* background demotion passes (bg_high) */
+	uint64_t stage_hops;      /* ssd loads' second hops (ssd_stage_pages) */
 	double bd_ld_bytes, bd_ld_actual, bd_ld_l0, bd_wait_s;
 };
 

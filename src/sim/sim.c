@@ -308,6 +308,28 @@ int kvti_sim_flow(struct sim *s, uint32_t gpu, kvt_tier_kind src,
 	return kvti_net_flow_start(&s->net, f);
 }
 
+int kvti_sim_flow_host(struct sim *s, double bytes, double cap,
+		       net_done_fn done, void *arg, uint64_t tag)
+{
+	struct net_flow *f;
+
+	if (s->lane_cpu < 0 || s->cpu_copy < 0)
+		return -EINVAL;
+	if (!(f = kvti_net_flow_new(&s->net)))
+		return -ENOMEM;
+	f->res[0] = (uint32_t)s->cpu_copy;
+	f->nres = 1;
+	f->total = bytes;
+	f->cap = cap;
+	f->done = done;
+	f->arg = arg;
+	f->tag = tag;
+	f->lane = s->lane_cpu;
+	f->prio = 0;
+	s->net_dirty = 1;
+	return kvti_net_flow_start(&s->net, f);
+}
+
 /* ---- requests ---------------------------------------------------------- */
 
 static int arrive(struct sim *s, const struct wl_item *it)
@@ -441,6 +463,7 @@ static void results(struct sim *s, kvt_sim_result *r)
 		r->decode_only_steps += k->decode_only;
 		r->deferred += k->deferred;
 		r->bg_passes += s->eng[i].bg_passes;
+		r->stage_hops += s->eng[i].stage_hops;
 		for (int t = 0; t < KVT_TIER_COUNT; t++)
 			r->hit_tokens[t] += k->hit[t];
 		r->computed_tokens += k->computed;

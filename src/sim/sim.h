@@ -73,6 +73,12 @@ int kvti_sim_push(struct sim *s, double t, int type, void *p, uint64_t gen);
 int kvti_sim_flow(struct sim *s, uint32_t gpu, kvt_tier_kind src,
 		  kvt_tier_kind dst, double bytes, double cap,
 		  net_done_fn done, void *arg, uint64_t tag);
+/* A copy by the host's CPU alone, on the cpu lane at load priority: only
+ * the host's copy resource (host.copy_gbps) carries it — the second hop of
+ * an ssd load through the cache's bounce (engine.c). 0, -EINVAL when the
+ * host has no lanes, -ENOMEM. */
+int kvti_sim_flow_host(struct sim *s, double bytes, double cap,
+		       net_done_fn done, void *arg, uint64_t tag);
 /* A request is over: statistics, the next turn. */
 int kvti_sim_finished(struct sim *s, struct sreq *r);
 /* The model's geometry for this run (preset or config.json path). */
