@@ -600,18 +600,34 @@ static int store_top(struct engine *e, struct sreq *r)
 	const kvt_sim_config *c = e->sim->cfg;
 	uint32_t a = c->store_align, upto;
 	kvt_insert_result res = { 0 };
+	uint64_t np;
 	int err;
 
 	upto = a ? r->er.done / a * a : whole(e, r->er.done);
 	upto = KVT_MIN(upto, whole(e, r->it.prompt));
 	if (upto <= r->stored)
 		return 0;
+	np = upto / P_of(e);
+	if (np > e->nlocs) {
+		kvt_page_loc *l = kvt_realloc(e->locs, np * sizeof(*l));
+
+		if (!l)
+			return fail(e, -ENOMEM);
+		e->locs = l;
+		e->nlocs = np;
+	}
+	/* as kvt_cache_store() places them (src/cache/store.c): a page with
+	 * no copy goes into the top tier, or spills below when it has no
+	 * room; a page with a copy anywhere keeps it (a loaded prefix is
+	 * not promoted back up, nor held twice) */
 	err = kvt_index_insert(e->index, PX(r, upto), c->offload[0],
-			       KVT_INSERT_PARTIAL, ns(e->sim->now), &res, NULL,
-			       0);
+			       KVT_INSERT_SPILL | KVT_INSERT_PARTIAL,
+			       ns(e->sim->now), &res, e->locs, np);
 	if (err && err != KVT_EFULL)
 		return fail(e, err);
-	e->mv[KVT_TIER_HBM][c->offload[0]] += res.fresh;
+	for (uint64_t i = 0; !err && i < res.pages && i < np; i++)
+		if (e->locs[i].fresh && e->locs[i].tier < KVT_TIER_COUNT)
+			e->mv[KVT_TIER_HBM][e->locs[i].tier]++;
 	r->stored = upto;
 	e->flush_owner = r;
 	err = flush_moves(e);
