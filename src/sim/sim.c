@@ -268,12 +268,37 @@ static int path(const struct sim *s, const struct gpu_res *g,
 #undef K
 }
 
+/* Start a flow over @probe's resources (its path). */
+static int flow_go(struct sim *s, const struct net_flow *probe, double bytes,
+		   double cap, net_done_fn done, void *arg, uint64_t tag,
+		   int lane, int prio)
+{
+	struct net_flow *f = kvti_net_flow_new(&s->net);
+
+	if (!f)
+		return -ENOMEM;
+	memcpy(f->res, probe->res, sizeof(f->res));
+	f->nres = probe->nres;
+	f->socket = probe->socket;
+	f->amp = probe->amp;
+	f->total = bytes;
+	f->cap = cap;
+	f->done = done;
+	f->arg = arg;
+	f->tag = tag;
+	f->owner = s->flow_owner;
+	f->lane = lane;
+	f->prio = prio;
+	s->net_dirty = 1;
+	return kvti_net_flow_start(&s->net, f);
+}
+
 int kvti_sim_flow(struct sim *s, uint32_t gpu, kvt_tier_kind src,
 		  kvt_tier_kind dst, double bytes, double cap,
 		  net_done_fn done, void *arg, uint64_t tag)
 {
-	struct net_flow probe, *f;
-	int err;
+	struct net_flow probe;
+	int err, lane = -1, prio = 0;
 
 	memset(&probe, 0, sizeof(probe));
 	probe.socket = -1;
@@ -285,49 +310,28 @@ int kvti_sim_flow(struct sim *s, uint32_t gpu, kvt_tier_kind src,
 	else if (src == KVT_TIER_HBM)
 		hop(&probe, s->gpu[gpu].issue_st);
 	hop(&probe, s->cpu_copy); /* a host whose copies are all the CPU's */
-	if (!(f = kvti_net_flow_new(&s->net)))
-		return -ENOMEM;
-	memcpy(f->res, probe.res, sizeof(f->res));
-	f->nres = probe.nres;
-	f->socket = probe.socket;
-	f->amp = probe.amp;
-	f->total = bytes;
-	f->cap = cap;
-	f->done = done;
-	f->arg = arg;
-	f->tag = tag;
-	f->owner = s->flow_owner;
 	if (s->lane_cpu >= 0) {
 		/* the cache's priorities: loads high, stores of the engine's
 		 * pages normal, the mover's copies between tiers low */
-		f->lane = src == KVT_TIER_SSD || dst == KVT_TIER_SSD ?
-			  s->lane_io : s->lane_cpu;
-		f->prio = dst == KVT_TIER_HBM ? 0 : src == KVT_TIER_HBM ? 1 : 2;
+		lane = src == KVT_TIER_SSD || dst == KVT_TIER_SSD ?
+		       s->lane_io : s->lane_cpu;
+		prio = dst == KVT_TIER_HBM ? 0 : src == KVT_TIER_HBM ? 1 : 2;
 	}
-	s->net_dirty = 1;
-	return kvti_net_flow_start(&s->net, f);
+	return flow_go(s, &probe, bytes, cap, done, arg, tag, lane, prio);
 }
 
 int kvti_sim_flow_host(struct sim *s, double bytes, double cap,
 		       net_done_fn done, void *arg, uint64_t tag)
 {
-	struct net_flow *f;
+	struct net_flow probe;
 
 	if (s->lane_cpu < 0 || s->cpu_copy < 0)
 		return -EINVAL;
-	if (!(f = kvti_net_flow_new(&s->net)))
-		return -ENOMEM;
-	f->res[0] = (uint32_t)s->cpu_copy;
-	f->nres = 1;
-	f->total = bytes;
-	f->cap = cap;
-	f->done = done;
-	f->arg = arg;
-	f->tag = tag;
-	f->lane = s->lane_cpu;
-	f->prio = 0;
-	s->net_dirty = 1;
-	return kvti_net_flow_start(&s->net, f);
+	memset(&probe, 0, sizeof(probe));
+	probe.socket = -1;
+	probe.amp = 1;
+	hop(&probe, s->cpu_copy);
+	return flow_go(s, &probe, bytes, cap, done, arg, tag, s->lane_cpu, 0);
 }
 
 /* ---- requests ---------------------------------------------------------- */
