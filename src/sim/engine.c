@@ -42,7 +42,7 @@
  *
  * KVT_ENG_BREAKDOWN: at the end, a "sim loads" line beside the demo's
  * "demo loads" one (src/demo/serve.c) — loads' size, submit-to-home time
- * and layer 0, and the steps that waited for them — so one pass and its
+ * and layer 0, and the steps with loads pending — so one pass and its
  * prediction can be held side by side (docs/SIMULATOR.md section 7).
  *
  * Single-threaded, like the whole simulation.
@@ -936,8 +936,8 @@ void kvti_engine_fini(struct engine *e)
 {
 	if (getenv("KVT_ENG_BREAKDOWN") && e->bd_loads)
 		fprintf(stderr, "sim loads: %llu, per load: %.1f MB, %.2f ms "
-			"actual (layer 0 %.2f); steps that waited for loads "
-			"%llu, %.3f ms past their compute each\n",
+			"actual (layer 0 %.2f); steps with loads pending "
+			"%llu, %.3f ms past their compute on average\n",
 			(unsigned long long)e->bd_loads,
 			e->bd_ld_bytes / e->bd_loads / 1e6,
 			e->bd_ld_actual / e->bd_loads * 1e3,
