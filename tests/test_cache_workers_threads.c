@@ -11,6 +11,11 @@
  * long load's progress callback must see layers ready before the last one
  * (with rounds waited to the end it saw 0, then all of them), in order;
  * every byte of both is checked at the end.
+ *
+ * Then one page in a middle round of the bounce and one in its last round
+ * are damaged on the ssd and the prompt is loaded again: exactly those two
+ * blocks fail (KVT_ECORRUPT), and every other block holds its page (the
+ * rounds after a bad page still run and land).
  */
 #include "cache_util.h"
 
@@ -121,6 +126,46 @@ int main(void)
 		bad += !eng_block_is(&e, ab[i], a[i]);
 	CHECK_EQ(bad, 0);
 	CHECK(eng_gaps_intact(&e));
+
+	test_phase = "a damaged page in a middle round and in the last one";
+	{
+		const uint32_t dmg[2] = { N / 2 + 5, N - 3 };
+		kvt_tier *ssd = kvt_cache_tier(c, KVT_TIER_SSD);
+		const kvt_layout *lay = kvt_tier_layout(ssd);
+		unsigned char *buf = malloc(lay->page_bytes);
+		kvt_page_info in[N];
+		kvt_prefix px = { .tenant = 0, .keys = a, .nkeys = N };
+		size_t found = 0;
+		uint32_t fl[4];
+		int hit = 0;
+
+		CHECK(buf != NULL);
+		CHECK_OK(kvt_index_inspect(kvt_cache_index(c), &px, in, N,
+					   &found));
+		CHECK_EQ(found, N);
+		for (int d = 0; d < 2 && buf; d++) {
+			uint32_t s = in[dmg[d]].slot[KVT_TIER_SSD];
+
+			CHECK(s != KVT_SLOT_NONE);
+			CHECK_OK(kvt_tier_read(ssd, s, buf));
+			buf[lay->chunk_bytes + 11] ^= 0x5a; /* layer 0's V */
+			CHECK_OK(kvt_tier_write(ssd, s, buf));
+		}
+		free(buf);
+		for (uint32_t i = 0; i < N; i++)
+			eng_poison(&e, ab[i]);
+		CHECK_OK(kvt_cache_load(c, 0, a, N, 0, ab, &j));
+		CHECK_ERR(job_finish(j, fl, 4, &nf), KVT_ECORRUPT);
+		CHECK_EQ(nf, 2);
+		for (long f = 0; f < nf && f < 4; f++)
+			hit += fl[f] == ab[dmg[0]] || fl[f] == ab[dmg[1]];
+		CHECK_EQ(hit, 2);
+		bad = 0;
+		for (uint32_t i = 0; i < N; i++)
+			if (i != dmg[0] && i != dmg[1])
+				bad += !eng_block_is(&e, ab[i], a[i]);
+		CHECK_EQ(bad, 0);
+	}
 	kvt_cache_close(c);
 	eng_free(&e);
 out:

@@ -215,17 +215,21 @@ static int store_pages(struct serve *s, struct dreq *r, uint32_t upto)
 	struct pjob *x;
 	int err;
 
+	uint64_t t0;
+
 	if (upto <= first)
 		return 0;
 	/* the first store takes the whole prefix: a parent the top tier
 	 * lacks is copied from the engine's memory, not read back up */
 	if (r->stored == 0 && r->er.reused)
 		first = 0;
+	t0 = kvt_now_ns();
 	err = kvti_dp_job(&s->dp, 1, r->keys, upto, first, r->blk + first, &j);
 	if (err == KVT_ENOTFOUND && first) { /* a parent left meanwhile */
 		first = 0;
 		err = kvti_dp_job(&s->dp, 1, r->keys, upto, 0, r->blk, &j);
 	}
+	s->bd_st_call += (double)(kvt_now_ns() - t0) / 1e9;
 	if (err == KVT_EFULL || err == KVT_ENOTFOUND) {
 		/* nowhere to put it now (the top tier is full of pages other
 		 * jobs hold): these pages are not cached; counted */
@@ -658,6 +662,14 @@ static void serve_close(struct serve *s)
 			s->bd_ld_room / s->bd_loads * 1e3,
 			s->bd_ld_expect / s->bd_loads * 1e3,
 			(double)s->bd_ld_stores / s->bd_loads);
+	if (getenv("KVT_ENG_BREAKDOWN") && s->bd_stores)
+		fprintf(stderr, "demo stores: %llu, per store: %.2f ms in the "
+			"call on the step thread (waiting for room %.2f), "
+			"%.2f ms to done\n",
+			(unsigned long long)s->bd_stores,
+			s->bd_st_call / s->bd_stores * 1e3,
+			s->bd_st_room / s->bd_stores * 1e3,
+			s->bd_st_total / s->bd_stores * 1e3);
 	for (int b = 0; b < 2 && getenv("KVT_ENG_BREAKDOWN"); b++)
 		if (s->bd_steps[b])
 			fprintf(stderr, "demo steps %s: %llu, per step ms: pre "

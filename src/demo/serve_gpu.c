@@ -105,6 +105,12 @@ static void load_end(struct serve *s, struct pjob *x, int rc)
 
 static void store_end(struct serve *s, struct pjob *x, int rc)
 {
+	kvt_cache_job_stat st;
+
+	kvti_dj_stat(x->j, &st);
+	s->bd_stores++;
+	s->bd_st_room += st.wait_s;
+	s->bd_st_total += st.total_s;
 	if (rc == KVT_EFULL || rc == KVT_ENOTFOUND) {
 		/* no room for some pages (every tier full of leased pages), or
 		 * a parent gone: those pages are not cached; counted */
