@@ -357,8 +357,9 @@ static int op_insert(uint32_t tenant, const uint32_t *tok, int np, int t,
 	return !err;
 }
 
-/* KVT_INSERT_SPILL: each page with no copy goes to the fastest tier from
- * t down with room, in prefix order; pages with a copy keep it. */
+/* KVT_INSERT_SPILL: each page with no copy from t down goes to the fastest
+ * tier from t down with room, in prefix order; pages with a copy there
+ * keep it; a copy in a faster tier neither counts nor moves. */
 static int op_insert_spill(uint32_t tenant, const uint32_t *tok, int np,
 			   int t, unsigned flags)
 {
@@ -368,12 +369,13 @@ static int op_insert_spill(uint32_t tenant, const uint32_t *tok, int np,
 	kvt_insert_result r;
 	uint64_t miss = 0, placed = 0, got[3] = { 0 }, fresh = 0;
 	int cut = np, partial = (flags & KVT_INSERT_PARTIAL) != 0, u;
+	const uint8_t below = (uint8_t)(((1u << M.nt) - 1) & ~((1u << t) - 1));
 
 	err = kvt_index_insert(X, &px, (kvt_tier_kind)M.kind[t], flags, M.clock,
 			       &r, loc, MAXLEN);
 	M.seq++;
 	for (int i = 0; i < have; i++)
-		miss += !M.pg[path[i]].mask;
+		miss += !(M.pg[path[i]].mask & below);
 	miss += (uint64_t)(np - have);
 	m_protect(path, have, 1);
 	for (u = t; u < M.nt && placed < miss; u++) {
@@ -394,7 +396,7 @@ static int op_insert_spill(uint32_t tenant, const uint32_t *tok, int np,
 	if (placed < miss) {
 		uint64_t k = 0;
 		for (int i = 0; i < np; i++) {
-			int missing = i >= have || !M.pg[path[i]].mask;
+			int missing = i >= have || !(M.pg[path[i]].mask & below);
 			if (missing && k++ == placed) {
 				cut = i;
 				break;
@@ -413,17 +415,17 @@ static int op_insert_spill(uint32_t tenant, const uint32_t *tok, int np,
 	u = t;
 	for (int i = 0; i < cut; i++) {
 		struct mpage *p = &M.pg[path[i]];
-		int fr = !p->mask;
+		int fr = !(p->mask & below);
 
 		if (fr) {
 			while (!got[u])
 				u++;
 			got[u]--;
-			p->mask = (uint8_t)(1u << u);
+			p->mask |= (uint8_t)(1u << u);
 			fresh++;
 			n_spill_low += u > t;
 		}
-		CHECK_EQ(loc[i].tier, M.kind[__builtin_ctz(p->mask)]);
+		CHECK_EQ(loc[i].tier, M.kind[__builtin_ctz(p->mask & below)]);
 		CHECK_EQ(loc[i].fresh, fr);
 		m_touch(path[i]);
 		if (t == 0 && p->tstate) { /* placed: the bytes are there */

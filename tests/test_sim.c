@@ -483,6 +483,31 @@ static void test_stage_hop(void)
 	CHECK(r[1].ttft_ms.mean > r[0].ttft_ms.mean);
 }
 
+/* The demo's stores (store_top): every page a prefill computes is stored
+ * into the top offload tier, though hbm holds it too (the index's copy in
+ * hbm is not a copy in the offload tiers); a page loaded from a lower tier
+ * is not stored again. With hbm big enough that nothing is evicted, the
+ * bytes that reach dram are the stores'. */
+static void test_store_top(void)
+{
+	kvt_sim_result r[2];
+
+	for (int st = 0; st < 2; st++) {
+		kvt_sim_config c;
+
+		dram_ssd_docs(&c, 2, 2);
+		c.hw.hbm_bytes = 2e12; /* nothing leaves hbm */
+		c.write_policy = KVT_WRITE_BACK; /* the demo's */
+		c.store_top = st;
+		CHECK_OK(kvt_sim_run(&c, &r[st]));
+		conservation(&c, &r[st]);
+	}
+	CHECK(r[0].store_bytes[KVT_TIER_DRAM] < 1);
+	/* (before the fix the store placed nothing: every page had its
+	 * copy in hbm) */
+	CHECK(r[1].store_bytes[KVT_TIER_DRAM] > 0);
+}
+
 static void test_bad_config(void)
 {
 	kvt_sim_config c;
@@ -705,6 +730,7 @@ int main(void)
 	test_ssd();
 	test_watermarks();
 	test_stage_hop();
+	test_store_top();
 	test_bad_config();
 	test_sweep();
 	test_alloc_faults();

@@ -429,12 +429,15 @@ enum {
 	 * before it is written. End it with kvt_index_unpin(). Not with
 	 * KVT_INSERT_PARTIAL, unless with KVT_INSERT_SPILL. */
 	KVT_INSERT_PIN = 1u << 1,
-	/* Place by room: a page of @px with no copy goes into @tier, or, when
-	 * @tier has no room for it after eviction (quotas included), into the
-	 * next managed tier below that has, the leading missing pages in the
-	 * faster tiers; a page with a copy in any tier keeps it and gets none
-	 * in @tier (nothing is promoted). locs[i] gives each page's fastest
-	 * copy (@fresh: a new slot, write its bytes there; @src_*: unused).
+	/* Place by room: a page of @px with no copy in @tier or a tier below
+	 * it goes into @tier, or, when @tier has no room for it after
+	 * eviction (quotas included), into the next managed tier below that
+	 * has, the leading missing pages in the faster tiers; a page with a
+	 * copy in @tier or below keeps it and gets none in @tier (nothing is
+	 * promoted); a copy in a tier faster than @tier (hbm, storing into
+	 * the offload tiers) neither counts nor moves. locs[i] gives each
+	 * page's fastest copy from @tier down (@fresh: a new slot, write its
+	 * bytes there; @src_*: unused).
 	 * What fits in no tier fails the call (KVT_EFULL), or with
 	 * KVT_INSERT_PARTIAL cuts the prefix at the first page that fits
 	 * nowhere; KVT_INSERT_PIN then leases the pages kept. Into the

@@ -480,9 +480,10 @@ static void insert_end(kvt_index *x, struct pk *k, int t, unsigned flags,
 
 /* ---- insert by room (KVT_INSERT_SPILL) ---------------------------------- */
 
-/* Give each page among the prefix's first np that has no copy a slot: the
- * first got[t0] of them in tier t0, the next got[t0 + 1] in t0 + 1, ...
- * (room made by the caller); locs: every page's fastest copy. Returns the
+/* Give each page among the prefix's first np that has no copy in t0 or a
+ * tier below a slot: the first got[t0] of them in tier t0, the next
+ * got[t0 + 1] in t0 + 1, ... (room made by the caller; a copy in a faster
+ * tier stays); locs: every page's fastest copy from t0 down. Returns the
  * pages that got a fresh slot. */
 static uint64_t spill_slots(kvt_index *x, struct pk *k, size_t np, int t0,
 			    const uint64_t *got, kvt_page_loc *locs,
@@ -490,6 +491,7 @@ static uint64_t spill_slots(kvt_index *x, struct pk *k, size_t np, int t0,
 {
 	uint64_t fresh = 0, left[KVT_TIER_COUNT];
 	uint32_t run, buf[256], nb = 0, used = 0;
+	const uint8_t want = (uint8_t)(((1u << x->nt) - 1) & ~(TBIT(t0) - 1));
 	struct walker w;
 	int t = t0;
 
@@ -501,13 +503,13 @@ static uint64_t spill_slots(kvt_index *x, struct pk *k, size_t np, int t0,
 		int add[KVT_TIER_COUNT] = { 0 };
 
 		for (uint32_t j = 0; j < run; j++) {
-			uint8_t b = nmask(x, n)[j];
+			uint8_t b = nmask(x, n)[j], have = b & want;
 			uint32_t *s = nslot(x, n, j, 0);
 			kvt_page_loc *l = base + j < nlocs ? &locs[base + j] :
 				NULL;
-			int f = b ? __builtin_ctz(b) : -1;
+			int f = have ? __builtin_ctz(have) : -1;
 
-			if (!b) {
+			if (!have) {
 				while (t < x->nt && !left[t])
 					t++;
 				if (KVT_UNLIKELY(t == x->nt))
@@ -525,7 +527,7 @@ static uint64_t spill_slots(kvt_index *x, struct pk *k, size_t np, int t0,
 				s[t] = buf[used++];
 				kvti_rev_set(x, t, s[t], n, j);
 				left[t]--;
-				kvti_set_mask(x, n, j, TBIT(t));
+				kvti_set_mask(x, n, j, b | TBIT(t));
 				add[t]++;
 				fresh++;
 				f = t;
@@ -535,7 +537,7 @@ static uint64_t spill_slots(kvt_index *x, struct pk *k, size_t np, int t0,
 				l->state = KVT_PAGE_RESIDENT;
 				l->tier = (uint8_t)x->kind[f];
 				l->slot = s[f];
-				l->fresh = !b;
+				l->fresh = !have;
 			}
 		}
 		for (int u = 0; u < x->nt; u++)
@@ -545,8 +547,9 @@ static uint64_t spill_slots(kvt_index *x, struct pk *k, size_t np, int t0,
 	return fresh;
 }
 
-/* kvt_index_insert() with KVT_INSERT_SPILL: the same steps, each missing
- * page placed in the fastest tier from @tier down that has room. */
+/* kvt_index_insert() with KVT_INSERT_SPILL: the same steps, each page with
+ * no copy from @tier down placed in the fastest tier from @tier down that
+ * has room. */
 static int insert_spill(kvt_index *x, const kvt_prefix *px,
 			kvt_tier_kind tier, unsigned flags, uint64_t now,
 			kvt_insert_result *res, kvt_page_loc *locs,
@@ -563,7 +566,7 @@ static int insert_spill(kvt_index *x, const kvt_prefix *px,
 	/* 1, 2. read and shape; 3. change: the prefix in the tree, pinned */
 	if ((err = insert_begin(x, px, tier, now, &k, &t, &have, &nn)))
 		return err;
-	all = (uint8_t)((1u << x->nt) - 1);
+	all = (uint8_t)(((1u << x->nt) - 1) & ~(TBIT(t) - 1)); /* t and below */
 	miss = count_missing(x, &k, k.n, all, &cut, UINT64_MAX);
 	/* tier by tier: the tenant's quota (its own pages), then the tier's
 	 * room, for what is still to place */
