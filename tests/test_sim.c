@@ -508,6 +508,32 @@ static void test_store_top(void)
 	CHECK(r[1].store_bytes[KVT_TIER_DRAM] > 0);
 }
 
+/* A store whose room is being made (store_room_wait): the copies out of
+ * the tier it writes — its own insert's demotions, the background pass's
+ * still reading the slots it got — hold the step's end and its first
+ * tokens, as kvt_cache_store() holds the engine's thread. */
+static void test_room_wait(void)
+{
+	kvt_sim_result r[2];
+
+	for (int w = 0; w < 2; w++) {
+		kvt_sim_config c;
+
+		dram_ssd_docs(&c, 2, 2);
+		c.write_policy = KVT_WRITE_BACK; /* the demo's */
+		c.store_top = 1;
+		c.bg_high = 0.5;
+		c.bg_low = 0.4;
+		c.store_room_wait = w;
+		CHECK_OK(kvt_sim_run(&c, &r[w]));
+		conservation(&c, &r[w]);
+	}
+	CHECK_EQ(r[0].room_waits, 0);
+	CHECK(r[1].room_waits > 0);
+	CHECK(r[1].room_wait_s > 0);
+	CHECK(r[1].ttft_ms.mean > r[0].ttft_ms.mean);
+}
+
 static void test_bad_config(void)
 {
 	kvt_sim_config c;
@@ -731,6 +757,7 @@ int main(void)
 	test_watermarks();
 	test_stage_hop();
 	test_store_top();
+	test_room_wait();
 	test_bad_config();
 	test_sweep();
 	test_alloc_faults();

@@ -43,6 +43,8 @@ cJSON *kvti_cs_result_json(const kvt_sim_result *r)
 				(double)r->decode_only_steps);
 	cJSON_AddNumberToObject(o, "deferred", (double)r->deferred);
 	cJSON_AddNumberToObject(o, "bg_passes", (double)r->bg_passes);
+	cJSON_AddNumberToObject(o, "room_waits", (double)r->room_waits);
+	cJSON_AddNumberToObject(o, "room_wait_s", r->room_wait_s);
 	t = cJSON_AddObjectToObject(o, "tokens");
 	cJSON_AddNumberToObject(t, "prompt", (double)r->prompt_tokens);
 	cJSON_AddNumberToObject(t, "computed", (double)r->computed_tokens);

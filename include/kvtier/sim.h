@@ -271,6 +271,16 @@ typedef struct kvt_sim_config {
 				   * hbm on the cpu lane (the cache's
 				   * KVT_CACHE_STAGE_SLOTS; 0: the read lands
 				   * in hbm directly) */
+	int store_room_wait;      /* with store_top: a store waits, on the
+				   * engine's thread, for the copies making
+				   * its room — the demotions its insert
+				   * caused, and the background pass's copies
+				   * still reading the tier it writes (their
+				   * freed slots are the ones it gets) — as
+				   * kvt_cache_store() does before it
+				   * returns: the step's end and its first
+				   * tokens wait for them (0: they move in
+				   * the background, the store at once) */
 	uint32_t stress;          /* CPU stressor threads (0) */
 	int hbm_reuse;            /* -1: auto (off for agentic), 0, 1 */
 
@@ -377,6 +387,10 @@ typedef struct kvt_sim_result {
 				  * pages (bg_high) */
 	uint64_t stage_hops;     /* ssd loads' second hops through the
 				  * bounce (ssd_stage_pages) */
+	uint64_t room_waits;     /* step ends that waited for the copies
+				  * making room for their stores
+				  * (store_room_wait) */
+	double room_wait_s;      /* how long, all of them */
 	/* bytes */
 	double load_bytes[KVT_TIER_COUNT];   /* tier -> hbm */
 	double store_bytes[KVT_TIER_COUNT];  /* -> tier */

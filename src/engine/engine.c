@@ -122,6 +122,16 @@ uint64_t kvti_eng_store_tag(struct kvti_eng *e)
 	return e->step_gen;
 }
 
+#define ROOM_TAG (1ull << 63) /* a room copy's tag: the step's, marked */
+
+uint64_t kvti_eng_room_tag(struct kvti_eng *e)
+{
+	if (!e->busy)
+		return 0;
+	e->room_flows++;
+	return e->step_gen | ROOM_TAG;
+}
+
 /* ---- loads ----------------------------------------------------------------- */
 
 static void step_loads_home(struct kvti_eng *e, double t)
@@ -391,6 +401,7 @@ int kvti_eng_kick(struct kvti_eng *e)
 	e->pending = 0;
 	e->step_gen++;
 	e->store_flows = 0;
+	e->room_flows = 0;
 	if ((err = apply_plan(e, n, &plan, pf, &npf)))
 		return err;
 	/* decodes: the first plan.decodes running decoders */
@@ -524,6 +535,10 @@ static int unblock(struct kvti_eng *e)
 {
 	int err;
 
+	if (e->room_held) {
+		e->room_wait_s += now(e) - e->room_t0;
+		e->room_held = 0;
+	}
 	e->blocked = 0;
 	e->busy = 0;
 	for (uint32_t i = 0; i < e->nrun;) {
@@ -541,11 +556,25 @@ static int unblock(struct kvti_eng *e)
 	return kvti_eng_kick(e);
 }
 
+/* The step's end waits for its stores (sync_store) and for the copies
+ * that made their room. */
+static int held(const struct kvti_eng *e)
+{
+	return (e->sync_store && e->store_flows) || e->room_flows;
+}
+
 int kvti_eng_store_done(struct kvti_eng *e, uint64_t tag)
 {
-	if (!tag || tag != e->step_gen || !e->store_flows)
-		return 0;
-	if (--e->store_flows == 0 && e->blocked)
+	if (tag & ROOM_TAG) {
+		if ((tag & ~ROOM_TAG) != e->step_gen || !e->room_flows)
+			return 0;
+		e->room_flows--;
+	} else {
+		if (!tag || tag != e->step_gen || !e->store_flows)
+			return 0;
+		e->store_flows--;
+	}
+	if (e->blocked && !held(e))
 		return unblock(e);
 	return 0;
 }
@@ -584,7 +613,7 @@ static int prefill_progress(struct kvti_eng *e, struct kvti_ereq *r, int hold)
 	e->priv_pages += r->priv;
 	if (r->generated > 1 && r->generated >= r->output)
 		return first_token(e, r); /* a resumed request may be done */
-	if (hold) {
+	if (hold || e->room_flows) { /* its store's room is being made */
 		r->first_token = r->preempted && r->first_token > 0 ?
 					 r->first_token : -1;
 		if (r->first_token < 0)
@@ -643,8 +672,13 @@ int kvti_eng_step_end(struct kvti_eng *e, uint64_t gen)
 	}
 	if (e->ops->check && (changed || e->nwait) && (err = e->ops->check(e)))
 		return kvti_eng_fail(e, err);
-	if (hold && e->store_flows) {
+	if (held(e)) {
 		e->blocked = 1;
+		if (e->room_flows) {
+			e->room_waits++;
+			e->room_held = 1;
+			e->room_t0 = now(e);
+		}
 		return 0;
 	}
 	return unblock(e);

@@ -198,6 +198,13 @@ struct kvti_eng {
 	uint32_t pending;         /* running requests whose loads move */
 	uint64_t step_gen;
 	uint32_t store_flows;     /* sync_store: this step's stores moving */
+	uint32_t room_flows;      /* copies making room for this step's
+				   * stores, which its end waits for (the
+				   * store call makes room before it returns:
+				   * kvti_eng_room_tag()) */
+	uint64_t room_waits;      /* steps whose end waited for room */
+	int room_held;            /* blocked with room copies moving */
+	double room_t0, room_wait_s; /* since when; how long, all of them */
 	uint32_t step_prefills, step_decodes;
 	uint32_t step_tokens;     /* prefill tokens of the step */
 
@@ -268,6 +275,12 @@ void kvti_eng_storing_sub(struct kvti_eng *e, uint64_t owner, uint64_t pages);
 /* One copy out of hbm starts: its tag (the step's generation while a step
  * runs, else 0); kvti_eng_store_done(tag) when it is done. */
 uint64_t kvti_eng_store_tag(struct kvti_eng *e);
+/* One copy that makes room for a store of this step starts (a demotion the
+ * store's insert caused: kvt_cache_store() runs that batch before it
+ * returns, on the engine's thread): the step's end — and the first tokens
+ * of its finished prefills — wait for it whatever the save policy; its tag
+ * (0 while no step runs) goes to kvti_eng_store_done() too. */
+uint64_t kvti_eng_room_tag(struct kvti_eng *e);
 int kvti_eng_store_done(struct kvti_eng *e, uint64_t tag);
 
 /* From now on r holds hbm pages for its whole prompt (a data plane's load

@@ -19,7 +19,14 @@
  *               start: the context a request computes is marked in flight
  *                      (kvt_index_start) until its prefill is done.
  *               computed: pages go into hbm; the write policy's copies go
- *                      down as store flows.
+ *                      down as store flows; with store_top (the demo's
+ *                      stores) into the top offload tier too, and, with
+ *                      store_room_wait, the step's end and its first
+ *                      tokens wait for the copies making that room: the
+ *                      insert's own demotions and the background pass's
+ *                      copies still reading the tier (kvt_cache_store()
+ *                      runs the first and waits for the second before
+ *                      it returns, on the engine's thread).
  *   GPU         a step ends after its modelled compute time, or — when it
  *               waits on loads — at
  *                 overlap:  max(a + C + (t_load - a)/L, t_load + C/L),
@@ -98,6 +105,48 @@ static int mover_copy(void *arg, const kvt_move *mv)
 
 static void store_done(void *arg, struct net_flow *f, double now);
 
+#define BG_TAG (1ull << 62) /* a background copy's flow tag (| its id) */
+
+/* A background copy out of tier @src starts: its tag (UINT64_MAX: no
+ * memory). */
+static uint64_t bg_track(struct engine *e, int src)
+{
+	struct bg_flow *b;
+
+	if (kvti_grow((void **)&e->bgf, &e->bgf_cap, e->nbgf + 1,
+		      sizeof(*e->bgf), 16))
+		return UINT64_MAX;
+	b = &e->bgf[e->nbgf++];
+	b->id = ++e->bg_seq;
+	b->waiter = 0;
+	b->src = (uint8_t)src;
+	return BG_TAG | b->id;
+}
+
+/* A store writes fresh slots of tier @t: the step waits for every
+ * background copy still reading that tier (its slots may be the ones the
+ * store got). */
+static void bg_wait(struct engine *e, int t)
+{
+	for (size_t i = 0; i < e->nbgf; i++)
+		if (e->bgf[i].src == t && !e->bgf[i].waiter)
+			e->bgf[i].waiter = kvti_eng_room_tag(&e->eng);
+}
+
+/* A background copy is done: the step waiting for it, if any, is told. */
+static void bg_done(struct engine *e, uint64_t tag)
+{
+	for (size_t i = 0; i < e->nbgf; i++)
+		if ((e->bgf[i].id | BG_TAG) == tag) {
+			uint64_t w = e->bgf[i].waiter;
+
+			e->bgf[i] = e->bgf[--e->nbgf];
+			if (w)
+				kvti_eng_store_done(&e->eng, w);
+			return;
+		}
+}
+
 /* Start flows for every copy the index asked for since the last flush. */
 static int flush_moves(struct engine *e)
 {
@@ -128,9 +177,19 @@ static int flush_moves(struct engine *e)
 					e->flush_owner->er.id : 0;
 			for (uint32_t g = 0; g < e->tp; g++) {
 				/* the tag ties a store to the step that waits
-				 * for it (sync_store) */
+				 * for it (sync_store), and a copy making
+				 * room for one to the step that waits for
+				 * that (store_room_wait) */
 				uint64_t tag = a == KVT_TIER_HBM ?
-					kvti_eng_store_tag(&e->eng) : 0;
+					kvti_eng_store_tag(&e->eng) :
+					e->room ? kvti_eng_room_tag(&e->eng) :
+					e->bg && c->store_room_wait ?
+					bg_track(e, a) : 0;
+
+				if (tag == UINT64_MAX) {
+					s->flow_owner = 0;
+					return fail(e, -ENOMEM);
+				}
 
 				err = kvti_sim_flow(s, e->gpu0 + g,
 						    (kvt_tier_kind)a,
@@ -626,11 +685,17 @@ static int store_top(struct engine *e, struct sreq *r)
 	if (err && err != KVT_EFULL)
 		return fail(e, err);
 	for (uint64_t i = 0; !err && i < res.pages && i < np; i++)
-		if (e->locs[i].fresh && e->locs[i].tier < KVT_TIER_COUNT)
+		if (e->locs[i].fresh && e->locs[i].tier < KVT_TIER_COUNT) {
+			if (!e->mv[KVT_TIER_HBM][e->locs[i].tier] &&
+			    c->store_room_wait)
+				bg_wait(e, e->locs[i].tier);
 			e->mv[KVT_TIER_HBM][e->locs[i].tier]++;
+		}
 	r->stored = upto;
 	e->flush_owner = r;
+	e->room = c->store_room_wait;
 	err = flush_moves(e);
+	e->room = 0;
 	e->flush_owner = NULL;
 	return err;
 }
@@ -780,7 +845,7 @@ static void store_freed(struct engine *e, const struct net_flow *f)
 static int bg_demote(struct engine *e)
 {
 	const kvt_sim_config *c = e->sim->cfg;
-	int any = 0;
+	int any = 0, err;
 
 	if (!(c->bg_high > 0))
 		return 0;
@@ -803,7 +868,10 @@ static int bg_demote(struct engine *e)
 		return 0;
 	e->flush_owner = NULL;
 	e->bg_passes++;
-	return flush_moves(e);
+	e->bg = 1;
+	err = flush_moves(e);
+	e->bg = 0;
+	return err;
 }
 
 static void store_done(void *arg, struct net_flow *f, double now)
@@ -812,7 +880,10 @@ static void store_done(void *arg, struct net_flow *f, double now)
 
 	(void)now;
 	store_freed(e, f);
-	kvti_eng_store_done(&e->eng, f->tag);
+	if (f->tag & BG_TAG)
+		bg_done(e, f->tag);
+	else
+		kvti_eng_store_done(&e->eng, f->tag);
 	bg_demote(e); /* (an error is recorded by flush_moves()) */
 }
 
@@ -945,11 +1016,17 @@ void kvti_engine_fini(struct engine *e)
 			(unsigned long long)e->bd_wait_steps,
 			e->bd_wait_steps ? e->bd_wait_s / e->bd_wait_steps *
 			1e3 : 0);
+	if (getenv("KVT_ENG_BREAKDOWN") && e->eng.room_waits)
+		fprintf(stderr, "sim stores: %llu step ends waited for room, "
+			"%.2f ms each on average\n",
+			(unsigned long long)e->eng.room_waits,
+			e->eng.room_wait_s / e->eng.room_waits * 1e3);
 	kvti_eng_fini(&e->eng);
 	kvt_index_destroy(e->index);
 	for (int t = 0; t < KVT_TIER_COUNT; t++)
 		kvt_pool_destroy(e->pool[t]);
 	kvt_free(e->locs);
+	kvt_free(e->bgf);
 	kvt_free(e->info);
 	memset(e, 0, sizeof(*e));
 }

@@ -59,6 +59,19 @@ struct engine {
 	uint64_t bd_loads, bd_wait_steps;
 	uint64_t bg_passes;       /* background demotion passes (bg_high) */
 	uint64_t stage_hops;      /* ssd loads' second hops (ssd_stage_pages) */
+	int room;                 /* flush_moves(): tier-to-tier copies make
+				   * room for a store (store_room_wait) */
+	int bg;                   /* flush_moves(): the background pass's */
+	/* store_room_wait: the background pass's copies in flight, by the
+	 * tier they read (the slots they free are the next stores' — a store
+	 * writes one only once no copy reads it: kvti_cache_slot_settle()),
+	 * and the room tag of the step waiting for each (0: none) */
+	struct bg_flow {
+		uint64_t id, waiter;
+		uint8_t src;
+	} *bgf;
+	size_t nbgf, bgf_cap;
+	uint64_t bg_seq;
 	double bd_ld_bytes, bd_ld_actual, bd_ld_l0, bd_wait_s;
 };
 

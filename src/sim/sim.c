@@ -468,6 +468,8 @@ static void results(struct sim *s, kvt_sim_result *r)
 		r->deferred += k->deferred;
 		r->bg_passes += s->eng[i].bg_passes;
 		r->stage_hops += s->eng[i].stage_hops;
+		r->room_waits += s->eng[i].eng.room_waits;
+		r->room_wait_s += s->eng[i].eng.room_wait_s;
 		for (int t = 0; t < KVT_TIER_COUNT; t++)
 			r->hit_tokens[t] += k->hit[t];
 		r->computed_tokens += k->computed;
