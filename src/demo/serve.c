@@ -213,9 +213,8 @@ static int store_pages(struct serve *s, struct dreq *r, uint32_t upto)
 	uint32_t first = r->stored;
 	struct djob *j = NULL;
 	struct pjob *x;
-	int err;
-
 	uint64_t t0;
+	int err;
 
 	if (upto <= first)
 		return 0;
