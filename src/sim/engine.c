@@ -677,8 +677,9 @@ static int store_top(struct engine *e, struct sreq *r)
 	}
 	/* as kvt_cache_store() places them (src/cache/store.c): a page with
 	 * no copy goes into the top tier, or spills below when it has no
-	 * room; a page with a copy anywhere keeps it (a loaded prefix is
-	 * not promoted back up, nor held twice) */
+	 * room; a page with a copy in an offload tier keeps it (a loaded
+	 * prefix is not promoted back up, nor held twice); its copy in hbm
+	 * does not count (KVT_INSERT_SPILL looks from offload[0] down) */
 	err = kvt_index_insert(e->index, PX(r, upto), c->offload[0],
 			       KVT_INSERT_SPILL | KVT_INSERT_PARTIAL,
 			       ns(e->sim->now), &res, e->locs, np);
