@@ -229,6 +229,7 @@ static int store_pages(struct serve *s, struct dreq *r, uint32_t upto)
 		err = kvti_dp_job(&s->dp, 1, r->keys, upto, 0, r->blk, &j);
 	}
 	s->bd_st_call += (double)(kvt_now_ns() - t0) / 1e9;
+	s->bd_st_calls++;
 	if (err == KVT_EFULL || err == KVT_ENOTFOUND) {
 		/* nowhere to put it now (the top tier is full of pages other
 		 * jobs hold): these pages are not cached; counted */
@@ -662,11 +663,12 @@ static void serve_close(struct serve *s)
 			s->bd_ld_expect / s->bd_loads * 1e3,
 			(double)s->bd_ld_stores / s->bd_loads);
 	if (getenv("KVT_ENG_BREAKDOWN") && s->bd_stores)
-		fprintf(stderr, "demo stores: %llu, per store: %.2f ms in the "
-			"call on the step thread (waiting for room %.2f), "
-			"%.2f ms to done\n",
-			(unsigned long long)s->bd_stores,
-			s->bd_st_call / s->bd_stores * 1e3,
+		fprintf(stderr, "demo stores: %llu calls, %.2f ms each on "
+			"the step thread; %llu jobs, per job: waiting for room "
+			"%.2f ms, %.2f ms to done\n",
+			(unsigned long long)s->bd_st_calls,
+			s->bd_st_calls ? s->bd_st_call / s->bd_st_calls * 1e3 :
+			0, (unsigned long long)s->bd_stores,
 			s->bd_st_room / s->bd_stores * 1e3,
 			s->bd_st_total / s->bd_stores * 1e3);
 	for (int b = 0; b < 2 && getenv("KVT_ENG_BREAKDOWN"); b++)

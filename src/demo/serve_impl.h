@@ -106,10 +106,10 @@ struct serve {
 	uint64_t bd_steps[2];
 	double bd_ld_bytes, bd_ld_actual, bd_ld_expect, bd_ld_room, bd_ld_l0;
 	uint64_t bd_loads, bd_ld_stores;
-	/* stores: time in the store call on the step thread, of it waiting
-	 * for room (the job's wait_s), submission to done */
+	/* stores: calls and their time on the step thread; of the jobs that
+	 * ended, their waits for room (wait_s) and submission to done */
 	double bd_st_call, bd_st_room, bd_st_total;
-	uint64_t bd_stores;
+	uint64_t bd_st_calls, bd_stores;
 	/* measured rates */
 	double gbps[KVT_TIER_COUNT];
 	double gbps_sum[KVT_TIER_COUNT], gbps_s[KVT_TIER_COUNT]; /* the

@@ -407,14 +407,9 @@ static int view_pages(struct engine *e, struct sreq *r, const kvt_match *m,
 	kvt_match m2;
 	int err;
 
-	if (m->pages > e->nlocs) {
-		kvt_page_loc *l = kvt_realloc(e->locs, m->pages * sizeof(*l));
-
-		if (!l)
-			return fail(e, -ENOMEM);
-		e->locs = l;
-		e->nlocs = m->pages;
-	}
+	if (kvti_grow((void **)&e->locs, &e->nlocs, m->pages,
+		      sizeof(*e->locs), 64))
+		return fail(e, -ENOMEM);
 	if ((err = kvt_index_match(e->index, PX(r, r->it.prompt), 0, 0, &m2,
 				   e->locs, m->pages)))
 		return fail(e, err);
@@ -667,14 +662,8 @@ static int store_top(struct engine *e, struct sreq *r)
 	if (upto <= r->stored)
 		return 0;
 	np = upto / P_of(e);
-	if (np > e->nlocs) {
-		kvt_page_loc *l = kvt_realloc(e->locs, np * sizeof(*l));
-
-		if (!l)
-			return fail(e, -ENOMEM);
-		e->locs = l;
-		e->nlocs = np;
-	}
+	if (kvti_grow((void **)&e->locs, &e->nlocs, np, sizeof(*e->locs), 64))
+		return fail(e, -ENOMEM);
 	/* as kvt_cache_store() places them (src/cache/store.c): a page with
 	 * no copy goes into the top tier, or spills below when it has no
 	 * room; a page with a copy in an offload tier keeps it (a loaded

@@ -43,7 +43,7 @@ struct engine {
 	struct sreq *flush_owner; /* whose pages the next flush stores */
 
 	kvt_page_loc *locs;       /* per-page view of one match */
-	uint64_t nlocs;
+	size_t nlocs;
 	kvt_page_info *info;      /* per-page records (hbm_share off) */
 	uint64_t ninfo;
 	double step_host_s;       /* the step's host time (engine.host_us,
