@@ -157,6 +157,10 @@ enum {
 	KVT_FAULT_STORES = 2, /* hold store jobs */
 	KVT_FAULT_STUCK = 4,  /* a cancel does not end the hold (a hung disk
 				 or device); without it a cancel does */
+	KVT_FAULT_ROOM = 8,   /* hold the copies making a store's room: the
+				 cache's room thread waits before running
+				 each store's demotions (the store's call
+				 has returned; its job waits) */
 };
 
 /**
@@ -166,7 +170,11 @@ enum {
  * milliseconds, kvt_cache_job_poll() answering -EINPROGRESS, before it
  * finishes as it would have; a cancel ends the hold at once unless
  * KVT_FAULT_STUCK. A held job occupies one of the cache's finishing
- * workers. @ms 0 turns it off (the default).
+ * workers. With KVT_FAULT_ROOM, a store whose placement demoted waits
+ * that long on the room thread before its demotions run (and the stores
+ * queued behind it with it); the demotions run after the hold even if the
+ * store was cancelled. @ms 0 turns it off (the default), and ends a hold
+ * in progress.
  */
 KVT_API void kvt_fault_hold_jobs(uint32_t ms, unsigned flags);
 

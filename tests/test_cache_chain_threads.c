@@ -129,7 +129,7 @@ int main(void)
 		 "ssd:%s/ssd,2M,temp", dir);
 	cfg.tiers = spec;
 	cfg.geom = &geom;
-	/* the store's own call makes room: the whole chain is its batch */
+	/* the store's own job makes room: the whole chain is its batch */
 	cfg.flags = KVT_CACHE_NO_BACKGROUND;
 	CHECK_OK(kvt_cache_open(&cache, &cfg));
 	if (!cache)

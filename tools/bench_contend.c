@@ -13,7 +13,7 @@
  *   contended  the same, while --writers threads store fresh prompts of
  *              --store-pages pages for B, each store waited for: once B is
  *              at its dram quota every store demotes as many of B's pages
- *              to ssd in the store's call (and, at its ssd quota, drops
+ *              to ssd in the store's job (and, at its ssd quota, drops
  *              B's oldest ssd pages), copying real bytes
  *
  * Reported: per phase the lookup p50 and p99 (medians over repeats, with

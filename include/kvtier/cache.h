@@ -63,11 +63,13 @@
  * down (fabric -> dram -> ssd -> gone) to the low watermark, copying
  * without holding the cache's lock. A store finds free slots in the common
  * case and waits on nothing. When the top tier is full anyway (a burst
- * faster than demotion), the store's own call demotes: the index decides
- * under the cache's lock, the copies run in the storing thread after the
- * lock is dropped (other calls, another tenant's lookups, never wait for
- * them). That wait, and any wait for a slot that a demotion copy is still
- * reading, is measured (kvt_cache_job_stat.wait_s).
+ * faster than demotion), the store's own job demotes: the index decides
+ * under the cache's lock, and the cache's room thread runs the copies
+ * after the lock is dropped, waits until no demotion copy still reads the
+ * store's fresh slots, and only then submits the store's transfers. The
+ * storing thread waits for none of it: kvt_cache_store() returns at once,
+ * and the job is done later by that much. That wait is measured
+ * (kvt_cache_job_stat.wait_s).
  *
  * PERSISTENCE. With an ssd tier opened 'persist' (ssd:DIR,SIZE,persist)
  * the ssd tier and its part of the index survive a restart: each ssd slot
@@ -581,8 +583,10 @@ typedef struct kvt_cache_job_stat {
 	uint64_t verified;       /* pages whose every layer sum matched */
 	uint64_t from[KVT_TIER_COUNT]; /* load: pages by source tier */
 	uint64_t bytes;
-	double wait_s;           /* waited for room: synchronous eviction,
-				    slots still read by background copies */
+	double wait_s;           /* waited for room: the demotions a store
+				    decided, slots still read by other
+				    copies (a store: on the room thread,
+				    before its transfers started) */
 	double layer0_s;         /* submit -> layer 0 ready (every
 				    transfer of the job past layer 0) */
 	double total_s;          /* submit -> done */

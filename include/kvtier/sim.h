@@ -277,10 +277,12 @@ typedef struct kvt_sim_config {
 				   * caused, and the background pass's copies
 				   * still reading the tier it writes (their
 				   * freed slots are the ones it gets) — as
-				   * kvt_cache_store() does before it
-				   * returns: the step's end and its first
-				   * tokens wait for them (0: they move in
-				   * the background, the store at once) */
+				   * kvt_cache_store() did before it
+				   * returned, until its room moved to the
+				   * cache's room thread: the step's end and
+				   * its first tokens wait for them (0: they
+				   * move in the background, the store at
+				   * once; the demo's prediction: 0) */
 	uint32_t stress;          /* CPU stressor threads (0) */
 	int hbm_reuse;            /* -1: auto (off for agentic), 0, 1 */
 

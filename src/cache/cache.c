@@ -29,6 +29,15 @@
 
 static void stop_threads(kvt_cache *c)
 {
+	/* the room thread first: the stores it still holds submit to the
+	 * workers (kvt_cache_close() waited for every job anyway) */
+	pthread_mutex_lock(&c->rmu);
+	c->rstop = 1;
+	pthread_cond_broadcast(&c->rcv);
+	pthread_mutex_unlock(&c->rmu);
+	if (c->have_room)
+		pthread_join(c->room, NULL);
+	c->have_room = 0;
 	pthread_mutex_lock(&c->wmu);
 	c->stopping = 1;
 	pthread_cond_broadcast(&c->wcv);
@@ -100,6 +109,8 @@ static void cache_free(kvt_cache *c)
 	pthread_mutex_destroy(&c->smu);
 	pthread_mutex_destroy(&c->wmu);
 	pthread_mutex_destroy(&c->stage_mu);
+	pthread_mutex_destroy(&c->rmu);
+	pthread_cond_destroy(&c->rcv);
 	pthread_cond_destroy(&c->scv);
 	pthread_cond_destroy(&c->wcv);
 	pthread_cond_destroy(&c->bgcv);
@@ -210,6 +221,8 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 	pthread_mutex_init(&c->smu, NULL);
 	pthread_mutex_init(&c->wmu, NULL);
 	pthread_mutex_init(&c->stage_mu, NULL);
+	pthread_mutex_init(&c->rmu, NULL);
+	kvti_cond_init_mono(&c->rcv);
 	kvti_cond_init_mono(&c->scv);
 	c->run_next = 1; /* the first batch id */
 	kvti_cond_init_mono(&c->wcv);
@@ -252,6 +265,11 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 			kvti_fail(err, "cache: starting the worker threads");
 			goto fail;
 		}
+	if ((err = -pthread_create(&c->room, NULL, kvti_cache_room_main, c))) {
+		kvti_fail(err, "cache: starting the room thread");
+		goto fail;
+	}
+	c->have_room = 1;
 	if (c->background) {
 		if ((err = -pthread_create(&c->bg, NULL, kvti_cache_bg_main,
 					   c))) {

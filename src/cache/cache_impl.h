@@ -35,6 +35,9 @@
  *           broadcast whenever a slot leaves PEND, a mark drops, a batch
  *           ends, a job ends or a memory's job count drops.
  *   c->wmu  the worker's queue and the background thread's kick; a leaf.
+ *   c->rmu  the room thread's queue; a leaf, taken under mu (a store
+ *           queues itself there before it drops mu, so the queue holds
+ *           batches in the order of their ids).
  *   j->mu   a job's progress; a leaf too.
  *
  *   engine threads      lookup, load, store (setup under mu, then submit)
@@ -46,6 +49,10 @@
  *                       staged ssd loads (one at a time: c->stage_mu)
  *   background thread   demotes above the high watermark: decides under
  *                       mu, copies without it, commits under smu
+ *   room thread         runs the demotions a store's placement decided
+ *                       and waits out its slots' fences, then submits the
+ *                       store's transfers (mover.c): kvt_cache_store()
+ *                       returns without waiting for room
  *
  * A job is finished only by the worker, once every transfer it issued is
  * done, so a job's pins and slot states change in one place.
@@ -171,6 +178,11 @@ struct kvt_cache_job {
 	uint32_t reported;   /* j->mu: layers last reported */
 	int freported;       /* j->mu: all-failed reported */
 	kvt_cache_job *qnext; /* c->wmu: worker queue */
+	struct batch rb;     /* a store waiting for room: the copies its */
+	uint32_t rid;        /*  placement decided and their batch id (0:
+				only fences to wait out), run by the room
+				thread (mover.c) */
+	kvt_cache_job *rnext; /* c->rmu: the room queue */
 	kvt_cache_job *lprev, *lnext; /* c->smu: the cache's live jobs */
 };
 
@@ -224,6 +236,11 @@ struct kvt_cache {
 	pthread_t workers[KVTI_CACHE_WORKERS], bg;
 	int nworkers, have_bg;
 	pthread_mutex_t stage_mu;        /* one staged ssd load at a time */
+	pthread_mutex_t rmu;             /* the room thread's queue */
+	pthread_cond_t rcv;
+	kvt_cache_job *rq, *rq_tail;     /* rmu: stores waiting for room */
+	int rstop, have_room;            /* rmu: stop once rq is empty */
+	pthread_t room;
 	const struct kvti_cache_ext *ext; /* the remote tier's hooks, or
 					    NULL (cache_ext.h); set at open */
 	void *ext_arg;
@@ -293,6 +310,13 @@ double kvti_cache_unlock(kvt_cache *c);
 /* The background thread, and a wake-up for it (after a store). */
 void *kvti_cache_bg_main(void *arg);
 void kvti_cache_bg_kick(kvt_cache *c);
+/* c->mu held: store @j waits for room off the caller's thread. It takes
+ * the batch of this hold of mu (the demotions its placement decided),
+ * joins the live jobs and the room queue, and drops mu; the room thread
+ * runs the batch, waits out the fences of the job's fresh slots and
+ * submits its transfers. */
+void kvti_cache_room_defer(kvt_cache *c, kvt_cache_job *j);
+void *kvti_cache_room_main(void *arg);
 
 /* ---- job.c: a job's life ------------------------------------------------ */
 
@@ -305,6 +329,17 @@ int kvti_cache_job_new(kvt_cache *c, int kind, uint32_t tenant,
 int kvti_cache_sub_alloc(kvt_cache *c, struct sub *s, size_t cap);
 /* Submit every sub; the job finishes on the worker once all are done. */
 int kvti_cache_job_start(kvt_cache *c, kvt_cache_job *j);
+/* kvti_cache_job_start() in its two halves: the job joins the live jobs
+ * (kvt_cache_close() cancels and waits for it), then its transfers are
+ * submitted (a job cancelled in between ends -ECANCELED, copying
+ * nothing). */
+void kvti_cache_job_link(kvt_cache *c, kvt_cache_job *j);
+int kvti_cache_job_submit(kvt_cache *c, kvt_cache_job *j);
+/* kvt_fault_hold_jobs() (tests): hold the job here while a hold of @kind
+ * is armed (KVT_FAULT_LOADS / _STORES: as a stuck disk or device would,
+ * before it finishes; KVT_FAULT_ROOM: before its room is made), up to the
+ * hold's length, ending early at a cancel unless stuck. */
+void kvti_cache_job_hold(kvt_cache_job *j, unsigned kind);
 /* A job never started: unpin (takes c->mu), free. */
 void kvti_cache_job_abort(kvt_cache *c, kvt_cache_job *j);
 /* c->mu held: drop the job's leases. */

@@ -305,14 +305,13 @@ static void sub_free(struct sub *s)
 	kvt_free(s->bad);
 }
 
-/* Submit every transfer of a set-up job; the job counts itself as one
- * unfinished job of the cache. On a submit error, transfers already
- * submitted are cancelled and finish normally (their pages fail). */
-int kvti_cache_job_start(kvt_cache *c, kvt_cache_job *j)
+/* Start a set-up job: it counts itself as one unfinished job of the
+ * cache, and every transfer is submitted. On a submit error, transfers
+ * already submitted are cancelled and finish normally (their pages
+ * fail); so does every transfer of a job cancelled before it was
+ * submitted (a store that waited for room). */
+void kvti_cache_job_link(kvt_cache *c, kvt_cache_job *j)
 {
-	int err = 0, staged = 0;
-	kvt_xfer_job *xj;
-
 	pthread_mutex_lock(&c->smu);
 	c->jobs++;
 	j->lnext = c->live;
@@ -320,7 +319,24 @@ int kvti_cache_job_start(kvt_cache *c, kvt_cache_job *j)
 		c->live->lprev = j;
 	c->live = j;
 	pthread_mutex_unlock(&c->smu);
+}
+
+int kvti_cache_job_start(kvt_cache *c, kvt_cache_job *j)
+{
+	kvti_cache_job_link(c, j);
+	return kvti_cache_job_submit(c, j);
+}
+
+int kvti_cache_job_submit(kvt_cache *c, kvt_cache_job *j)
+{
+	int err = 0, staged = 0;
+	kvt_xfer_job *xj;
+
+	pthread_mutex_lock(&j->mu);
 	j->subs_left = 1; /* held until every transfer is submitted */
+	if (j->cancel) /* while it waited for room: nothing is copied */
+		err = -ECANCELED;
+	pthread_mutex_unlock(&j->mu);
 	for (int k = 0; k < j->nsub; k++) {
 		struct sub *s = &j->sub[k];
 		int lsum = c->verify && s->src == ENGINE;

@@ -109,17 +109,13 @@ static int store_finish(kvt_cache *c, kvt_cache_job *j, int cancel)
 	return nbad > 0;
 }
 
-/* kvt_fault_hold_jobs() (tests): keep the job in flight a while, as a
- * stuck disk or device would, ending early at a cancel unless stuck. */
-static void job_hold(kvt_cache_job *j)
+void kvti_cache_job_hold(kvt_cache_job *j, unsigned kind)
 {
-	int stuck = 0;
-	uint64_t ns = kvti_fault_hold(j->kind == JOB_STORE, &stuck);
-	uint64_t end = kvt_now_ns() + ns;
+	uint64_t t0 = kvt_now_ns(), ns;
+	int stuck = 0, cancel;
 
-	while (ns && kvt_now_ns() < end) {
-		int cancel;
-
+	while ((ns = kvti_fault_hold(kind, &stuck)) &&
+	       kvt_now_ns() - t0 < ns) {
 		pthread_mutex_lock(&j->mu);
 		cancel = j->cancel;
 		pthread_mutex_unlock(&j->mu);
@@ -136,7 +132,8 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 	double wait_s;
 	int cancel, bad;
 
-	job_hold(j);
+	kvti_cache_job_hold(j, j->kind == JOB_STORE ? KVT_FAULT_STORES :
+			    KVT_FAULT_LOADS);
 	pthread_mutex_lock(&j->mu);
 	cancel = j->cancel;
 	pthread_mutex_unlock(&j->mu);

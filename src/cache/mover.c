@@ -23,10 +23,14 @@
  *                                 PEND)
  *
  * Every copy the index asks for joins the batch of the current hold of
- * c->mu; the thread that drops the lock runs it (a store, a job's unpin on
- * the worker, a touching lookup, a quota change, the background pass), so
- * a caller waits only for the copies its own call caused, and no one else
- * waits behind them for the lock. A batch's waves order its own moves: a
+ * c->mu; the thread that drops the lock runs it (a job's unpin on the
+ * worker, a touching lookup, a quota change, the background pass), so a
+ * caller waits only for the copies its own call caused, and no one else
+ * waits behind them for the lock. A store's batch is the exception: the
+ * store queues itself with it on the room thread before it drops c->mu
+ * (kvti_cache_room_defer()) and returns; the room thread runs the batch,
+ * waits out the store's fresh slots' fences and submits its transfers, so
+ * the engine's thread never waits for room. A batch's waves order its own moves: a
  * move goes one wave after any earlier move of the batch that wrote its
  * source or read or wrote its destination (the slot reuse of a demotion
  * chain).
@@ -47,10 +51,16 @@
  *    that one is over (the index may free a slot an earlier batch still
  *    reads, or evict a page an earlier batch still writes), and a source
  *    an earlier batch failed to write is BAD by then (the move fails);
+ *  - the room thread takes stores in the order of their batch ids (each
+ *    queued under c->mu, with its id), so the batch it waits for in
+ *    batch_run() is never one queued behind it: every earlier batch is
+ *    either ahead of it in the queue or run by the thread that decided
+ *    it, right after it dropped c->mu, waiting only for earlier ones;
+ *    nothing the room thread does waits for a worker;
  *  - a store writes a fresh slot only once no batch holds a mark on it
- *    (kvti_cache_slot_settle(), after dropping c->mu and running its own
- *    batch): the marks it waits for belong to batches decided before it
- *    was, which run without waiting for anyone but earlier batches.
+ *    (kvti_cache_slot_settle(), on the room thread after its own batch):
+ *    the marks it waits for belong to batches decided before it was,
+ *    which run without waiting for anyone but earlier batches.
  * So waits point from later to earlier decisions, never in a cycle, and
  * none is taken with c->mu held.
  */
@@ -412,6 +422,83 @@ double kvti_cache_unlock(kvt_cache *c)
 	kvt_free(b.mv);
 	kvt_free(b.sums);
 	return kvti_cache_secs(t0);
+}
+
+/* ---- the room thread: a store's room, off the caller's thread ---------- */
+
+void kvti_cache_room_defer(kvt_cache *c, kvt_cache_job *j)
+{
+	j->rb = c->cur;
+	j->rid = c->batch;
+	memset(&c->cur, 0, sizeof(c->cur));
+	c->batch = 0;
+	kvti_cache_job_link(c, j);
+	/* queued before mu drops: the queue holds batch ids in order, so the
+	 * room thread never waits for a batch queued behind it */
+	pthread_mutex_lock(&c->rmu);
+	j->rnext = NULL;
+	if (c->rq_tail)
+		c->rq_tail->rnext = j;
+	else
+		c->rq = j;
+	c->rq_tail = j;
+	pthread_cond_signal(&c->rcv);
+	pthread_mutex_unlock(&c->rmu);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* Make one queued store's room: its batch in turn (batch_run() waits only
+ * for earlier batches: those queued before it here, or run by the thread
+ * that decided them right after it dropped mu), then its fresh slots'
+ * fences (marks of batches decided before it, all over by then or about
+ * to be), then its transfers. */
+static void room_run(kvt_cache *c, kvt_cache_job *j)
+{
+	uint64_t t0 = kvt_now_ns();
+	double s;
+
+	kvti_cache_job_hold(j, KVT_FAULT_ROOM); /* tests: its call returned */
+	if (j->rid)
+		batch_run(c, &j->rb, j->rid);
+	kvt_free(j->rb.mv);
+	kvt_free(j->rb.sums);
+	memset(&j->rb, 0, sizeof(j->rb));
+	pthread_mutex_lock(&c->smu);
+	for (int k = 0; k < j->nsub; k++)
+		for (size_t i = 0; i < j->sub[k].n; i++)
+			kvti_cache_slot_settle(c, j->sub[k].dst,
+					       j->sub[k].ds[i]);
+	pthread_mutex_unlock(&c->smu);
+	s = kvti_cache_secs(t0);
+	pthread_mutex_lock(&j->mu);
+	j->st.wait_s += s;
+	pthread_mutex_unlock(&j->mu);
+	kvti_cache_job_submit(c, j); /* its errors end the job's transfers */
+}
+
+void *kvti_cache_room_main(void *arg)
+{
+	kvt_cache *c = arg;
+
+	pthread_mutex_lock(&c->rmu);
+	for (;;) {
+		kvt_cache_job *j = c->rq;
+
+		if (!j) {
+			if (c->rstop)
+				break;
+			pthread_cond_wait(&c->rcv, &c->rmu);
+			continue;
+		}
+		c->rq = j->rnext;
+		if (!c->rq)
+			c->rq_tail = NULL;
+		pthread_mutex_unlock(&c->rmu);
+		room_run(c, j); /* the job may be done (and freed) after */
+		pthread_mutex_lock(&c->rmu);
+	}
+	pthread_mutex_unlock(&c->rmu);
+	return NULL;
 }
 
 /* ---- the background thread: demotion above the high watermark ---------- */

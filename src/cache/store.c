@@ -10,10 +10,14 @@
  *                  promoted back up); what fits nowhere is cut off. Under
  *                  c->smu: one sub per destination tier (engine -> tier),
  *                  each fresh slot PEND.
- *   then, unlocked the eviction copies that made room run
- *                  (kvti_cache_unlock(), counted in wait_s), each fresh
- *                  slot waits until no copy holds a mark on it (counted
- *                  too), the transfers are submitted.
+ *   then          the transfers are submitted, at once when the
+ *                  placement decided no copy and no fresh slot is still
+ *                  read or written by one; otherwise the job joins the
+ *                  room queue (kvti_cache_room_defer()) and the call
+ *                  returns: the room thread runs the eviction copies that
+ *                  made room, waits out each fresh slot's fences (both
+ *                  counted in wait_s), then submits. The caller's thread
+ *                  never waits for room.
  *
  * A store never fails whole for want of room: the blocks of pages that fit
  * nowhere (everything else pinned, or over the tenant's quotas) go on the
@@ -121,8 +125,7 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 	kvt_page_loc *locs = NULL;
 	kvt_cache_job *j;
 	size_t nplaced, copied = 0;
-	uint64_t t0;
-	int err;
+	int err, fenced = 0;
 
 	kvti_errclear();
 	if (!out)
@@ -174,6 +177,8 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 		sp->pg[sp->n] = p - first;
 		sp->n++;
 		copied++;
+		fenced |= c->m[l->tier].rd[l->slot] ||
+			  c->m[l->tier].wr[l->slot];
 		kvti_cache_slot_pend(c, l->tier, l->slot, 0);
 		if (c->persist)
 			kvtp_ident_set(c->persist, l->tier, l->slot, tenant,
@@ -191,17 +196,16 @@ int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
 					      j->sub[KVT_TIER_SSD].n > 0;
 	}
 	pthread_mutex_unlock(&c->smu);
-	/* the evictions that made room copy now, without c->mu; then each
-	 * fresh slot waits until no copy still reads or writes it */
-	j->st.wait_s += kvti_cache_unlock(c);
-	t0 = kvt_now_ns();
-	pthread_mutex_lock(&c->smu);
-	for (int k = 0; k < j->nsub; k++)
-		for (size_t i = 0; i < j->sub[k].n; i++)
-			kvti_cache_slot_settle(c, j->sub[k].dst,
-					       j->sub[k].ds[i]);
-	pthread_mutex_unlock(&c->smu);
-	j->st.wait_s += kvti_cache_secs(t0);
+	if (c->batch || fenced) {
+		/* the evictions that made room must copy first, and each
+		 * fresh slot wait until no copy still reads or writes it:
+		 * the room thread does both, then submits (mover.c) */
+		kvti_cache_room_defer(c, j);
+		kvt_free(locs);
+		*out = j;
+		return 0;
+	}
+	kvti_cache_unlock(c); /* (decided no copy: nothing to run) */
 start:
 	kvt_free(locs);
 	kvti_cache_job_start(c, j);

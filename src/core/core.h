@@ -43,9 +43,10 @@ void *kvti_mmap(void *addr, size_t len, int prot, int flags, int fd,
 /* True when the injector says this acquisition fails (for resources that
  * are not memory but can run out: used to test setup paths). */
 bool kvti_fault(void);
-/* kvt_fault_hold_jobs(): how long a job of this kind (@store) finishing
- * now is held, in ns (0: not held), and whether a cancel ends it. */
-uint64_t kvti_fault_hold(int store, int *stuck);
+/* kvt_fault_hold_jobs(): how long a hold of @kind (KVT_FAULT_LOADS,
+ * _STORES, _ROOM) lasts, in ns (0: not armed), and whether a cancel ends
+ * it; asked again while holding, so that disarming ends a hold. */
+uint64_t kvti_fault_hold(unsigned kind, int *stuck);
 /* Grow the array *@p of *@cap elements of @elem bytes (doubling, from
  * @first) until it holds @need; 0 or -ENOMEM (the array is unchanged). */
 int kvti_grow(void **p, size_t *cap, size_t need, size_t elem, size_t first);

@@ -6,8 +6,9 @@
  * Compiled into every build and off by default; armed only by a call in
  * the process (a test, or a daemon a test forked after arming it): the
  * daemon never calls it and nothing a client sends reaches it. The cache's
- * finishing workers ask kvti_fault_hold() once per job (cache/job_finish.c)
- * and wait there; the settings are atomics, read without a lock.
+ * finishing workers ask kvti_fault_hold() for each job (cache/job_finish.c)
+ * and wait there, the room thread before a store's demotions
+ * (cache/mover.c); the settings are atomics, read without a lock.
  */
 #include "core/core.h"
 
@@ -20,7 +21,7 @@ void kvt_fault_hold_jobs(uint32_t ms, unsigned flags)
 	atomic_store(&hold_ms, ms);
 }
 
-uint64_t kvti_fault_hold(int store, int *stuck)
+uint64_t kvti_fault_hold(unsigned kind, int *stuck)
 {
 	uint32_t ms = (uint32_t)atomic_load_explicit(&hold_ms,
 						     memory_order_relaxed);
@@ -29,7 +30,7 @@ uint64_t kvti_fault_hold(int store, int *stuck)
 	if (KVT_LIKELY(!ms))
 		return 0;
 	f = atomic_load(&hold_flags);
-	if (!(f & (store ? KVT_FAULT_STORES : KVT_FAULT_LOADS)))
+	if (!(f & kind))
 		return 0;
 	*stuck = (f & KVT_FAULT_STUCK) != 0;
 	return (uint64_t)ms * 1000000ull;

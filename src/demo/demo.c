@@ -324,9 +324,10 @@ int kvt_demo_sim_config(const kvt_demo_config *c, unsigned policy,
 	s->bg_low = KVT_CACHE_LOW;
 	/* its ssd loads into the engine's memory go through the bounce */
 	s->ssd_stage_pages = KVT_CACHE_STAGE_SLOTS;
-	/* its store calls make room before they return (the step thread
-	 * waits: "waiting for room" in the demo's breakdown) */
-	s->store_room_wait = 1;
+	/* its store calls return at once: the copies making their room run
+	 * on the cache's room thread, the step thread waits for none of
+	 * them (store_room_wait stays 0) */
+	s->store_room_wait = 0;
 	if ((err = kvt_geom_preset(&g, c->model, c->page_tokens, 1, 0)))
 		return err;
 	s->kv_bytes = (double)(c->hbm_bytes / kvt_geom_page_bytes(&g) *
