@@ -30,10 +30,10 @@
  * store queues itself with it on the room thread before it drops c->mu
  * (kvti_cache_room_defer()) and returns; the room thread runs the batch,
  * waits out the store's fresh slots' fences and submits its transfers, so
- * the engine's thread never waits for room. A batch's waves order its own moves: a
- * move goes one wave after any earlier move of the batch that wrote its
- * source or read or wrote its destination (the slot reuse of a demotion
- * chain).
+ * the engine's thread never waits for room. A batch's waves order its own
+ * moves: a move goes one wave after any earlier move of the batch that
+ * wrote its source or read or wrote its destination (the slot reuse of a
+ * demotion chain).
  *
  * A demotion chain writes one slot several times in one batch: making room
  * for page a in dram evicts dram slot s (its page to ssd, wave 0), a goes

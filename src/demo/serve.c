@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int kvti_sv_fail(struct serve *s, int err, const char *what)
 {
@@ -230,6 +231,9 @@ static int store_pages(struct serve *s, struct dreq *r, uint32_t upto)
 	}
 	s->bd_st_call += (double)(kvt_now_ns() - t0) / 1e9;
 	s->bd_st_calls++;
+	kvti_debug("demo: req %llu store call: pages %u..%u, %.3f ms",
+		   (unsigned long long)r->er.id, first, upto,
+		   (double)(kvt_now_ns() - t0) / 1e6);
 	if (err == KVT_EFULL || err == KVT_ENOTFOUND) {
 		/* nowhere to put it now (the top tier is full of pages other
 		 * jobs hold): these pages are not cached; counted */
@@ -476,6 +480,11 @@ static int arrive(struct serve *s, const struct wl_item *it)
 	r->out->arrival = it->arrival;
 	r->fail_at = UINT32_MAX;
 	r->er.id = ++s->next_id;
+	/* (the prediction logs the same line: ids follow arrivals, which
+	 * differ between the two clocks; source and turn match them up) */
+	kvti_debug("demo: req %llu is source %u turn %u (arrival %.6f)",
+		   (unsigned long long)r->er.id, it->source, it->turn,
+		   it->arrival);
 	r->er.prompt = it->prompt;
 	r->er.output = it->output;
 	r->er.arrival = it->arrival;
@@ -574,8 +583,19 @@ static int serve_loop(struct serve *s)
 						   deferred requests */
 			if (e->busy && !e->blocked)
 				wait = 0; /* a step planned: nothing to wait */
-			if (wait > 0)
-				poll(&pfd, 1, (int)ceil(wait * 1e3));
+			/* to the microsecond: poll()'s whole milliseconds,
+			 * rounded up, made every turn arriving at an idle
+			 * engine wait up to 1 ms more (0.5-1 ms of each
+			 * TTFT), which no engine's request socket does */
+			if (wait > 0) {
+				struct timespec ts = {
+					.tv_sec = (time_t)wait,
+					.tv_nsec = (long)((wait - floor(wait)) *
+							  1e9),
+				};
+
+				ppoll(&pfd, 1, &ts, NULL);
+			}
 		}
 	}
 	if (e->error && !s->err)

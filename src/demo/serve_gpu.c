@@ -261,6 +261,11 @@ void kvti_sv_gpu_step(struct serve *s)
 	s->bd_wall[busy] += (double)(kvt_now_ns() - t0) / 1e9;
 	s->bd_wait[busy] += s->load_wait_s - wait0;
 	s->bd_write[busy] += s->overrun_s - over0;
+	kvti_debug("demo: prefill step: modeled %.3f ms, wall %.3f (load wait "
+		   "%.3f, writes over %.3f), %u jobs in flight",
+		   e->compute_s * 1e3, (double)(kvt_now_ns() - t0) / 1e6,
+		   (s->load_wait_s - wait0) * 1e3,
+		   (s->overrun_s - over0) * 1e3, s->njobs);
 	{
 		double late = KVT_MAX(0.0, (double)(kvt_now_ns() - t0) / 1e9 -
 					   e->compute_s -

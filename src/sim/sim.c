@@ -345,6 +345,11 @@ static int arrive(struct sim *s, const struct wl_item *it)
 		return -ENOMEM;
 	r->it = *it;
 	r->er.id = ++s->next_id;
+	/* ids follow arrivals, which differ between a demo pass and its
+	 * prediction: the (source, turn) pair matches them up */
+	kvti_debug("sim: req %llu is source %u turn %u (arrival %.6f)",
+		   (unsigned long long)r->er.id, it->source, it->turn,
+		   it->arrival);
 	e = &s->eng[it->affinity % s->neng];
 	if (kvti_sim_push(s, it->arrival, EV_ARRIVAL, r, e->idx)) {
 		kvt_free(r);
