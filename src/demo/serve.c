@@ -527,6 +527,19 @@ static void arrivals_due(struct serve *s)
 	}
 }
 
+/* Host time since @t0 spent planning (and, after a step, ending it): the
+ * engine's host time per step (host_us_*_step), charged to a step with
+ * prefills when the plan made one. */
+static void plan_spent(struct serve *s, uint64_t t0)
+{
+	double dt = (double)(kvt_now_ns() - t0) / 1e9;
+
+	s->plan_s += dt;
+	if (s->eng.busy && s->eng.step_prefills) /* the step planned */
+		s->plan_pf_s += dt;
+	s->plans++;
+}
+
 static int serve_loop(struct serve *s)
 {
 	struct kvti_eng *e = &s->eng;
@@ -538,7 +551,20 @@ static int serve_loop(struct serve *s)
 			break;
 		}
 		kvti_sv_reap(s);
-		arrivals_due(s);
+		{
+			/* turns arriving at an idle engine are planned here
+			 * (their arrival's kick): that host time belongs to
+			 * the step it plans, as after a step below */
+			uint64_t t2 = kvt_now_ns();
+			int idle = !e->busy;
+
+			arrivals_due(s);
+			if (idle && !s->step_due && !e->busy &&
+			    (e->nwait || e->nrun))
+				kvti_eng_kick(e);
+			if (idle && e->busy)
+				plan_spent(s, t2);
+		}
 		if (s->step_due) {
 			uint64_t t1;
 
@@ -552,13 +578,7 @@ static int serve_loop(struct serve *s)
 			 * the plan, each waited one step more than it had to */
 			arrivals_due(s);
 			kvti_eng_step_end(e, s->step_gen); /* plans the next */
-			s->plan_s += (double)(kvt_now_ns() - t1) / 1e9;
-			if (e->busy && e->step_prefills) /* the step planned */
-				s->plan_pf_s += (double)(kvt_now_ns() - t1) /
-						1e9;
-			s->plans++;
-		} else if (!e->busy && (e->nwait || e->nrun)) {
-			kvti_eng_kick(e);
+			plan_spent(s, t1);
 		}
 		if (s->pc->tamper && !tampered && s->c->tamper_after &&
 		    s->finished >= s->c->tamper_after) {
