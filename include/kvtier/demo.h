@@ -268,9 +268,10 @@ typedef struct kvt_demo_stat {
 	double gpu_overrun_s;      /* steps longer than modeled: the CPU's
 				      emulation of the GPU's writes */
 	double load_wait_s;        /* steps waiting for loads, in all */
-	double plan_ms_mean;       /* the engine's own time between two steps
-				      (finishing one, planning the next:
-				      views, lookups, submissions), mean */
+	double plan_ms_mean;       /* the engine's own time planning a step
+				      (after a step: finishing it too; at an
+				      idle engine: the arrivals that woke
+				      it), views, lookups, submissions, mean */
 	double host_us_per_step;   /* the engine's own host time per step
 				      beyond the modeled GPU time and the
 				      loads it waited for: its work between
