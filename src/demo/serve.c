@@ -559,8 +559,7 @@ static int serve_loop(struct serve *s)
 			int idle = !e->busy;
 
 			arrivals_due(s);
-			if (idle && !s->step_due && !e->busy &&
-			    (e->nwait || e->nrun))
+			if (idle && !e->busy && (e->nwait || e->nrun))
 				kvti_eng_kick(e);
 			if (idle && e->busy)
 				plan_spent(s, t2);
