@@ -154,9 +154,19 @@ static void load_prefix(kvt_cache *c, const eng *e, int s, int i,
 		b[k] = (uint32_t)(NB - 1 - k * 2);
 		eng_poison(e, b[k]);
 	}
+	uint64_t t0 = kvt_now_ns(), prev = 0;
+
 	CHECK_OK(kvt_cache_load(c, 0, keys[s], n, 0, b, &j));
 	for (uint32_t l = 0; l < L; l++) {
+		uint64_t at;
+
 		CHECK_OK(kvt_cache_job_wait_layer(j, l, -1));
+		/* the instant it became ready: after the submit, before the
+		 * waiter saw it, never before an earlier layer's */
+		at = kvt_cache_job_layer_ns(j, l);
+		CHECK(at >= t0 && at <= kvt_now_ns());
+		CHECK(at >= prev);
+		prev = at;
 		for (size_t k = 0; k + 1 < n; k++) {
 			page_img(e, keys[s][k], img);
 			if (!eng_layer_is(e, b[k], l, img)) {
@@ -167,6 +177,7 @@ static void load_prefix(kvt_cache *c, const eng *e, int s, int i,
 		}
 	}
 	CHECK_ERR(kvt_cache_job_wait(j, -1), want_err);
+	CHECK_EQ(kvt_cache_job_layer_ns(j, L), 0); /* out of range */
 	CHECK_EQ(kvt_cache_job_failed(j, failed, SP), 1);
 	CHECK_EQ(failed[0], b[i]);
 	kvt_cache_job_stat_get(j, &st);

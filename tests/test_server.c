@@ -64,11 +64,26 @@ static int engine(uint32_t tenant, uint32_t tp, uint32_t rank, uint32_t s,
 		blk2[i] = NB - 1 - i;
 		srv_zero(&sm, blk2[i]);
 	}
-	CHECK_OK(kvt_client_load(cl, sm.m, keys, NP, 0, blk2, &j));
-	if (kvt_test_failures)
-		return 1;
-	for (uint32_t l = 0; l < SRV_L; l++)
-		CHECK_OK(kvt_client_job_wait_layer(j, l, 10ll * 1000000000));
+	{
+		uint64_t t0 = kvt_now_ns(), prev = 0;
+
+		CHECK_OK(kvt_client_load(cl, sm.m, keys, NP, 0, blk2, &j));
+		if (kvt_test_failures)
+			return 1;
+		for (uint32_t l = 0; l < SRV_L; l++) {
+			uint64_t at;
+
+			CHECK_OK(kvt_client_job_wait_layer(j, l,
+							   10ll * 1000000000));
+			/* the daemon's stamp: when it reported the layer
+			 * ready, on this clock, never before the load began */
+			at = kvt_client_job_layer_ns(j, l);
+			CHECK(at >= t0 && at <= kvt_now_ns());
+			CHECK(at >= prev);
+			prev = at;
+		}
+		CHECK_EQ(kvt_client_job_layer_ns(j, SRV_L), 0);
+	}
 	CHECK_OK(kvt_client_job_wait(j, -1));
 	{
 		kvt_cache_job_stat st;

@@ -166,6 +166,14 @@ enum {
  *              (the SM-capped gather kernel), _BATCH (batched copy-engine
  *              DMA) or _CHUNK (one copy per chunk); 0: kernel for loads,
  *              batch for stores (kvt_xfer_config.cuda_load / cuda_store).
+ * @thread_nice: the nice value (setpriority) of every thread the cache
+ *              starts — its transfer engine's lanes and workers, its job
+ *              workers, room and background threads — 1 to 19, below the
+ *              engine's own threads; 0: as created (the caller's). On a
+ *              host with few cores a copy thread that takes the core of
+ *              the engine's thread delays the step that thread drives
+ *              (kvtier demo, whose thread is the emulated GPU, sets 10:
+ *              docs/SIMULATOR.md §7).
  */
 #define KVT_CACHE_HIGH 0.90  /* default high watermark */
 #define KVT_CACHE_LOW 0.75   /* default low watermark */
@@ -187,6 +195,7 @@ typedef struct kvt_cache_config {
 	const char *remote;
 	const char *devices;
 	int dev_load, dev_store;
+	int thread_nice;
 } kvt_cache_config;
 
 #define KVT_CACHE_CONFIG_INIT { .size = sizeof(kvt_cache_config) }
@@ -525,6 +534,20 @@ KVT_API int kvt_cache_store_ex(kvt_cache *c, uint32_t tenant,
  */
 KVT_API int kvt_cache_job_wait_layer(kvt_cache_job *j, uint32_t layer,
 				     int64_t timeout_ns);
+
+/**
+ * kvt_cache_job_layer_ns() - when layer @layer became ready for
+ * kvt_cache_job_wait_layer(): the kvt_now_ns() (CLOCK_MONOTONIC) instant
+ * its last copy landed and verified, or the job ended, whichever came
+ * first; 0 while it has not (and for @layer out of range).
+ *
+ * A waiter wakes some time after that instant (the thread must be
+ * scheduled). A GPU's stream wait on the same readiness does not: the
+ * engine's next kernel starts when the copy lands. An engine that emulates
+ * a device (kvtier demo) starts the layer's work here, not when its thread
+ * woke; one that measures its host's wake-up latency subtracts the two.
+ */
+KVT_API uint64_t kvt_cache_job_layer_ns(kvt_cache_job *j, uint32_t layer);
 
 /**
  * kvt_cache_job_wait() - block until the job is done (every layer, the

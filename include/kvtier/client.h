@@ -402,6 +402,11 @@ KVT_API int kvt_client_job_stream_wait(kvt_client_job *j, uint32_t layer,
 KVT_API int kvt_client_job_wait_layer(kvt_client_job *j, uint32_t layer,
 				      int64_t timeout_ns);
 KVT_API int kvt_client_job_wait(kvt_client_job *j, int64_t timeout_ns);
+/** As kvt_cache_job_layer_ns(), from the daemon's stamp in the job's slot:
+ *  the instant the daemon last reported progress, at or after the one
+ *  layer @layer landed (an upper bound when later layers came since);
+ *  0 while not ready, once released, or from a daemon that stamps none. */
+KVT_API uint64_t kvt_client_job_layer_ns(kvt_client_job *j, uint32_t layer);
 KVT_API int kvt_client_job_poll(kvt_client_job *j);
 KVT_API int kvt_client_job_cancel(kvt_client_job *j);
 KVT_API long kvt_client_job_failed(kvt_client_job *j, uint32_t *blocks,

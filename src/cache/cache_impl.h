@@ -176,6 +176,9 @@ struct kvt_cache_job {
 	kvt_cache_progress_fn *progress; /* j->mu: kvt_cache_io */
 	void *parg;
 	uint32_t reported;   /* j->mu: layers last reported */
+	uint64_t *ready_ns;  /* L: when each layer became ready (j->mu;
+				0: not yet), kvt_cache_job_layer_ns() */
+	uint32_t stamped;    /* j->mu: layers 0..stamped-1 have ready_ns */
 	int freported;       /* j->mu: all-failed reported */
 	kvt_cache_job *qnext; /* c->wmu: worker queue */
 	struct batch rb;     /* a store waiting for room: the copies its */
@@ -201,6 +204,7 @@ struct kvt_cache {
 	kvt_geom geom;
 	uint32_t L;
 	int verify, background, stage_ssd;
+	int nice;                        /* its threads' nice value */
 	double high, low;
 	kvt_tier *tiers[KVT_TIER_COUNT]; /* owned: fabric, dram, ssd */
 	int top;                         /* fastest owned tier */
@@ -350,6 +354,7 @@ void kvti_cache_job_fail_page(kvt_cache_job *j, size_t i, int err);
 void kvti_cache_sub_end(struct sub *s, int err);
 /* j->mu held: layers landed in every sub; 1 when every block failed. */
 uint32_t kvti_cache_job_ready(kvt_cache_job *j);
+void kvti_cache_job_stamp(kvt_cache_job *j, int done);
 int kvti_cache_job_all_failed(kvt_cache_job *j);
 /* The transfer engine's layer callback of a sub (arg: the sub). */
 void kvti_cache_sub_layer(kvt_xfer_job *xj, uint32_t layer, void *arg);

@@ -72,6 +72,23 @@ uint32_t kvti_cache_job_ready(kvt_cache_job *j)
 	return r;
 }
 
+/* j->mu held: stamp the layers that became ready since the last call
+ * (@done: the job ended, every layer is as ready as it will be). */
+void kvti_cache_job_stamp(kvt_cache_job *j, int done)
+{
+	uint32_t r = done ? j->c->L : kvti_cache_job_ready(j);
+	uint64_t now;
+
+	if (!j->ready_ns || r <= j->stamped)
+		return;
+	if (!done && j->absent == j->n)
+		return; /* nothing copied: no layer is ready until done */
+	now = kvt_now_ns();
+	for (uint32_t l = j->stamped; l < r; l++)
+		j->ready_ns[l] = now;
+	j->stamped = r;
+}
+
 static int job_failed_now(kvt_cache_job *j, int *err);
 
 int kvti_cache_job_all_failed(kvt_cache_job *j)
@@ -121,6 +138,7 @@ void kvti_cache_sub_layer(kvt_xfer_job *xj, uint32_t layer, void *arg)
 		s->landed = layer + 1;
 	if (!j->st.layer0_s && j->absent < j->n && kvti_cache_job_ready(j) > 0)
 		j->st.layer0_s = kvti_cache_secs(j->t0);
+	kvti_cache_job_stamp(j, 0);
 	job_report(j);
 	pthread_cond_broadcast(&j->cv);
 	pthread_mutex_unlock(&j->mu);
@@ -154,6 +172,7 @@ void kvti_cache_sub_end(struct sub *s, int err)
 	    kvti_cache_job_ready(j) > 0 && !err)
 		j->st.layer0_s = kvti_cache_secs(j->t0);
 	last = --j->subs_left == 0;
+	kvti_cache_job_stamp(j, 0);
 	job_report(j);
 	pthread_cond_broadcast(&j->cv);
 	pthread_mutex_unlock(&j->mu);
@@ -252,11 +271,13 @@ int kvti_cache_job_new(kvt_cache *c, int kind, uint32_t tenant,
 	j->keys = kvt_malloc((nkeys ? nkeys : 1) * sizeof(*keys));
 	j->blocks = kvt_malloc((n ? n : 1) * sizeof(*blocks));
 	j->failed = kvt_calloc(n ? n : 1, 1);
+	j->ready_ns = kvt_calloc(c->L ? c->L : 1, sizeof(*j->ready_ns));
 	sorted = kvt_malloc((n ? n : 1) * sizeof(*sorted));
 	if (o.flags & KVT_CACHE_IO_EACH)
 		j->pin_each = kvt_calloc(nkeys ? nkeys : 1, 1);
 	j->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (!j->keys || !j->blocks || !j->failed || !sorted || j->efd < 0 ||
+	if (!j->keys || !j->blocks || !j->failed || !j->ready_ns || !sorted ||
+	    j->efd < 0 ||
 	    ((o.flags & KVT_CACHE_IO_EACH) && !j->pin_each)) {
 		int err = j->efd < 0 ? kvti_fail(-errno, "eventfd: %s",
 						 strerror(errno)) : -ENOMEM;
@@ -459,6 +480,19 @@ int kvt_cache_job_wait_layer(kvt_cache_job *j, uint32_t layer,
 	return err;
 }
 
+uint64_t kvt_cache_job_layer_ns(kvt_cache_job *j, uint32_t layer)
+{
+	uint64_t t = 0;
+
+	if (layer >= j->c->L)
+		return 0;
+	pthread_mutex_lock(&j->mu);
+	if (layer < j->stamped)
+		t = j->ready_ns[layer];
+	pthread_mutex_unlock(&j->mu);
+	return t;
+}
+
 int kvt_cache_job_wait(kvt_cache_job *j, int64_t timeout_ns)
 {
 	struct timespec ts;
@@ -587,5 +621,6 @@ void kvt_cache_job_free(kvt_cache_job *j)
 	kvt_free(j->pin_each);
 	kvt_free(j->blocks);
 	kvt_free(j->failed);
+	kvt_free(j->ready_ns);
 	kvt_free(j);
 }

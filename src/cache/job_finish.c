@@ -178,6 +178,7 @@ static void job_finish(kvt_cache *c, kvt_cache_job *j)
 		c->ext->stored(c->ext_arg, j->tenant, j->keys, j->nkeys,
 			       j->first);
 	j->done = 1;
+	kvti_cache_job_stamp(j, 1);
 	pthread_cond_broadcast(&j->cv);
 	if (write(j->efd, &one, sizeof(one)) < 0) {
 		/* cannot overflow in practice */
@@ -308,6 +309,7 @@ void *kvti_cache_worker_main(void *arg)
 {
 	kvt_cache *c = arg;
 
+	kvti_thread_nice(c->nice);
 	pthread_mutex_lock(&c->wmu);
 	for (;;) {
 		kvt_cache_job *j = c->wq;

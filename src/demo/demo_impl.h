@@ -95,6 +95,7 @@ void kvti_dp_quiesce(struct dplane *d);
 
 int kvti_dj_wait(struct djob *j, int64_t timeout_ns);
 int kvti_dj_wait_layer(struct djob *j, uint32_t l, int64_t timeout_ns);
+uint64_t kvti_dj_layer_ns(struct djob *j, uint32_t l);
 int kvti_dj_poll(struct djob *j);
 long kvti_dj_failed(struct djob *j, uint32_t *blocks, size_t max);
 void kvti_dj_stat(struct djob *j, kvt_cache_job_stat *st);

@@ -38,6 +38,12 @@ int kvti_dj_wait_layer(struct djob *j, uint32_t l, int64_t t)
 	       kvt_client_job_wait_layer(j->c, l, t);
 }
 
+uint64_t kvti_dj_layer_ns(struct djob *j, uint32_t l)
+{
+	return j->j ? kvt_cache_job_layer_ns(j->j, l) :
+	       kvt_client_job_layer_ns(j->c, l);
+}
+
 int kvti_dj_poll(struct djob *j)
 {
 	return j->j ? kvt_cache_job_poll(j->j) : kvt_client_job_poll(j->c);
@@ -257,6 +263,7 @@ static int daemon_open(struct dplane *d, const kvt_demo_config *c,
 	dc.write = cc->write;
 	dc.evict = cc->evict;
 	dc.cache_flags = cc->flags;
+	dc.thread_nice = cc->thread_nice;
 	dc.lease_ms = 3600 * 1000; /* a slow run is not a stuck client */
 	if (pipe2(fds, O_CLOEXEC))
 		return kvti_fail(-errno, "demo: pipe: %s", strerror(errno));

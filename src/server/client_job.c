@@ -570,6 +570,22 @@ int kvt_client_job_wait_layer(kvt_client_job *j, uint32_t layer,
 	return err;
 }
 
+uint64_t kvt_client_job_layer_ns(kvt_client_job *j, uint32_t layer)
+{
+	const uint8_t *p;
+	uint32_t w;
+
+	if (j->released || layer >= j->cl->g.layers ||
+	    j->cl->slot_bytes < KVTD_SLOT_STAMP_OFF + 8 || j->cl->slot_bytes % 8)
+		return 0;
+	w = atomic_load_explicit(kvti_client_word_of(j), memory_order_acquire);
+	if (!layer_ready(w, layer))
+		return 0;
+	p = j->cl->slots + (size_t)j->slot * j->cl->slot_bytes +
+	    KVTD_SLOT_STAMP_OFF;
+	return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED);
+}
+
 int kvt_client_job_wait(kvt_client_job *j, int64_t timeout_ns)
 {
 	kvt_client *cl = j->cl;

@@ -97,6 +97,10 @@ static void on_progress(void *arg, const kvt_cache_progress *p)
 				     KVTD_OP_STORE : KVTD_OP_LOAD,
 				     kvt_now_ns() - j->t0);
 	}
+	/* when: before the word, so a reader of the word sees it (or later) */
+	__atomic_store_n((uint64_t *)(c->slots + (size_t)j->slot *
+				      KVTD_SLOT_BYTES + KVTD_SLOT_STAMP_OFF),
+			 kvt_now_ns(), __ATOMIC_RELAXED);
 	atomic_store_explicit(slot_word(c, j->slot), w, memory_order_release);
 	futex_wake(slot_word(c, j->slot));
 	/* the word an engine's stream waits on: layers, or the end */

@@ -108,7 +108,12 @@
  *                     waits on (cuStreamWaitValue32 GEQ, a cyclic
  *                     comparison: a later job's word satisfies an
  *                     earlier job's wait at once)
- *    20   12  (zero)
+ *    20    4  (zero)
+ *    24    8  stamp   u64: kvt_now_ns() (CLOCK_MONOTONIC) when the daemon
+ *                     last advanced word, written before it: a client that
+ *                     sees layer l ready in word reads an instant at or
+ *                     after the one layer l landed (kvt_client_job_layer_ns;
+ *                     0 from a daemon before it, which left it zero)
  *
  * WAIT WORDS (the WAITS memfd; made by the client, written by both)
  *
@@ -159,6 +164,7 @@
 #define KVTD_SLOT_FAILED (1u << 30)
 #define KVTD_SLOT_LAYERS 0x00ffffffu
 #define KVTD_SLOT_STREAM_OFF 16
+#define KVTD_SLOT_STAMP_OFF 24
 #define KVTD_STREAM_END 0xfffffu
 #define KVTD_STREAM_WORD(gen, layers) \
 	((((uint32_t)(gen) & 0xfffu) << 20) | ((uint32_t)(layers) & 0xfffffu))
