@@ -16,7 +16,10 @@
  */
 #include "cache_small.h"
 
+#include <dirent.h>
 #include <poll.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
@@ -112,6 +115,78 @@ static void test_lookup_each(void)
 }
 
 /* ---- configuration and registration --------------------------------- */
+
+/* Threads of this process other than the calling one, and how many of them
+ * have nice value @nice (from /proc/self/task/TID/stat, field 19). */
+static int threads_at_nice(int nice, int *others)
+{
+	long me = syscall(SYS_gettid);
+	int n = 0, at = 0;
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+
+	while (d && (de = readdir(d))) {
+		char path[300], buf[1024], *p;
+		long tid = atol(de->d_name);
+		int f = 0, v = 0;
+		FILE *fp;
+
+		if (tid <= 0 || tid == me)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", tid);
+		if (!(fp = fopen(path, "r")))
+			continue; /* it ended meanwhile */
+		p = fgets(buf, sizeof(buf), fp);
+		fclose(fp);
+		if (!p || !(p = strrchr(buf, ')')))
+			continue;
+		/* fields from 3 on, after the name; nice is field 19 */
+		for (p += 2, f = 3; *p && f < 19; p++)
+			if (*p == ' ')
+				f++;
+		v = atoi(p);
+		n++;
+		at += v == nice;
+	}
+	if (d)
+		closedir(d);
+	*others = n;
+	return at;
+}
+
+/* kvt_cache_config.thread_nice: refused out of 0..19; every thread the
+ * cache starts takes it, the caller's thread keeps its own. */
+static void test_thread_nice(void)
+{
+	kvt_cache_config cfg = KVT_CACHE_CONFIG_INIT;
+	int before, others = 0, at = 0;
+	kvt_cache *c = NULL;
+
+	cfg.geom = &geom;
+	cfg.tiers = "dram:1M";
+	cfg.thread_nice = 20;
+	CHECK_ERR(kvt_cache_open(&c, &cfg), -EINVAL);
+	CHECK(strstr(kvt_errdetail(), "thread_nice") != NULL);
+	cfg.thread_nice = -1;
+	CHECK_ERR(kvt_cache_open(&c, &cfg), -EINVAL);
+	CHECK(c == NULL);
+	before = getpriority(PRIO_PROCESS, 0);
+	(void)threads_at_nice(7, &others);
+	CHECK_EQ(others, 0); /* nothing else runs in this test yet */
+	cfg.thread_nice = 7;
+	CHECK_OK(kvt_cache_open(&c, &cfg));
+	/* the threads set it as they start: wait for them (at most 5 s) */
+	for (int i = 0; i < 500; i++) {
+		at = threads_at_nice(7, &others);
+		if (others > 0 && at == others)
+			break;
+		usleep(10000);
+	}
+	CHECK(others >= 3); /* cpu workers, job workers, room, background */
+	CHECK_EQ(at, others);
+	CHECK_EQ(getpriority(PRIO_PROCESS, 0), before);
+	kvt_cache_close(c);
+}
 
 static void test_config(const char *dir)
 {
@@ -759,6 +834,8 @@ int main(void)
 	const char *dir = cache_small_init("cache", ssd, sizeof(ssd));
 	int64_t live = kvt_alloc_live();
 
+	test_phase = "thread nice";
+	test_thread_nice();
 	test_phase = "config";
 	test_config(dir);
 	test_phase = "register";

@@ -65,7 +65,7 @@ static void serve_usage(FILE *f)
 "                      the engine's kernels less when the GPU is\n"
 "                      time-sliced) or cuda-chunk\n"
 "  --store-method M    stores out of device memory: cuda-batch (default),\n"
-"                      cuda-kernel, cuda-chunk"
+"                      cuda-kernel, cuda-chunk\n"
 "  --config FILE       options as 'name = value' lines (below the\n"
 "                      environment and the flags)\n"
 "\n"

@@ -12,6 +12,7 @@
  * before the threads stop; detach does the same for one memory.
  */
 #include "cache/cache_impl.h"
+#include "xfer/xfer_int.h"
 #include "core/cuda.h"
 #include "dev/dev.h"
 #include "xfer/xxh.h"
@@ -173,6 +174,9 @@ static int config_take(kvt_cache_config *cfg, const kvt_cache_config *in)
 		cfg->high = KVT_CACHE_HIGH;
 	if (!cfg->low)
 		cfg->low = KVT_MIN(KVT_CACHE_LOW, cfg->high);
+	if (cfg->thread_nice < 0 || cfg->thread_nice > 19)
+		return kvti_fail(-EINVAL, "cache: thread_nice %d: 0 (as "
+				 "created) to 19", cfg->thread_nice);
 	if (!(cfg->low > 0 && cfg->low <= cfg->high && cfg->high <= 1))
 		return kvti_fail(-EINVAL, "cache: watermarks low %g, high %g: "
 				 "need 0 < low <= high <= 1", cfg->low,
@@ -245,7 +249,8 @@ int kvt_cache_open(kvt_cache **out, const kvt_cache_config *in)
 	xc.cpu_threads = cfg.xfer_threads;
 	xc.cuda_load = cfg.dev_load;
 	xc.cuda_store = cfg.dev_store;
-	if ((err = kvt_xfer_create(&c->x, &xc)))
+	c->nice = cfg.thread_nice;
+	if ((err = kvti_xfer_create_nice(&c->x, &xc, c->nice)))
 		goto fail;
 	ic.page_tokens = c->geom.page_tokens;
 	ic.key_mode = KVT_KEY_HASH;

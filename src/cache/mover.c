@@ -480,6 +480,7 @@ void *kvti_cache_room_main(void *arg)
 {
 	kvt_cache *c = arg;
 
+	kvti_thread_nice(c->nice);
 	pthread_mutex_lock(&c->rmu);
 	for (;;) {
 		kvt_cache_job *j = c->rq;
@@ -533,6 +534,7 @@ void *kvti_cache_bg_main(void *arg)
 {
 	kvt_cache *c = arg;
 
+	kvti_thread_nice(c->nice);
 	pthread_mutex_lock(&c->wmu);
 	while (!c->stopping) {
 		struct timespec ts;

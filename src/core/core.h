@@ -61,6 +61,12 @@ int kvti_cond_init_mono(pthread_cond_t *cv);
 /* The CLOCK_MONOTONIC time @ns from now, for pthread_cond_timedwait. */
 void kvti_deadline(struct timespec *ts, int64_t ns);
 
+/* ---- threads ------------------------------------------------------------ */
+/* Give the calling thread the nice value @nice (1..19; 0: leave it as it
+ * is): the library's copy threads below the engine's own (kvt_cache_config.
+ * thread_nice). A failure is logged once per process, never fatal. */
+void kvti_thread_nice(int nice);
+
 /* ---- logging ----------------------------------------------------------- */
 void kvti_log(int level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

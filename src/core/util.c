@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -87,6 +89,19 @@ uint64_t kvt_now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void kvti_thread_nice(int nice)
+{
+	static _Atomic int warned;
+	id_t tid;
+
+	if (nice <= 0)
+		return;
+	tid = (id_t)syscall(SYS_gettid);
+	if (setpriority(PRIO_PROCESS, tid, nice) && !atomic_exchange(&warned, 1))
+		kvti_warn("thread priority: setpriority(nice %d): %s", nice,
+			  strerror(errno));
 }
 
 int kvti_cond_init_mono(pthread_cond_t *cv)

@@ -253,6 +253,7 @@ int kvtd_open(kvtd **out, const kvtd_config *cfg)
 	cc.remote = cfg->remote && *cfg->remote ? cfg->remote : NULL;
 	cc.evict = cfg->evict;
 	cc.xfer_threads = cfg->xfer_threads;
+	cc.thread_nice = cfg->thread_nice;
 	cc.devices = cfg->devices && *cfg->devices ? cfg->devices : NULL;
 	cc.dev_load = cfg->dev_load;
 	cc.dev_store = cfg->dev_store;

@@ -72,6 +72,7 @@ typedef struct kvtd_config {
 	int write, evict;          /* kvt_cache_config's (write-back, LRU) */
 	uint32_t xfer_threads;
 	int dev_load, dev_store;   /* KVT_XFER_CUDA_*; 0: kernel, batch */
+	int thread_nice;           /* kvt_cache_config.thread_nice (0) */
 } kvtd_config;
 
 /** Open the cache, the tenants, the socket (and the metrics endpoint).

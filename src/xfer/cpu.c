@@ -515,6 +515,7 @@ void *kvti_cpu_worker(void *arg)
 {
 	struct kvt_xfer *x = arg;
 
+	kvti_thread_nice(x->nice);
 	pthread_mutex_lock(&x->mu);
 	for (;;) {
 		struct kvt_xfer_job *j = x->paused ? NULL :

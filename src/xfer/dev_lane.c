@@ -369,6 +369,7 @@ static void *dev_main(void *arg)
 	struct kvt_xfer *x = t->x;
 	int lane = t->lane;
 
+	kvti_thread_nice(x->nice);
 	pthread_mutex_lock(&x->mu);
 	for (;;) {
 		struct kvt_xfer_job *j = x->paused ? NULL :

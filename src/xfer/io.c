@@ -349,6 +349,7 @@ static void *io_main(void *arg)
 	struct kvt_xfer *x = arg;
 	struct xfer_io *io = x->io;
 
+	kvti_thread_nice(x->nice);
 	pthread_mutex_lock(&x->mu);
 	for (;;) {
 		while (!x->paused && io->free) {

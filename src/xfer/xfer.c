@@ -17,6 +17,7 @@
  * job and take j->mu, then x->mu again).
  */
 #include "xfer/xfer_impl.h"
+#include "xfer/xfer_int.h"
 #include "core/cuda.h"
 
 #include <errno.h>
@@ -181,13 +182,23 @@ static void stop_workers(struct kvt_xfer *x)
 
 int kvt_xfer_create(kvt_xfer **out, const kvt_xfer_config *cfg)
 {
+	return kvti_xfer_create_nice(out, cfg, 0);
+}
+
+int kvti_xfer_create_nice(kvt_xfer **out, const kvt_xfer_config *cfg,
+			  int nice)
+{
 	struct kvt_xfer *x;
 	int err;
 
 	kvti_errclear();
+	if (nice < 0 || nice > 19)
+		return kvti_fail(-EINVAL, "transfer engine: nice %d (0 to 19)",
+				 nice);
 	x = kvt_calloc(1, sizeof(*x));
 	if (!x)
 		return -ENOMEM;
+	x->nice = nice;
 	if (cfg)
 		x->cfg = *cfg;
 	if ((err = config_fill(&x->cfg)) || (err = kvti_io_probe(x)))

@@ -154,6 +154,7 @@ struct kvt_xfer {
 	int paused, stopping;
 	unsigned unfinished;
 	pthread_t *workers;
+	int nice;                    /* every thread's nice value (0: as is) */
 	unsigned nworkers;
 	int efd;
 	xfer_copy_fn copy_nt;        /* non-temporal copy + kvti_copy_fence() */
