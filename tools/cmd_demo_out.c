@@ -59,7 +59,9 @@ void kvti_cd_print_header(const kvt_demo_config *c, const kvt_geom *g,
 	printf("MEASURED on this machine: every TTFT and decode token (wall "
 	       "clock), throughput, every load,\n  store and demotion, the "
 	       "transfer engine's rates, every checksum.\nMODELED: the GPU's "
-	       "time for each step on %s (profile %s), spent in real time.\n",
+	       "time for each step on %s (profile %s), spent in real time\n  on "
+	       "the engine's thread (the cache's copy threads run below it, "
+	       "nice 10).\n",
 	       gpu, c->hardware);
 	if (c->stress)
 		printf("stress: %u memory-stressor threads copying %s buffers "

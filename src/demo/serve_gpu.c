@@ -8,10 +8,18 @@
  *             l it writes layer l of every page the step completes. Time
  *             past the modeled span is counted (overrun: writing pages
  *             took longer than the layer; late: the step as a whole).
- *   kvti_sv_reap      every job that is done: a load's pages are checked by the
- *             engine (kvti_dmem_check) up to the first failed page, and the
+ *   kvti_sv_reap      every job that is done: a load's pages up to the first
+ *             failed one are queued for the engine's check (below), and the
  *             engine told when all of a request's loads are home; a store's
  *             blocks are let go and its pages leave the transient table.
+ *   checks    the engine's own check of every restored block
+ *             (kvti_dmem_check), a test harness's check no serving engine
+ *             makes: run in the thread's slack — while the emulated GPU's
+ *             layer has time to spare, and in idle waits — and at the
+ *             latest before the block is reused or the pass ends. Run
+ *             inline after each load (as it was until 2026-12-07) it took
+ *             the step thread about 1 ms between a step's end and its
+ *             first tokens, on two cores shared with the copy workers.
  *
  * Runs on the pass's one thread, between the engine's plans.
  */
@@ -76,21 +84,8 @@ static void load_end(struct serve *s, struct pjob *x, int rc)
 	if (rc && rc != KVT_ENOTFOUND && rc != KVT_EBUSY && rc != -ECANCELED &&
 	    !(nf > 0 && rc == KVT_ECORRUPT))
 		kvti_sv_fail(s, rc, "load");
-	for (uint32_t p = x->first; p < ok; p++) {
-		o->engine_checked++;
-		if (kvti_dmem_check(&s->mem, r->blk[p],
-				    kvti_page_seed(r->keys[p]))) {
-			o->engine_bad++;
-			if (!s->err) {
-				s->err = KVT_ECORRUPT;
-				snprintf(s->out->error, sizeof(s->out->error),
-					 "demo %s: session %u turn %u: a "
-					 "restored block holds wrong bytes",
-					 s->out->policy, r->session,
-					 r->it.turn);
-			}
-		}
-	}
+	for (uint32_t p = x->first; p < ok; p++)
+		kvti_sv_check_defer(s, r->blk[p], kvti_page_seed(r->keys[p]), o);
 	if (ok < x->end)
 		r->fail_at = KVT_MIN(r->fail_at, ok);
 	r->nloads--;
@@ -156,11 +151,72 @@ void kvti_sv_reap(struct serve *s)
 	}
 }
 
+/* ---- the engine's checks of restored blocks --------------------------------- */
+
+#define CHECK_NS 20000u /* one block's check, with room to spare (~5 us) */
+
+static void check_one(struct serve *s, uint32_t b)
+{
+	kvt_demo_req *o = s->chk_out[b];
+
+	s->chk_pending[b] = 0;
+	o->engine_checked++;
+	if (!kvti_dmem_check(&s->mem, b, s->chk_seed[b]))
+		return;
+	o->engine_bad++;
+	if (!s->err) {
+		s->err = KVT_ECORRUPT;
+		snprintf(s->out->error, sizeof(s->out->error),
+			 "demo %s: session %u turn %u: a restored block holds "
+			 "wrong bytes", s->out->policy, o->session, o->turn);
+	}
+}
+
+/* The oldest entry of the FIFO (already checked ones are skipped). */
+static void check_pop(struct serve *s)
+{
+	uint32_t b = s->chk_q[s->chk_head++ % s->chk_cap];
+
+	if (s->chk_pending[b])
+		check_one(s, b);
+}
+
+void kvti_sv_check_defer(struct serve *s, uint32_t b, uint64_t seed,
+			 kvt_demo_req *o)
+{
+	s->chk_seed[b] = seed;
+	s->chk_out[b] = o;
+	if (s->chk_pending[b])
+		return; /* queued already: checks what it holds now */
+	while (s->chk_tail - s->chk_head >= s->chk_cap)
+		check_pop(s);
+	s->chk_pending[b] = 1;
+	s->chk_q[s->chk_tail++ % s->chk_cap] = b;
+}
+
+void kvti_sv_check_run(struct serve *s, uint64_t deadline_ns)
+{
+	while (s->chk_head != s->chk_tail) {
+		if (deadline_ns && kvt_now_ns() + CHECK_NS > deadline_ns)
+			return;
+		check_pop(s);
+	}
+}
+
+void kvti_sv_check_block(struct serve *s, uint32_t b)
+{
+	if (s->chk_pending[b])
+		check_one(s, b);
+}
+
 /* ---- the emulated GPU ------------------------------------------------------- */
 
-/* Spend the time until @deadline; returns how late it ended (ns). */
-static uint64_t spend_until(uint64_t deadline)
+/* Spend the time until @deadline, the engine's pending checks first while
+ * they fit; returns how late it ended (ns). */
+static uint64_t spend_until(struct serve *s, uint64_t deadline)
 {
+	if (deadline > SPIN_NS)
+		kvti_sv_check_run(s, deadline - SPIN_NS);
 	for (;;) {
 		uint64_t now = kvt_now_ns();
 		struct timespec ts;
@@ -178,25 +234,39 @@ static uint64_t spend_until(uint64_t deadline)
 }
 
 /* Wait for layer @l of every load of the step's requests (@whole: for the
- * whole loads, before layer 0). Returns 1 when one was not home yet (the
- * wait blocked), 0 when all were. */
-static int wait_loads(struct serve *s, uint32_t l, int whole)
+ * whole loads, before layer 0). *@blocked: one was not home yet (the wait
+ * blocked). Returns when the last of them landed (kvt_cache_job_layer_ns():
+ * the copy's own instant, not this thread's wake-up), 0 when one's instant
+ * is unknown (a daemon that stamps none): then the caller's wake-up is all
+ * there is. */
+static uint64_t wait_loads(struct serve *s, uint32_t l, int whole,
+			   int *blocked)
 {
-	int blocked = 0;
+	uint64_t land = 0;
+	int unknown = 0;
 
+	*blocked = 0;
 	for (struct pjob *x = s->jobs; x; x = x->next) {
+		uint64_t at;
+
 		if (x->store || !x->r || !x->r->er.in_step)
 			continue;
 		if ((whole ? kvti_dj_wait(x->j, 0) :
-			     kvti_dj_wait_layer(x->j, l, 0)) != -ETIMEDOUT)
-			continue; /* home (or failed: go on) */
-		blocked = 1;
-		if (whole)
-			kvti_dj_wait(x->j, -1);
-		else
-			kvti_dj_wait_layer(x->j, l, -1);
+			     kvti_dj_wait_layer(x->j, l, 0)) == -ETIMEDOUT) {
+			*blocked = 1;
+			if (whole)
+				kvti_dj_wait(x->j, -1);
+			else
+				kvti_dj_wait_layer(x->j, l, -1);
+		}
+		/* home (or failed: go on); a whole load is home when its
+		 * last layer is */
+		at = kvti_dj_layer_ns(x->j, whole ? s->L - 1 : l);
+		if (!at)
+			unknown = 1;
+		land = KVT_MAX(land, at);
 	}
-	return blocked;
+	return unknown ? 0 : land;
 }
 
 void kvti_sv_gpu_step(struct serve *s)
@@ -213,7 +283,7 @@ void kvti_sv_gpu_step(struct serve *s)
 	s->bd_pre[busy] += kvti_sv_now(s) - e->t0;
 	s->bd_model[busy] += e->compute_s;
 	if (!e->step_prefills) { /* decodes only */
-		s->bd_sleep[busy] += spend_until(t + (uint64_t)(e->compute_s *
+		s->bd_sleep[busy] += spend_until(s, t + (uint64_t)(e->compute_s *
 							      1e9)) / 1e9;
 		s->late_s += KVT_MAX(0.0, (double)(kvt_now_ns() - t) / 1e9 -
 					   e->compute_s);
@@ -221,21 +291,31 @@ void kvti_sv_gpu_step(struct serve *s)
 		return;
 	}
 	for (uint32_t l = 0; l < s->L; l++) {
-		uint64_t w0 = kvt_now_ns(), w1, end;
+		uint64_t w1, end, land = 0, start;
 		int blocked = 0;
 
 		if (!overlap && l == 0)
-			blocked = wait_loads(s, 0, 1);
+			land = wait_loads(s, 0, 1, &blocked);
 		else if (overlap)
-			blocked = wait_loads(s, l, 0);
+			land = wait_loads(s, l, 0, &blocked);
 		w1 = kvt_now_ns();
-		s->load_wait_s += (double)(w1 - w0) / 1e9;
 		/* the GPU runs layer l from when the previous one ends (t, on
-		 * the modeled schedule) or, if its loads were not home, from
-		 * when they landed: a late wake-up of this thread (the sleep
-		 * below, descheduled on a loaded host) is not GPU time — a
-		 * GPU's layers run back to back whatever its host thread does */
-		end = (blocked ? KVT_MAX(t, w1) : t) + per;
+		 * the modeled schedule) or, if its loads landed later, from
+		 * when they landed — the copy's instant, as a stream waiting
+		 * on the copy's event starts, not when this thread woke: a
+		 * late wake-up of this thread (the sleep below, a wait's
+		 * wake-up, descheduled on a loaded host) is not GPU time; a
+		 * GPU's layers run back to back whatever its host thread does.
+		 * Where the instant is unknown the wake-up stands in for it. */
+		if (blocked && !land)
+			land = w1;
+		start = KVT_MAX(t, land);
+		if (blocked && w1 > land) {
+			s->bd_wake_s += (double)(w1 - land) / 1e9;
+			s->bd_wakes++;
+		}
+		s->load_wait_s += (double)(start - t) / 1e9;
+		end = start + per;
 		for (uint32_t i = 0; i < e->nrun; i++) {
 			struct dreq *r = kvti_dq(e->run[i]);
 			uint32_t a, b;
@@ -255,7 +335,7 @@ void kvti_sv_gpu_step(struct serve *s)
 			s->overrun_s += (double)(w1 - end) / 1e9;
 			end = w1;
 		}
-		s->bd_sleep[busy] += spend_until(end) / 1e9;
+		s->bd_sleep[busy] += spend_until(s, end) / 1e9;
 		t = end;
 	}
 	s->bd_wall[busy] += (double)(kvt_now_ns() - t0) / 1e9;

@@ -79,6 +79,14 @@ struct serve {
 	/* blocks */
 	uint32_t *freel;
 	uint64_t nfree;
+	/* the engine's checks of restored blocks, run in the step thread's
+	 * slack (serve_gpu.c): per block a pending check's page seed and the
+	 * request it answers to, and a FIFO of the blocks pending */
+	uint8_t *chk_pending;
+	uint64_t *chk_seed;
+	kvt_demo_req **chk_out;
+	uint32_t *chk_q;
+	uint64_t chk_head, chk_tail, chk_cap;
 	uint8_t *bref;           /* store jobs reading the block */
 	uint8_t *borphan;        /* its request is gone */
 	/* jobs */
@@ -102,6 +110,8 @@ struct serve {
 	uint64_t plans;
 	/* where a step's time goes, [0] no job in flight, [1] some */
 	double bd_pre[2], bd_sleep[2], bd_wall[2], bd_model[2], bd_wait[2];
+	double bd_wake_s;       /* blocked layer waits: landed -> woke */
+	uint64_t bd_wakes;      /*  and how many (the GPU does not pay it) */
 	double bd_write[2];
 	uint64_t bd_steps[2];
 	double bd_ld_bytes, bd_ld_actual, bd_ld_expect, bd_ld_room, bd_ld_l0;
@@ -169,6 +179,13 @@ void kvti_sv_sched_state(struct kvti_eng *e, kvt_sched_state *st);
 
 /* Collect every job that is done (loads checked, stores committed). */
 void kvti_sv_reap(struct serve *s);
+/* The engine's checks of restored blocks: queue one (load_end), run those
+ * pending while the thread has until @deadline_ns to spare (0: all now),
+ * run @b's now if pending (before the block is reused). */
+void kvti_sv_check_defer(struct serve *s, uint32_t b, uint64_t seed,
+			 kvt_demo_req *o);
+void kvti_sv_check_run(struct serve *s, uint64_t deadline_ns);
+void kvti_sv_check_block(struct serve *s, uint32_t b);
 /* Run the planned step on the emulated GPU, in real time. */
 void kvti_sv_gpu_step(struct serve *s);
 
