@@ -610,9 +610,11 @@ static int serve_loop(struct serve *s)
 			 * rounded up, made every turn arriving at an idle
 			 * engine wait up to 1 ms more (0.5-1 ms of each
 			 * TTFT), which no engine's request socket does */
-			if (wait > 0 && s->chk_head != s->chk_tail) {
-				/* checks pending: a slice of them, then
-				 * round again (a job may have ended) */
+			if (wait > 0 && s->chk_head != s->chk_tail &&
+			    !s->njobs) {
+				/* checks pending and no copy running: a
+				 * slice of them, then round again (a turn
+				 * may have arrived) */
 				uint64_t now = kvt_now_ns(), w =
 					(uint64_t)(wait * 1e9);
 
