@@ -19,6 +19,7 @@ expect 2 "unexpected argument" -- serve now
 expect 2 "--load-method 'memcpy'" -- serve "${ARGS[@]}" --load-method memcpy
 expect 2 "--store-method 'cpu'" -- serve "${ARGS[@]}" --store-method cpu
 expect 2 "--lease-ms" -- serve "${ARGS[@]}" --lease-ms 0
+expect 2 "--thread-nice" -- serve "${ARGS[@]}" --thread-nice 20
 expect 2 "tp" -- serve "${ARGS[@]}" --tp zero
 expect 2 "unknown model" -- serve --socket "$SOCK" --tiers dram:2M --model gpt-17
 expect 2 "tenants" -- serve "${ARGS[@]}" --tenants "nocolon"
@@ -38,9 +39,20 @@ wait_sock() {
 }
 
 # start, refuse a second, drain on SIGTERM
-"$KVT" serve "${ARGS[@]}" 2>"$TMP/d1.err" &
+"$KVT" serve "${ARGS[@]}" --thread-nice 5 2>"$TMP/d1.err" &
 D=$!
 wait_sock || fail "no socket at $SOCK ($(cat "$TMP/d1.err"))"
+# --thread-nice: the cache's threads at 5 (they set it as they start), the
+# daemon's own thread as started (nice: field 19 of /proc/TID/stat)
+nice_of() { sed 's/.*) //' "$1" 2>/dev/null | cut -d' ' -f17; }
+for _ in $(seq 100); do
+	n5=0
+	for t in /proc/$D/task/*/stat; do [ "$(nice_of "$t")" = 5 ] && n5=$((n5 + 1)); done
+	[ "$n5" -ge 3 ] && break
+	sleep 0.02
+done
+[ "$n5" -ge 3 ] || fail "--thread-nice 5: $n5 threads at nice 5"
+[ "$(nice_of /proc/$D/stat)" = 0 ] || fail "--thread-nice moved the daemon's own thread"
 [ "$(stat -c %a "$SOCK")" = 660 ] || fail "socket mode $(stat -c %a "$SOCK"), want 660"
 expect 1 "already serving" -- serve "${ARGS[@]}"
 # kvtier stat asks it over the socket (a monitor: no geometry)

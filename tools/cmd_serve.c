@@ -66,12 +66,16 @@ static void serve_usage(FILE *f)
 "                      time-sliced) or cuda-chunk\n"
 "  --store-method M    stores out of device memory: cuda-batch (default),\n"
 "                      cuda-kernel, cuda-chunk\n"
+"  --thread-nice N     the nice value of the cache's copy threads: 0 (as\n"
+"                      started, default) to 19; on a host with few cores\n"
+"                      the engines' own threads then keep their cores\n"
+"                      while pages are copied (kvt_cache_config.thread_nice)\n"
 "  --config FILE       options as 'name = value' lines (below the\n"
 "                      environment and the flags)\n"
 "\n"
 "environment: KVT_SOCKET, KVT_TIERS, KVT_MODEL, KVT_PAGE_TOKENS, KVT_KV_DTYPE,\nKVT_TP, "
 "KVT_NAMESPACE, KVT_TENANTS, KVT_LEASE_MS, KVT_MAX_CLIENTS, KVT_METRICS,\n"
-"KVT_REMOTE, KVT_DEVICES, KVT_LOAD_METHOD, KVT_STORE_METHOD,\n"
+"KVT_REMOTE, KVT_DEVICES, KVT_LOAD_METHOD, KVT_STORE_METHOD, KVT_THREAD_NICE,\n"
 "KVT_LOG.\n");
 }
 
@@ -136,12 +140,13 @@ int cmd_serve(int argc, char **argv)
 		{ "devices", required_argument, 0, 'D' },
 		{ "load-method", required_argument, 0, 'L' },
 		{ "store-method", required_argument, 0, 'S' },
+		{ "thread-nice", required_argument, 0, 'N' },
 		{ "config", required_argument, 0, 'c' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 }
 	};
 	kvtd_config cfg = { 0 };
-	uint64_t P, tp, lease, maxc;
+	uint64_t P, tp, lease, maxc, nice;
 	struct sigaction sa;
 	kvt_opts *o;
 	int c, err, rc = 0;
@@ -171,6 +176,7 @@ int cmd_serve(int argc, char **argv)
 		case 'D': name = "devices"; break;
 		case 'L': name = "load_method"; break;
 		case 'S': name = "store_method"; break;
+		case 'N': name = "thread_nice"; break;
 		case 'c': break; /* read before the environment */
 		case 'h': serve_usage(stdout); goto out;
 		default: serve_usage(stderr); rc = CLI_EXIT_USAGE; goto out;
@@ -190,7 +196,9 @@ int cmd_serve(int argc, char **argv)
 	    cli_u64("--lease-ms", kvt_opts_get(o, "lease_ms"), 1, 3600000,
 		    &lease) ||
 	    cli_u64("--max-clients", kvt_opts_get(o, "max_clients"), 1, 4096,
-		    &maxc)) {
+		    &maxc) ||
+	    cli_u64("--thread-nice", kvt_opts_get(o, "thread_nice"), 0, 19,
+		    &nice)) {
 		rc = CLI_EXIT_USAGE;
 		goto out;
 	}
@@ -218,6 +226,7 @@ int cmd_serve(int argc, char **argv)
 	cfg.tp = (uint32_t)tp;
 	cfg.lease_ms = (uint32_t)lease;
 	cfg.max_clients = (uint32_t)maxc;
+	cfg.thread_nice = (int)nice;
 	if ((err = kvtd_open(&d, &cfg))) {
 		rc = cli_fail("serve", err);
 		goto out;

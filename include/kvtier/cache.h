@@ -168,7 +168,8 @@ enum {
  *              batch for stores (kvt_xfer_config.cuda_load / cuda_store).
  * @thread_nice: the nice value (setpriority) of every thread the cache
  *              starts — its transfer engine's lanes and workers, its job
- *              workers, room and background threads — 1 to 19, below the
+ *              workers, room and background threads; the remote tier's
+ *              threads keep the caller's — 1 to 19, below the
  *              engine's own threads; 0: as created (the caller's). On a
  *              host with few cores a copy thread that takes the core of
  *              the engine's thread delays the step that thread drives

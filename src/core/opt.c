@@ -36,7 +36,8 @@ enum opt_type { OPT_STR, OPT_INT, OPT_BOOL };
 	X(remote, OPT_STR, "", "a remote tier below the owned ones, e.g. 'remote:redis://127.0.0.1:6379' ('' none)") \
 	X(devices, OPT_STR, "", "daemon: devices engines register memory on, e.g. 'cuda:0,cuda:1' or 'emu': the host tiers are page-locked for them at start ('' at first use)") \
 	X(load_method, OPT_STR, "cuda-kernel", "daemon: how loads move pages into device memory: cuda-kernel (the SM-capped gather kernel), cuda-batch (batched copy-engine DMA), cuda-chunk") \
-	X(store_method, OPT_STR, "cuda-batch", "daemon: how stores move pages out of device memory: cuda-batch, cuda-kernel, cuda-chunk")
+	X(store_method, OPT_STR, "cuda-batch", "daemon: how stores move pages out of device memory: cuda-batch, cuda-kernel, cuda-chunk") \
+	X(thread_nice, OPT_INT, "0", "daemon: nice value of the cache's copy threads, 0 (as started) to 19 (below the engines' threads on a host with few cores)")
 
 static const struct opt_def {
 	const char *name;
