@@ -79,7 +79,7 @@ static void on_alarm(int sig)
 
 static void check_pass(const kvt_demo_pass *p, const kvt_demo_config *c)
 {
-	uint64_t prompt = 0, loaded = 0, computed = 0, lower = 0;
+	uint64_t prompt = 0, loaded = 0, computed = 0, lower = 0, checked = 0;
 
 	CHECK_EQ(p->err, 0);
 	CHECK_EQ(p->done, p->nreqs);
@@ -103,6 +103,11 @@ static void check_pass(const kvt_demo_pass *p, const kvt_demo_config *c)
 		CHECK_EQ(q->engine_bad, 0);
 		for (int t = 0; t < KVT_TIER_COUNT; t++)
 			l += q->loaded_tokens[t];
+		/* the engine's checks run late (in its slack) but run: a
+		 * request that used loaded pages had them checked */
+		if (l)
+			CHECK(q->engine_checked > 0);
+		checked += q->engine_checked;
 		if (!q->preempted)
 			CHECK_EQ(l + q->computed_tokens, q->prompt_tokens);
 		if (!strcmp(p->policy, "lmcache") ||
@@ -128,6 +133,7 @@ static void check_pass(const kvt_demo_pass *p, const kvt_demo_config *c)
 	CHECK(p->st.tokens_per_s > 0);
 	CHECK(p->st.steps > 0);
 	CHECK(loaded > 0); /* warm turns found their prefix */
+	CHECK(checked > 0);
 	printf("%-18s TTFT p90 %7.1f ms, TPOT %5.2f ms, %6.0f tok/s, loaded "
 	       "%llu (dram+ssd %llu), computed %llu, preempted %llu\n",
 	       p->policy, p->st.ttft_ms.p90, p->st.tpot_ms.mean,

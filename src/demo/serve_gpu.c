@@ -5,7 +5,8 @@
  *             clock (sleep, then spin the last 50 us); before layer l it
  *             waits for layer l of every load of its requests (layer-wise
  *             policies) or for whole loads (before layer 0); during layer
- *             l it writes layer l of every page the step completes. Time
+ *             l it writes layer l of every page the step completes (the
+ *             layers the engine checks: bytes.c). Time
  *             past the modeled span is counted (overrun: writing pages
  *             took longer than the layer; late: the step as a whole).
  *   kvti_sv_reap      every job that is done: a load's pages up to the first
