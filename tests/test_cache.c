@@ -116,42 +116,43 @@ static void test_lookup_each(void)
 
 /* ---- configuration and registration --------------------------------- */
 
-/* Threads of this process other than the calling one, and how many of them
- * have nice value @nice (from /proc/self/task/TID/stat, field 19). */
-static int threads_at_nice(int nice, int *others)
+/* The threads of this process other than the caller (at most @max). */
+static int task_ids(long *tids, int max)
 {
 	long me = syscall(SYS_gettid);
-	int n = 0, at = 0;
 	DIR *d = opendir("/proc/self/task");
 	struct dirent *de;
+	int n = 0;
 
 	while (d && (de = readdir(d))) {
-		char path[300], buf[1024], *p;
 		long tid = atol(de->d_name);
-		int f = 0, v = 0;
-		FILE *fp;
 
-		if (tid <= 0 || tid == me)
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", tid);
-		if (!(fp = fopen(path, "r")))
-			continue; /* it ended meanwhile */
-		p = fgets(buf, sizeof(buf), fp);
-		fclose(fp);
-		if (!p || !(p = strrchr(buf, ')')))
-			continue;
-		/* fields from 3 on, after the name; nice is field 19 */
-		for (p += 2, f = 3; *p && f < 19; p++)
-			if (*p == ' ')
-				f++;
-		v = atoi(p);
-		n++;
-		at += v == nice;
+		if (tid > 0 && tid != me && n < max)
+			tids[n++] = tid;
 	}
 	if (d)
 		closedir(d);
-	*others = n;
-	return at;
+	return n;
+}
+
+/* Thread @tid's nice value (field 19 of its stat), or -100 once gone. */
+static int nice_of(long tid)
+{
+	char path[300], buf[1024], *p;
+	int f;
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", tid);
+	if (!(fp = fopen(path, "r")))
+		return -100;
+	p = fgets(buf, sizeof(buf), fp);
+	fclose(fp);
+	if (!p || !(p = strrchr(buf, ')')))
+		return -100;
+	for (p += 2, f = 3; *p && f < 19; p++) /* fields from 3, after the name */
+		if (*p == ' ')
+			f++;
+	return atoi(p);
 }
 
 /* kvt_cache_config.thread_nice: refused out of 0..19; every thread the
@@ -159,7 +160,8 @@ static int threads_at_nice(int nice, int *others)
 static void test_thread_nice(void)
 {
 	kvt_cache_config cfg = KVT_CACHE_CONFIG_INIT;
-	int before, others = 0, at = 0;
+	int before, others = 0, at = 0, nold;
+	long old[64];
 	kvt_cache *c = NULL;
 
 	cfg.geom = &geom;
@@ -171,14 +173,26 @@ static void test_thread_nice(void)
 	CHECK_ERR(kvt_cache_open(&c, &cfg), -EINVAL);
 	CHECK(c == NULL);
 	before = getpriority(PRIO_PROCESS, 0);
-	(void)threads_at_nice(7, &others);
-	CHECK_EQ(others, 0); /* nothing else runs in this test yet */
+	nold = task_ids(old, 64); /* a sanitizer's or harness's own threads */
 	cfg.thread_nice = 7;
 	CHECK_OK(kvt_cache_open(&c, &cfg));
-	/* the threads set it as they start: wait for them (at most 5 s) */
+	/* the cache's threads set it as they start: wait for them (5 s) */
 	for (int i = 0; i < 500; i++) {
-		at = threads_at_nice(7, &others);
-		if (others > 0 && at == others)
+		long cur[64];
+		int n = task_ids(cur, 64);
+
+		others = at = 0;
+		for (int k = 0; k < n; k++) {
+			int seen = 0;
+
+			for (int o = 0; o < nold && !seen; o++)
+				seen = old[o] == cur[k];
+			if (seen)
+				continue;
+			others++;
+			at += nice_of(cur[k]) == 7;
+		}
+		if (others >= 3 && at == others)
 			break;
 		usleep(10000);
 	}
