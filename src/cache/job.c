@@ -79,7 +79,7 @@ void kvti_cache_job_stamp(kvt_cache_job *j, int done)
 	uint32_t r = done ? j->c->L : kvti_cache_job_ready(j);
 	uint64_t now;
 
-	if (!j->ready_ns || r <= j->stamped)
+	if (r <= j->stamped)
 		return;
 	if (!done && j->absent == j->n)
 		return; /* nothing copied: no layer is ready until done */

@@ -15,8 +15,9 @@
  *             blocks are let go and its pages leave the transient table.
  *   checks    the engine's own check of every restored block
  *             (kvti_dmem_check), a test harness's check no serving engine
- *             makes: run in the thread's slack — while the emulated GPU's
- *             layer has time to spare, and in idle waits — and at the
+ *             makes: run in the thread's slack while no copy runs — while
+ *             the emulated GPU's layer has time to spare, and in idle
+ *             waits — and at the
  *             latest before the block is reused or the pass ends. Run
  *             inline after each load (as it was until 2026-12-07) it took
  *             the step thread about 1 ms between a step's end and its
@@ -218,7 +219,7 @@ void kvti_sv_check_block(struct serve *s, uint32_t b)
  * returns how late it ended (ns). */
 static uint64_t spend_until(struct serve *s, uint64_t deadline)
 {
-	if (deadline > SPIN_NS && !s->njobs)
+	if (!s->njobs)
 		kvti_sv_check_run(s, deadline - SPIN_NS);
 	for (;;) {
 		uint64_t now = kvt_now_ns();
