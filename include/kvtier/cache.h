@@ -392,7 +392,11 @@ KVT_API int kvt_cache_lookup_runs(kvt_cache *c, uint32_t tenant,
  * (from each tier into hbm) and stores with, instead of constants. Loads
  * from ssd staged through the bounce tier (GPU memory, or
  * KVT_CACHE_STAGE_SSD) show as their two hops, ssd -> dram (the bounce
- * tier is of kind dram) and dram -> hbm.
+ * tier is of kind dram) and dram -> hbm, and as a whole under ssd -> hbm
+ * (from the first read to the last copy: what a load from the ssd takes;
+ * stores the same under hbm -> ssd), so a scheduler prices the ssd at its
+ * own rate on a GPU host too (before 2026-12-07 that pair stayed empty
+ * there, and an engine fell back to a link's rate for its ssd runs).
  * Returns 0, or -EINVAL for NULL arguments.
  */
 KVT_API int kvt_cache_rates(kvt_cache *c,

@@ -16,6 +16,7 @@
  * Slot states change under c->smu; the job's own fields under j->mu.
  */
 #include "cache/cache_impl.h"
+#include "xfer/xfer_int.h"
 
 #include <errno.h>
 #include <string.h>
@@ -240,12 +241,14 @@ static int staged_run(kvt_cache *c, struct sub *s)
 	kvt_xfer_job *second[2] = { NULL, NULL };
 	kvt_tier_desc ed;
 	int err = 0, dev, store = s->src == ENGINE;
+	uint64_t t0;
 
 	kvt_tier_info(s->cj->mem->t, &ed);
 	dev = !ed.hostdev;
 	for (uint32_t i = 0; i < STAGE_SLOTS; i++)
 		st_slots[i] = i;
 	pthread_mutex_lock(&c->stage_mu);
+	t0 = kvt_now_ns(); /* the bounce is ours: its first read starts */
 	for (size_t off = 0, r = 0; off < s->n && !err; off += half, r++) {
 		size_t k = KVT_MIN(half, s->n - off);
 		int h = (int)(r % 2), last = off + k == s->n;
@@ -302,6 +305,17 @@ static int staged_run(kvt_cache *c, struct sub *s)
 	err = xj_end(&second[0], err);
 	err = xj_end(&second[1], err);
 	pthread_mutex_unlock(&c->stage_mu);
+	/* the two hops are two jobs of other tier pairs (ssd <-> the dram
+	 * bounce, the bounce <-> engine memory): the run as a whole is the
+	 * rate between the ssd and the engine's memory that the scheduler
+	 * prices this tier's loads at (kvt_cache_rates()) */
+	if (!err)
+		kvti_xfer_rate_add(c->x, store ? kvt_tier_kind_of(s->cj->mem->t) :
+				   KVT_TIER_SSD,
+				   store ? KVT_TIER_SSD :
+				   kvt_tier_kind_of(s->cj->mem->t),
+				   (uint64_t)s->n * kvti_cache_page_bytes(c), t0,
+				   kvt_now_ns());
 	return err;
 }
 

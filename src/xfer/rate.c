@@ -1,7 +1,9 @@
 /*
  * rate.c — the transfer engine's measured rates (kvt_xfer_rate_get()).
  *
- * Per (source kind, destination kind): the bytes of jobs that ended well,
+ * Per (source kind, destination kind): the bytes of jobs that ended well
+ * (and of runs other parts note whole, kvti_xfer_rate_add(): the cache's
+ * staged ssd transfers, two jobs of other pairs),
  * over the union of the times they ran. A job that ends at t adds its
  * bytes and the part of [t_start, t] not yet counted (after @mark: the
  * union of intervals, exactly when they end in the order they started,
@@ -16,6 +18,7 @@
  * by readers.
  */
 #include "xfer/xfer_impl.h"
+#include "xfer/xfer_int.h"
 
 #include <errno.h>
 #include <math.h>
@@ -33,26 +36,33 @@ static void decay(struct xfer_rate *r, uint64_t now)
 	r->decay_ns = now;
 }
 
-void kvti_rate_job_done(struct kvt_xfer *x, const struct kvt_xfer_job *j)
+void kvti_xfer_rate_add(kvt_xfer *x, kvt_tier_kind src, kvt_tier_kind dst,
+			uint64_t bytes, uint64_t t_start, uint64_t t_end)
 {
-	int s = kvt_tier_kind_of(j->d.src), d = kvt_tier_kind_of(j->d.dst);
 	struct xfer_rate *r;
 	uint64_t from;
 
-	if (s < 0 || s >= KVT_TIER_COUNT || d < 0 || d >= KVT_TIER_COUNT ||
-	    !j->bytes || j->t_end < j->t_start)
+	if (!x || (unsigned)src >= KVT_TIER_COUNT ||
+	    (unsigned)dst >= KVT_TIER_COUNT || !bytes || t_end < t_start)
 		return;
-	r = &x->rates[s][d];
+	r = &x->rates[src][dst];
 	pthread_mutex_lock(&x->rmu);
-	decay(r, j->t_end);
-	from = KVT_MAX(r->mark_ns, j->t_start);
-	if (j->t_end > from)
-		r->busy += (double)(j->t_end - from) / 1e9;
-	r->mark_ns = KVT_MAX(r->mark_ns, j->t_end);
-	r->bytes += (double)j->bytes;
-	r->total += (double)j->bytes;
+	decay(r, t_end);
+	from = KVT_MAX(r->mark_ns, t_start);
+	if (t_end > from)
+		r->busy += (double)(t_end - from) / 1e9;
+	r->mark_ns = KVT_MAX(r->mark_ns, t_end);
+	r->bytes += (double)bytes;
+	r->total += (double)bytes;
 	r->jobs++;
 	pthread_mutex_unlock(&x->rmu);
+}
+
+void kvti_rate_job_done(struct kvt_xfer *x, const struct kvt_xfer_job *j)
+{
+	kvti_xfer_rate_add(x, kvt_tier_kind_of(j->d.src),
+			   kvt_tier_kind_of(j->d.dst), j->bytes, j->t_start,
+			   j->t_end);
 }
 
 int kvt_xfer_rate_get(kvt_xfer *x, kvt_tier_kind src, kvt_tier_kind dst,
