@@ -2,8 +2,10 @@
 # test_cli_demo — `kvtier demo` as a user runs it, reduced: the table (every
 # policy), the JSON with a sweep (its fields; throughput at equal TTFT; TTFT
 # never below the engine's first step), --quiet, --plot, --daemon, a run
-# whose ssd files are overwritten mid-way (the summary must say so), and its
-# answers to bad flags. Leaves no files behind.
+# whose ssd files are overwritten mid-way (the summary must say so), in
+# process and through the daemon, a block spoiled in engine memory, a run
+# killed with SIGKILL (no ssd data left), and its answers to bad flags.
+# Leaves no files behind.
 . "$(dirname "$0")/cli_lib.sh" demo "$@"
 export TMPDIR=$TMP
 # a hang (in the engine or the cache) fails the test in two minutes
@@ -67,6 +69,34 @@ KVT_DEMO_TAMPER=8 demo $TAMPER --json >"$TMP/out.json" 2>"$TMP/err.txt"
 grep -qF '"ok":	false' "$TMP/out.json" || fail "tampered demo: json ok"
 grep -qF '"error":' "$TMP/out.json" || fail "tampered demo: json error"
 grep -qP '^\t\t"bad":\t0,?$' "$TMP/out.json" && fail "tampered demo: json bad 0"
+
+# the same through the daemon: its ssd files have no names while open, the
+# hook reaches them through the daemon child's descriptors
+KVT_DEMO_TAMPER=8 demo $TAMPER --daemon >"$TMP/out.txt" 2>"$TMP/err.txt"
+[ $? = 1 ] || fail "tampered demo --daemon: exit status not 1"
+grep -q "overwrote [1-9][0-9]* ssd file" "$TMP/err.txt" || fail "tampered demo --daemon: the hook found no ssd file"
+grep -q "THE RUN FAILED" "$TMP/out.txt" || fail "tampered demo --daemon: no failure line"
+# a block spoiled in engine memory after its load: the engine's check fails
+# the run, the cache's copies being right
+KVT_DEMO_TAMPER_ENGINE=4 demo $TAMPER >"$TMP/out.txt" 2>"$TMP/err.txt"
+[ $? = 1 ] || fail "engine-tampered demo: exit status not 1"
+grep -q "wrong bytes" "$TMP/out.txt" "$TMP/err.txt" || fail "engine-tampered demo: no wrong-bytes error"
+# killed with SIGKILL mid-run: no ssd data left behind (a 'temp' tier's
+# files lose their names once open)
+mkdir -p "$TMP/killed"
+"$KVT" demo --sessions 60 --turns 3 --system 64 --context 500 --turn-tokens 300 --output 4 \
+	--rate 20 --think 0.1 --fabric 48M --dram 48M --policy kvtier --dir "$TMP/killed" >/dev/null 2>&1 &
+kpid=$!
+seen=
+for _ in $(seq 200); do
+	ls -l /proc/$kpid/fd 2>/dev/null | grep -q 'kvtier-ssd-' && { seen=1; break; }
+	sleep 0.05
+done
+[ -n "$seen" ] || fail "demo never opened its ssd tier (within 10 s)"
+kill -9 $kpid 2>/dev/null
+wait $kpid 2>/dev/null
+find "$TMP/killed" -name 'kvtier-ssd-*' | grep -q . && fail "SIGKILLed demo left ssd files: $(find "$TMP/killed" -name 'kvtier-ssd-*' | head -3)"
+rm -rf "$TMP/killed"
 
 # --daemon: each policy's cache in a kvtierd child, the engine a client
 demo $SMALL --policy lmcache,kvtier --daemon --json >"$TMP/out.json" 2>"$TMP/err.txt" ||

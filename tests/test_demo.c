@@ -239,6 +239,37 @@ int main(void)
 		kvt_demo_result_free(r);
 	}
 
+	/* a block spoiled in engine memory after its load landed (the cache's
+	 * copies were right): only the engine's deferred check can see it,
+	 * and it fails the pass */
+	small(&c);
+	c.policies = KVT_DEMO_KVTIER;
+	c.sessions = 4;
+	c.rate = 100;
+	c.fabric_bytes = c.dram_bytes = 48ull << 20;
+	c.tamper_engine_after = c.sessions; /* warm turns load by then */
+	snprintf(c.dir, sizeof(c.dir), "%s", test_dir("demo-tamper-engine"));
+	err = kvt_demo_run(&c, &r);
+	CHECK_ERR(err, KVT_ECORRUPT);
+	CHECK(r != NULL);
+	if (r) {
+		uint64_t bad = 0, cache_bad = 0;
+
+		CHECK(strstr(r->error, "a restored block holds wrong bytes"));
+		for (int i = 0; i < r->npasses; i++) {
+			const kvt_demo_pass *p = &r->pass[i];
+
+			cache_bad += p->cache.corrupt + p->check.bad;
+			for (size_t j = 0; j < p->nreqs; j++)
+				bad += p->reqs[j].engine_bad;
+		}
+		CHECK_EQ(bad, 1);
+		CHECK_EQ(cache_bad, 0);
+		printf("spoiled in engine memory: %s\n", r->error);
+		kvt_demo_result_free(r);
+		r = NULL;
+	}
+
 	/* the simulator runs the same workload through the same engine: no
 	 * prefix cache of the engine's own (nothing reused from hbm), a
 	 * store per step into the top tier, every request done */

@@ -508,7 +508,17 @@ static int run_ssd(const struct bopt *o, const kvt_geom *g, kvt_xfer *xu,
 		goto out;
 	kvt_tier_info(pr.lf, &sd);
 	kvt_xfer_info_get(xu, &info);
-	snprintf(file, sizeof(file), "%s/kvtier-ssd-000.kvt", sub);
+	/* fio reads the tier's own file: a 'temp' tier's files have no name
+	 * while it is open, so through our descriptor of it */
+	{
+		uint64_t off;
+		int fd;
+
+		if ((err = kvt_tier_ssd_loc(pr.lf, 0, &fd, &off)))
+			goto out;
+		snprintf(file, sizeof(file), "/proc/%d/fd/%d", (int)getpid(),
+			 fd);
+	}
 	for (int dir = DIR_STORE; dir >= DIR_LOAD && !err; dir--)
 		for (size_t v = 0; v < sizeof(vars) / sizeof(vars[0]) && !err; v++) {
 			if (!want(o, vars[v].pread ? "pread" : "uring") ||

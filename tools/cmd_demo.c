@@ -336,6 +336,10 @@ int cmd_demo(int argc, char **argv)
 	    cli_u64("KVT_DEMO_TAMPER", getenv("KVT_DEMO_TAMPER"), 0,
 		    UINT64_MAX, &c.tamper_after))
 		return 2;
+	if (getenv("KVT_DEMO_TAMPER_ENGINE") &&
+	    cli_u64("KVT_DEMO_TAMPER_ENGINE", getenv("KVT_DEMO_TAMPER_ENGINE"),
+		    0, UINT64_MAX, &c.tamper_engine_after))
+		return 2;
 	if (out_file && kvti_cd_out_open(out_file))
 		return CLI_EXIT_USAGE;
 	progress_on = !json && !quiet && isatty(2);

@@ -199,6 +199,12 @@ typedef struct kvt_demo_config {
 	 * files past their 4 KiB header (at most 64 MiB) with a constant
 	 * byte, as a careless operator might. 0: never. */
 	uint64_t tamper_after;
+	/* fault injection for tests (KVT_DEMO_TAMPER_ENGINE): after this
+	 * many requests of the first pass, the next block a load lands in
+	 * engine memory is spoiled there before the engine's deferred check
+	 * reads it — the cache's copies were right, only that check can
+	 * catch it, and the pass fails (KVT_ECORRUPT). 0: never. */
+	uint64_t tamper_engine_after;
 } kvt_demo_config;
 
 KVT_API void kvt_demo_config_init(kvt_demo_config *c);

@@ -57,7 +57,9 @@
  *   /dev/daxX.Y     fabric            a devdax device
  *   DIR             ssd               directory for the slot files
  *   files=N         ssd               number of files (default 1)
- *   temp            fabric(file), ssd remove the files at close
+ *   temp            fabric(file), ssd remove the files at close; an ssd
+ *                                     tier unlinks them as soon as it is
+ *                                     open (a killed process leaves none)
  *   fresh           ssd               discard files of an earlier run
  *   persist         ssd               keep a page record per slot
  *                                     (kvtier-ssd-index.kvt) so the node

@@ -126,6 +126,14 @@ void kvti_dmem_write_layer(const struct dmem *m, uint32_t block, uint32_t l,
 }
 
 
+void kvti_dmem_spoil(const struct dmem *m, uint32_t block)
+{
+	uint64_t *p = chunk_at(m, block, 0, 0);
+
+	for (uint64_t i = 0; i < m->chunk / 8; i++)
+		p[i] = ~p[i];
+}
+
 /* The first, the middle and the last layer, K and V: a block of the wrong
  * page or a copy cut short shows in any of them; the cache's sums cover
  * every layer's every byte. (Every chunk cost the engine thread, which runs

@@ -49,6 +49,9 @@ void kvti_dmem_write_layer(const struct dmem *m, uint32_t block, uint32_t l,
 			   uint64_t seed);
 /* Sample every chunk of @block against @seed: 0 good, 1 wrong bytes. */
 int kvti_dmem_check(const struct dmem *m, uint32_t block, uint64_t seed);
+/* Spoil @block as a bad copy would (the engine-memory tamper hook): every
+ * word kvti_dmem_check() samples of its first layer's K chunk. */
+void kvti_dmem_spoil(const struct dmem *m, uint32_t block);
 
 /* ---- the cache, in process or through the daemon (dplane.c) --------------- */
 
@@ -101,8 +104,10 @@ long kvti_dj_failed(struct djob *j, uint32_t *blocks, size_t max);
 void kvti_dj_stat(struct djob *j, kvt_cache_job_stat *st);
 void kvti_dj_free(struct djob *j);
 
-/* Overwrite every ssd file under @dir past its header (the tamper hook). */
-void kvti_demo_tamper(const char *dir);
+/* Overwrite every ssd file under @dir past its header, reached through
+ * the descriptors of the process that holds @d's cache (the tamper hook):
+ * how many, or a negative error. */
+int kvti_demo_tamper(const struct dplane *d, const char *dir);
 
 /* ---- policies ------------------------------------------------------------- */
 

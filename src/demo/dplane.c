@@ -13,9 +13,10 @@
 #include "demo/demo_impl.h"
 #include "server/server.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,29 +390,65 @@ void kvti_dplane_close(struct dplane *d)
 
 /* ---- the tamper hook ------------------------------------------------------- */
 
-static int tamper_one(const char *path, const struct stat *sb, int type,
-		      struct FTW *ftw)
+/* The ssd tier of the demo is 'temp': its files lose their names as soon as
+ * it is open (a killed demo leaves no data behind), so the hook reaches
+ * them through the open descriptors of the process that holds the cache —
+ * this one, or the daemon child (same user: /proc/PID/fd/N reopens them). */
+static void tamper_fd(const char *fdpath)
 {
 	static const char junk[65536] = { [0 ... 65535] = 0x5a };
-	off_t end = KVT_MIN(sb->st_size, (off_t)(64 << 20));
-	int fd;
+	struct stat sb;
+	off_t end;
+	int fd = open(fdpath, O_WRONLY | O_CLOEXEC);
 
-	(void)ftw;
-	if (type != FTW_F || !S_ISREG(sb->st_mode) || end <= 4096)
-		return 0;
-	fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
-		return 0;
-	for (off_t o = 4096; o < end; o += (off_t)sizeof(junk))
-		if (pwrite(fd, junk, (size_t)KVT_MIN((off_t)sizeof(junk), end - o),
-			   o) < 0)
-			break;
+		return;
+	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
+		end = KVT_MIN(sb.st_size, (off_t)(64 << 20));
+		for (off_t o = 4096; o < end; o += (off_t)sizeof(junk))
+			if (pwrite(fd, junk, (size_t)KVT_MIN(
+				   (off_t)sizeof(junk), end - o), o) < 0)
+				break;
+	}
 	close(fd);
-	return 0;
 }
 
-void kvti_demo_tamper(const char *dir)
+int kvti_demo_tamper(const struct dplane *d, const char *dir)
 {
-	kvti_warn("demo: overwriting the ssd files in %s (test hook)", dir);
-	nftw(dir, tamper_one, 8, FTW_PHYS);
+	pid_t pid = d->dpid > 0 ? d->dpid : getpid();
+	char path[64], link[KVT_PATH_MAX + 64], real[PATH_MAX];
+	struct dirent *e;
+	size_t dl;
+	DIR *fds;
+	int n = 0;
+
+	if (!realpath(dir, real)) /* the links name canonical paths */
+		return kvti_fail(-errno, "demo tamper: %s: %s", dir,
+				 strerror(errno));
+	dl = strlen(real);
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	if (!(fds = opendir(path)))
+		return kvti_fail(-errno, "demo tamper: %s: %s", path,
+				 strerror(errno));
+	while ((e = readdir(fds))) {
+		char fdpath[96];
+		ssize_t k;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(fdpath, sizeof(fdpath), "%s/%s", path, e->d_name);
+		k = readlink(fdpath, link, sizeof(link) - 1);
+		if (k <= 0)
+			continue;
+		link[k] = 0;
+		if (strncmp(link, real, dl) || link[dl] != '/' ||
+		    !strstr(link + dl, "/kvtier-ssd-"))
+			continue;
+		tamper_fd(fdpath);
+		n++;
+	}
+	closedir(fds);
+	kvti_warn("demo: overwrote %d ssd file descriptor%s of process %d "
+		  "under %s (test hook)", n, n == 1 ? "" : "s", (int)pid, dir);
+	return n;
 }

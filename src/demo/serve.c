@@ -585,7 +585,7 @@ static int serve_loop(struct serve *s)
 		}
 		if (s->pc->tamper && !tampered && s->c->tamper_after &&
 		    s->finished >= s->c->tamper_after) {
-			kvti_demo_tamper(s->pc->dir);
+			kvti_demo_tamper(&s->dp, s->pc->dir);
 			tampered = 1;
 		}
 		progress(s, 0);

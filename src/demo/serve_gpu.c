@@ -86,6 +86,13 @@ static void load_end(struct serve *s, struct pjob *x, int rc)
 	if (rc && rc != KVT_ENOTFOUND && rc != KVT_EBUSY && rc != -ECANCELED &&
 	    !(nf > 0 && rc == KVT_ECORRUPT))
 		kvti_sv_fail(s, rc, "load");
+	if (ok > x->first && s->pc->tamper && s->c->tamper_engine_after &&
+	    !s->tampered_engine && s->finished >= s->c->tamper_engine_after) {
+		kvti_warn("demo: spoiling engine block %u after its load "
+			  "(test hook)", r->blk[x->first]);
+		kvti_dmem_spoil(&s->mem, r->blk[x->first]);
+		s->tampered_engine = 1;
+	}
 	for (uint32_t p = x->first; p < ok; p++)
 		kvti_sv_check_defer(s, r->blk[p], kvti_page_seed(r->keys[p]), o);
 	if (ok < x->end)

@@ -87,6 +87,7 @@ struct serve {
 	kvt_demo_req **chk_out;
 	uint32_t *chk_q;
 	uint64_t chk_head, chk_tail, chk_cap;
+	int tampered_engine;     /* the engine-memory hook has fired */
 	uint8_t *bref;           /* store jobs reading the block */
 	uint8_t *borphan;        /* its request is gone */
 	/* jobs */

@@ -22,9 +22,13 @@
  * Opening a directory that holds a matching set reuses it (its data stays;
  * which slots hold what is the index's business, not this file's). A set
  * that does not match is refused unless the spec says 'fresh'. Files this
- * open created are removed if it fails, and at close when the spec says
- * 'temp'. The plain path here is pread/pwrite; the transfer engine drives
- * the same files through io_uring (kvt_tier_ssd_loc()).
+ * open created are removed if it fails. With 'temp' their names are
+ * removed as soon as the open succeeds (the open fds keep the files until
+ * close), so not even a SIGKILL leaves a temporary tier's data on disk;
+ * whoever needs such a file afterwards reaches it through its fd
+ * (kvt_tier_ssd_loc(), /proc/PID/fd/N). The plain path here is
+ * pread/pwrite; the transfer engine drives the same files through
+ * io_uring (kvt_tier_ssd_loc()).
  *
  * THE RECORD AREA ('persist'). One more file, kvtier-ssd-index.kvt, holds
  * a record of R bytes per slot (R = KVT_SSD_REC_BYTES(layers)) after a
@@ -125,7 +129,8 @@ static void ssd_close(kvt_tier *t)
 				fdatasync(sf->fd);
 			close(sf->fd);
 		}
-		if (sf->created || (t->spec.temp && sf->path[0]))
+		if (!sf->unlinked &&
+		    (sf->created || (t->spec.temp && sf->path[0])))
 			unlink(sf->path);
 	}
 	kvt_free(t->files);
@@ -547,8 +552,15 @@ static int ssd_open(kvt_tier *t)
 		ssd_close(t);
 		return err;
 	}
-	for (uint32_t f = 0; f < t->nfiles; f++)
-		t->files[f].created = 0; /* from now on they are the tier's data */
+	for (uint32_t f = 0; f < t->nfiles; f++) {
+		struct ssd_file *sf = &t->files[f];
+
+		sf->created = 0; /* from now on they are the tier's data */
+		/* 'temp': the name goes now, the fd keeps the file, so a
+		 * process killed before its close leaves no data behind */
+		if (t->spec.temp && unlink(sf->path) == 0)
+			sf->unlinked = 1;
+	}
 	t->desc.bytes = nslots * slot;
 	t->desc.persistent = t->rec_map != NULL;
 	snprintf(t->where, sizeof(t->where), "%.200s (%u file%s%s%s)",

@@ -30,6 +30,7 @@ struct tier_ops {
 struct ssd_file {
 	int fd;
 	int created;       /* this open created the file */
+	int unlinked;      /* 'temp': its name is gone, the fd holds it */
 	char path[KVT_PATH_MAX + 32];
 };
 
