@@ -20,11 +20,17 @@
  *
  * --ssd DIR: the cache owns one ssd tier in DIR instead (every page stored
  * there) and loads through its page-locked bounce (KVT_CACHE_STAGE_SSD,
- * the path into GPU memory and the demo's: ssd -> bounce -> engine, in
- * rounds of half the bounce); the bare copy is the io lane's read of the
- * same ssd slots into page-first host memory of the same size, one job:
- * what the tier gives at best, the figure a hardware profile's
- * ssd.read_gbps is measured as.
+ * the path into GPU memory: ssd -> bounce -> engine, in rounds of half the
+ * bounce); the bare copy is the io lane's read of the same ssd slots into
+ * page-first host memory of the same size, one job: what the tier gives
+ * at best. --direct (host engine memory only): no bounce tier — the io
+ * lane reads each page into its own aligned buffer and copies it into the
+ * engine's layers, verified, as the cache loads host engine memory
+ * registered without a device (the demo's path). With --ssd the JSON's
+ * xfer_gbps is the transfer engine's own measured rate of those loads
+ * (kvt_cache_rates(), ssd -> engine: its jobs' time, without the cache's
+ * work around them) — the rate an engine's scheduler prices the ssd at,
+ * and what scripts/demo-profile takes as the demo's ssd.read_gbps.
  *
  * Reported: medians over repeats; all_layers_vs_copy = copy time / time
  * to all layers ready (the median of the per-repeat ratios, with min and
@@ -50,7 +56,7 @@
 struct copt {
 	const char *model, *ssd;
 	uint64_t tokens, page_tokens, repeats, threads;
-	int json, gpu, verify;
+	int json, gpu, verify, direct;
 };
 
 /* One repeat. */
@@ -77,6 +83,8 @@ struct bench {
 	uint32_t *dram_slots;  /* where the cache put each page (in b->from) */
 	uint32_t *flat_slots;  /* --ssd: 0..n-1 */
 	double store_s;
+	double xfer_gbps;      /* --ssd: the transfer engine's measured rate
+				* of the loads (kvt_cache_rates()), 0: none */
 	struct run runs[MAX_REP];
 	int nruns;
 	kvt_machine m;
@@ -187,7 +195,7 @@ static int open_cache(struct bench *b)
 	cfg.low = 0.95;
 	cfg.xfer_threads = (uint32_t)b->o.threads;
 	cfg.flags = (b->o.verify ? 0 : KVT_CACHE_NO_VERIFY) |
-		    (b->o.ssd ? KVT_CACHE_STAGE_SSD : 0);
+		    (b->o.ssd && !b->o.direct ? KVT_CACHE_STAGE_SSD : 0);
 	int err = kvt_cache_open(&b->c, &cfg);
 	if (err)
 		return err;
@@ -379,6 +387,8 @@ static void print_json(const struct bench *b, const struct summary *s)
 	cJSON_AddNumberToObject(root, "page_bytes", (double)b->page);
 	cJSON_AddNumberToObject(root, "bytes", (double)b->bytes);
 	cJSON_AddStringToObject(root, "from", kvt_tier_kind_name(b->from));
+	if (b->o.ssd)
+		cJSON_AddBoolToObject(root, "staged", !b->o.direct);
 	cJSON_AddStringToObject(root, "bare_copy", b->flat ?
 				"io lane read into page-first host memory" :
 				"transfer engine copy into the same blocks");
@@ -405,6 +415,10 @@ static void print_json(const struct bench *b, const struct summary *s)
 	cJSON_AddNumberToObject(root, "done_s", s->done);
 	cJSON_AddNumberToObject(root, "copy_s", s->copy);
 	cJSON_AddNumberToObject(root, "load_gbps", s->all > 0 ? b->bytes / s->all / 1e9 : 0);
+	if (b->xfer_gbps > 0)
+		cJSON_AddNumberToObject(root, "xfer_gbps", b->xfer_gbps);
+	else
+		cJSON_AddNullToObject(root, "xfer_gbps");
 	cJSON_AddNumberToObject(root, "copy_gbps", s->copy > 0 ? b->bytes / s->copy / 1e9 : 0);
 	cJSON_AddNumberToObject(root, "all_layers_vs_copy", s->ratio);
 	cJSON_AddNumberToObject(root, "all_layers_vs_copy_min", s->rmin);
@@ -467,7 +481,8 @@ static void print_text(const struct bench *b, const struct summary *s)
 	       kvt_size_format(b->bytes, sz, sizeof(sz)),
 	       kvt_tier_kind_name(b->from),
 	       b->o.gpu ? "GPU" : "host",
-	       b->flat ? " through the bounce" : "",
+	       !b->flat ? "" : b->o.direct ? " straight (io lane, no bounce)" :
+	       " through the bounce",
 	       b->o.verify ? "on" : "OFF",
 	       info.cpu_threads, info.cpu_threads == 1 ? "" : "s", b->nruns,
 	       b->flat ? "read (io lane, page-first host memory)" : "copy");
@@ -475,6 +490,10 @@ static void print_text(const struct bench *b, const struct summary *s)
 	printf("  all layers ready   %8.1f ms  (%.2f GB/s)\n", s->all * 1e3,
 	       s->all > 0 ? b->bytes / s->all / 1e9 : 0);
 	printf("  job done           %8.1f ms\n", s->done * 1e3);
+	if (b->xfer_gbps > 0)
+		printf("  transfer engine    %8.2f GB/s  (its measured ssd -> "
+		       "engine rate: the jobs' own time, no cache overhead)\n",
+		       b->xfer_gbps);
 	printf("  bare %-14s%8.1f ms  (%.2f GB/s)\n", b->flat ? "read" :
 	       "copy", s->copy * 1e3,
 	       s->copy > 0 ? b->bytes / s->copy / 1e9 : 0);
@@ -484,8 +503,8 @@ static void print_text(const struct bench *b, const struct summary *s)
 	       s->ratio >= GOAL_RATIO ? "met" : "MISSED");
 	printf("  layer0_fraction    %.3f (%.3f-%.3f)  goal <= 2/L = %.3f: %s\n",
 	       s->frac, s->fmin, s->fmax, s->goal_frac,
-	       b->flat ? "n/a (from the ssd, layers are reported by the "
-	       "last round)" : s->frac <= s->goal_frac ? "met" : "MISSED");
+	       b->flat ? "n/a (from the ssd, the layers of a page land "
+	       "together)" : s->frac <= s->goal_frac ? "met" : "MISSED");
 }
 
 /* ---- the command --------------------------------------------------------- */
@@ -495,7 +514,7 @@ static void cache_usage(FILE *f)
 	fprintf(f,
 "usage: kvtier bench cache [--model NAME|CONFIG] [--tokens N] [--page-tokens P]\n"
 "                          [--repeats R] [--threads T] [--gpu] [--no-verify]\n"
-"                          [--ssd DIR] [--json]\n"
+"                          [--ssd DIR [--direct]] [--json]\n"
 "\n"
 "Loads the KV of N tokens from the cache's dram tier into registered engine\n"
 "memory with per-layer waits, and copies the same pages with the transfer\n"
@@ -514,6 +533,9 @@ static void cache_usage(FILE *f)
 "                     bounce (its staged path), against the io lane's bare\n"
 "                     read of the same pages into host memory (needs N\n"
 "                     tokens' KV free on DIR's file system)\n"
+"  --direct           with --ssd, host engine memory: no bounce tier, the io\n"
+"                     lane reads straight into engine memory (the cache's\n"
+"                     path for host memory registered without a device)\n"
 "  --json             one JSON object (see docs/PERFORMANCE.md)\n");
 }
 
@@ -529,6 +551,7 @@ static int parse_args(int argc, char **argv, struct copt *o)
 		{ "gpu", no_argument, 0, 'g' },
 		{ "no-verify", no_argument, 0, 'x' },
 		{ "ssd", required_argument, 0, 'd' },
+		{ "direct", no_argument, 0, 'D' },
 		{ "json", no_argument, 0, 'j' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 }
@@ -546,6 +569,7 @@ static int parse_args(int argc, char **argv, struct copt *o)
 		case 'g': o->gpu = 1; break;
 		case 'x': o->verify = 0; break;
 		case 'd': o->ssd = optarg; break;
+		case 'D': o->direct = 1; break;
 		case 'j': o->json = 1; break;
 		case 'h': cache_usage(stdout); return 1;
 		default: cli_usage("bench cache", "bad option"); return -1;
@@ -553,6 +577,11 @@ static int parse_args(int argc, char **argv, struct copt *o)
 	}
 	if (optind < argc) {
 		cli_usage("bench cache", "unexpected argument '%s'", argv[optind]);
+		return -1;
+	}
+	if (o->direct && (!o->ssd || o->gpu)) {
+		cli_usage("bench cache", "--direct needs --ssd and host engine "
+			  "memory (a GPU's loads always go through the bounce)");
 		return -1;
 	}
 	return 0;
@@ -638,6 +667,15 @@ int bench_cache(int argc, char **argv)
 				goto out;
 			}
 		}
+	}
+	/* from the ssd, the loads alone make the ssd -> engine rate the
+	 * transfer engine measured (the bare read lands in page-first dram,
+	 * another pair); from dram the bare copies share the loads' pair */
+	if (b.o.ssd) {
+		static kvt_xfer_rate rt[KVT_TIER_COUNT][KVT_TIER_COUNT];
+
+		if (!kvt_cache_rates(b.c, rt))
+			b.xfer_gbps = rt[b.from][KVT_TIER_HBM].gbps;
 	}
 	summarize(&b, &s);
 	if (b.o.json)

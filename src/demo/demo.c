@@ -322,8 +322,13 @@ int kvt_demo_sim_config(const kvt_demo_config *c, unsigned policy,
 	/* the demo's cache runs its background demotion at the defaults */
 	s->bg_high = KVT_CACHE_HIGH;
 	s->bg_low = KVT_CACHE_LOW;
-	/* its ssd loads into the engine's memory go through the bounce */
-	s->ssd_stage_pages = KVT_CACHE_STAGE_SLOTS;
+	/* its ssd loads do not go through the cache's bounce tier: the demo
+	 * registers host engine memory without a device and without
+	 * KVT_CACHE_STAGE_SSD (dplane.c), so the io lane reads each page
+	 * straight into engine memory (src/xfer/io.c: its own aligned
+	 * buffer, verified on the io thread) and there is no second hop
+	 * (docs/SIMULATOR.md section 7 point 28) */
+	s->ssd_stage_pages = 0;
 	/* its store calls return at once: the copies making their room run
 	 * on the cache's room thread, the step thread waits for none of
 	 * them (store_room_wait stays 0) */
