@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test_cli_xfer — kvtier bench xfer and kvtier stress from the command
-# line: small runs that must succeed and print the documented JSON keys,
+# test_cli_xfer — kvtier bench xfer, kvtier bench cache --ssd [--direct] and
+# kvtier stress from the command line: small runs that must succeed and print the documented JSON keys,
 # and bad input that must fail with one message naming the bad part.
 . "$(dirname "$0")/cli_lib.sh" xfer "$@"
 
@@ -38,6 +38,20 @@ fi
 for key in '"threads":	2' '"thread_gbps":' '"gbps":' '"samples":'; do
 	grep -qF "$key" "$TMP/st.json" || fail "stress --json lacks $key"
 done
+# bench cache from the ssd, straight into engine memory (the demo's path):
+# the transfer engine's rate of the loads is reported, no files are left
+mkdir -p "$TMP/cssd"
+"$KVT" bench cache --model llama-3.2-1b --tokens 256 --repeats 2 --ssd "$TMP/cssd" \
+	--direct --json >"$TMP/cache.json" || fail "bench cache --ssd --direct"
+for key in '"from":	"ssd"' '"staged":	false' '"xfer_gbps":	[0-9]' '"load_gbps":'; do
+	grep -q "$key" "$TMP/cache.json" || fail "bench cache --direct json lacks $key"
+done
+"$KVT" bench cache --model llama-3.2-1b --tokens 256 --repeats 2 --ssd "$TMP/cssd" \
+	--json >"$TMP/cache.json" || fail "bench cache --ssd"
+for key in '"staged":	true' '"xfer_gbps":	[0-9]'; do
+	grep -q "$key" "$TMP/cache.json" || fail "bench cache --ssd json lacks $key (a staged load's rate)"
+done
+[ -z "$(ls -A "$TMP/cssd")" ] || fail "bench cache --ssd left files: $(ls -A "$TMP/cssd")"
 "$KVT" stress --buffer-bytes 2M --seconds 0.2 --interval 0.1 >"$TMP/st.txt" || fail "stress"
 grep -q "thread 0" "$TMP/st.txt" || fail "stress text lacks per-thread rates"
 "$KVT" stress --help | grep -q -- "--buffer-bytes" || fail "stress --help"
@@ -54,6 +68,8 @@ expect 2 "--nt: 'maybe'" -- bench xfer --nt maybe
 expect 2 "unexpected argument 'extra'" -- bench xfer extra
 expect 2 "nosuch" -- bench xfer --model nosuch
 expect 1 "bench xfer" -- bench xfer --tokens 16 --page-tokens 16 --repeat 1 --methods uring --ssd /proc/nope
+expect 2 "--direct needs --ssd" -- bench cache --direct
+expect 2 "--direct needs --ssd" -- bench cache --direct --gpu --ssd /tmp
 expect 2 "--threads: '0'" -- stress --threads 0
 expect 2 "--buffer-bytes: '1K'" -- stress --buffer-bytes 1K
 expect 2 "--seconds: '0'" -- stress --seconds 0
