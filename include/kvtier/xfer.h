@@ -147,7 +147,11 @@ typedef struct kvt_xfer_config {
 	int ssd_io;            /* AUTO (io_uring, else pread), URING (error if
 				  io_uring is unavailable) or PREAD */
 	unsigned uring_depth;  /* I/Os in flight; default 32, at most 4096 */
-	uint64_t bounce_bytes; /* io lane bounce memory cap; default 256 MiB */
+	uint64_t bounce_bytes; /* io lane bounce memory cap; default 256 MiB.
+				  The lane's first bounced I/O takes one
+				  huge-page region of min(uring_depth,
+				  bounce_bytes / slot) slots for good (O_DIRECT
+				  into 4 KiB pages reads at half the rate) */
 	int cuda_load;         /* method for host -> hbm; default KERNEL */
 	int cuda_store;        /* method for hbm -> host; default BATCH */
 	unsigned cuda_blocks;  /* kernel thread blocks; default 2, max 64 */
