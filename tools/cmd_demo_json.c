@@ -60,6 +60,10 @@ static cJSON *stat_json(const kvt_demo_pass *p)
 	for (int t = KVT_TIER_FABRIC; t < KVT_TIER_REMOTE; t++)
 		cJSON_AddNumberToObject(x, kvt_tier_kind_name((kvt_tier_kind)t),
 					s->load_gbps_mean[t]);
+	x = cJSON_AddObjectToObject(o, "load_job_kib");
+	for (int t = KVT_TIER_FABRIC; t < KVT_TIER_REMOTE; t++)
+		cJSON_AddNumberToObject(x, kvt_tier_kind_name((kvt_tier_kind)t),
+					s->load_job_kib[t]);
 	return o;
 }
 

@@ -301,6 +301,9 @@ typedef struct kvt_demo_stat {
 	double load_gbps_mean[KVT_TIER_COUNT]; /* the same rate's mean over
 				      the pass (time-weighted, from the first
 				      measurement on; 0: none) */
+	double load_job_kib[KVT_TIER_COUNT]; /* the mean size of the
+				      transfer jobs behind that rate (its
+				      bytes over its jobs; 0: none) */
 } kvt_demo_stat;
 
 typedef struct kvt_demo_pass {

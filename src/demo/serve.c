@@ -879,6 +879,8 @@ int kvti_demo_pass(const struct kvti_demo_pass_cfg *pc, kvt_demo_pass *out)
 		for (int t = 0; t < KVT_TIER_COUNT; t++)
 			st->load_gbps_mean[t] = s->gbps_s[t] > 0 ?
 				s->gbps_sum[t] / s->gbps_s[t] : 0;
+		for (int t = 0; t < KVT_TIER_COUNT; t++)
+			st->load_job_kib[t] = s->job_kib[t];
 	}
 out:
 	if (err && !out->err) {

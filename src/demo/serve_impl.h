@@ -123,6 +123,7 @@ struct serve {
 	uint64_t bd_st_calls, bd_stores;
 	/* measured rates */
 	double gbps[KVT_TIER_COUNT];
+	double job_kib[KVT_TIER_COUNT]; /* mean load job size, per tier */
 	double gbps_sum[KVT_TIER_COUNT], gbps_s[KVT_TIER_COUNT]; /* the
 				   * measured rates' time integral, and over
 				   * how long (the pass's mean rate) */

@@ -122,8 +122,12 @@ void kvti_sv_rates(struct serve *s)
 	if (kvti_dp_rates(&s->dp, rt))
 		return;
 	for (int t = KVT_TIER_FABRIC; t < KVT_TIER_REMOTE; t++)
-		if (rt[t][KVT_TIER_HBM].gbps > 0)
+		if (rt[t][KVT_TIER_HBM].gbps > 0) {
 			s->gbps[t] = rt[t][KVT_TIER_HBM].gbps;
+			if (rt[t][KVT_TIER_HBM].jobs)
+				s->job_kib[t] = rt[t][KVT_TIER_HBM].total_bytes /
+					(double)rt[t][KVT_TIER_HBM].jobs / 1024;
+		}
 }
 
 /* When the loads in flight from each tier are expected done. */
