@@ -24,8 +24,8 @@
  * bounce); the bare copy is the io lane's read of the same ssd slots into
  * page-first host memory of the same size, one job: what the tier gives
  * at best. --direct (host engine memory only): no bounce tier — the io
- * lane reads each page into its own aligned buffer and copies it into the
- * engine's layers, verified, as the cache loads host engine memory
+ * lane reads each page into its bounce slice (huge pages) and copies it
+ * into the engine's layers, verified, as the cache loads host engine memory
  * registered without a device (the demo's path). With --ssd the JSON's
  * xfer_gbps is the transfer engine's own measured rate of those loads
  * (kvt_cache_rates(), ssd -> engine: its jobs' time, without the cache's

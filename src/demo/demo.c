@@ -325,8 +325,9 @@ int kvt_demo_sim_config(const kvt_demo_config *c, unsigned policy,
 	/* its ssd loads do not go through the cache's bounce tier: the demo
 	 * registers host engine memory without a device and without
 	 * KVT_CACHE_STAGE_SSD (dplane.c), so the io lane reads each page
-	 * straight into engine memory (src/xfer/io.c: its own aligned
-	 * buffer, verified on the io thread) and there is no second hop
+	 * straight into engine memory (src/xfer/io.c: through its
+	 * huge-page bounce slice, scattered into the layers and verified
+	 * on the io thread) and there is no second hop
 	 * (docs/SIMULATOR.md section 7 point 28) */
 	s->ssd_stage_pages = 0;
 	/* its store calls return at once: the copies making their room run
